@@ -1,0 +1,23 @@
+"""hf_tensorcompress: tensor compression for Hugging Face transformers, saved as checkpoints that load anywhere."""
+
+from .compress import apply_compression, refresh_compression_config
+from .config import CompressionConfig
+from .layers.cp import CPLinear
+from .layers.lowrank import LowRankLinear
+from .layers.structure import CompressedCheckpointError
+from .metrics import compression_report
+from .optim import replace_parameters_in_optimizer
+from .targets import UnsupportedModelError
+
+__all__ = [
+    "CompressionConfig",
+    "apply_compression",
+    "refresh_compression_config",
+    "compression_report",
+    "replace_parameters_in_optimizer",
+    "CPLinear",
+    "LowRankLinear",
+    "CompressedCheckpointError",
+    "UnsupportedModelError",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,223 @@
+"""CP-decomposed linear projection (Smartformer's CPAC-Attention, DESIGN.md §3.1).
+
+This file ships inside every saved checkpoint (``trust_remote_code``): it imports torch only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def khatri_rao(heads: torch.Tensor, head_dim: torch.Tensor) -> torch.Tensor:
+    """Column-wise Kronecker product (h, R) ⊙ (d, R) -> (h·d, R), rows ordered as ``x.view(h, d)`` flattens."""
+    return (heads[:, None, :] * head_dim[None, :, :]).reshape(-1, heads.shape[1])
+
+
+def cp_reconstruct(factors: list[torch.Tensor]) -> torch.Tensor:
+    """Σ_r a_r ∘ b_r ∘ c_r for three factor matrices."""
+    a, b, c = factors
+    return torch.einsum("ir,jr,kr->ijk", a, b, c)
+
+
+def cp_als(
+    tensor: torch.Tensor, factors: list[torch.Tensor], n_iter: int, tol: float = 1e-7
+) -> tuple[list[torch.Tensor], float]:
+    """Alternating least squares for a 3-way CP model, starting from ``factors``.
+
+    Written in torch (not tensorly) because this file runs inside saved checkpoints, where only torch is
+    guaranteed, and because the rank search calls it inside the training loop. Returns the factors and the
+    relative reconstruction error.
+    """
+    factors = [f.clone() for f in factors]
+    unfoldings = [torch.movedim(tensor, mode, 0).reshape(tensor.shape[mode], -1) for mode in range(3)]
+    norm = tensor.norm().clamp_min(1e-30)
+    previous_error = math.inf
+    error = math.inf
+    for _ in range(n_iter):
+        for mode in range(3):
+            others = [factors[m] for m in range(3) if m != mode]
+            gram = (others[0].T @ others[0]) * (others[1].T @ others[1])
+            kr = khatri_rao(others[0], others[1])
+            rhs = unfoldings[mode] @ kr
+            ridge = 1e-10 * gram.diagonal().mean().clamp_min(1e-30)
+            gram = gram + ridge * torch.eye(gram.shape[0], dtype=gram.dtype, device=gram.device)
+            factors[mode] = torch.linalg.solve(gram, rhs.T).T
+        error = float((tensor - cp_reconstruct(factors)).norm() / norm)
+        if abs(previous_error - error) < tol:
+            break
+        previous_error = error
+    return factors, error
+
+
+def _balance(factors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Give the three factors of every component the same column norm, so none dominates the gradients."""
+    norms = torch.stack([f.norm(dim=0).clamp_min(1e-12) for f in factors])
+    scale = norms.prod(dim=0) ** (1.0 / 3.0)
+    return [f / n * scale for f, n in zip(factors, norms)]
+
+
+class CPLinear(nn.Module):
+    """``y = x Wᵀ + b`` with ``Wᵀ`` folded to (heads, head_dim, out) and stored as rank-R CP factors.
+
+    Parameters ``R·(h + d + out)`` instead of ``h·d·out`` (paper Table 1). Forward picks, for the input at hand,
+    the cheaper of the factorized product ``(x · KhatriRao(A, B)) · Cᵀ`` and "rebuild W, then one matmul"; under
+    ``torch.no_grad`` the rebuilt weight is cached until a factor changes.
+    """
+
+    layer_type = "cp"
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        num_heads: int,
+        rank: int,
+        bias: bool = True,
+        device: torch.device | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        if num_heads <= 0 or in_features % num_heads:
+            raise ValueError(f"in_features={in_features} is not divisible by num_heads={num_heads}")
+        if rank < 1:
+            raise ValueError(f"CP rank must be >= 1, got {rank}")
+        self.in_features, self.out_features, self.num_heads = in_features, out_features, num_heads
+        self.head_dim = in_features // num_heads
+        kwargs = {"device": device, "dtype": dtype}
+        self.factor_heads = nn.Parameter(torch.empty(num_heads, rank, **kwargs))
+        self.factor_head_dim = nn.Parameter(torch.empty(self.head_dim, rank, **kwargs))
+        self.factor_out = nn.Parameter(torch.empty(out_features, rank, **kwargs))
+        self.bias = nn.Parameter(torch.zeros(out_features, **kwargs)) if bias else None
+        self._weight_cache: tuple[tuple, torch.Tensor] | None = None
+        self.reset_parameters()
+
+    # ----------------------------------------------------------------- construction
+    @property
+    def rank(self) -> int:
+        return self.factor_heads.shape[1]
+
+    def reset_parameters(self) -> None:
+        """Random init whose rebuilt weight has the variance of ``nn.Linear``'s default init."""
+        # Var(W) = R · Πσ²  ->  choose σ = (1 / (3·in·R))^(1/6) for each factor.
+        std = (1.0 / (3.0 * self.in_features * self.rank)) ** (1.0 / 6.0)
+        with torch.no_grad():
+            for factor in self.factors:
+                factor.normal_(0.0, std)
+            if self.bias is not None:
+                bound = 1.0 / math.sqrt(self.in_features)
+                self.bias.uniform_(-bound, bound)
+        self._weight_cache = None
+
+    @property
+    def factors(self) -> list[nn.Parameter]:
+        return [self.factor_heads, self.factor_head_dim, self.factor_out]
+
+    def spec(self) -> dict:
+        """Everything needed to rebuild an empty layer of this shape (stored in ``config.compression_config``)."""
+        return {
+            "type": self.layer_type,
+            "in_features": self.in_features,
+            "out_features": self.out_features,
+            "num_heads": self.num_heads,
+            "rank": self.rank,
+            "bias": self.bias is not None,
+        }
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "CPLinear":
+        return cls(spec["in_features"], spec["out_features"], spec["num_heads"], spec["rank"], spec["bias"])
+
+    def folded_weight(self, weight: torch.Tensor | None = None) -> torch.Tensor:
+        """A dense ``(out, in)`` weight folded to the (heads, head_dim, out) tensor this layer factorizes."""
+        weight = self.weight if weight is None else weight
+        return weight.T.reshape(self.num_heads, self.head_dim, self.out_features)
+
+    def load_factors(self, factors: list[torch.Tensor]) -> None:
+        """Replace the factors (any rank) by new parameters; the optimizer must be told (see ``set_rank``)."""
+        factors = _balance([f.detach() for f in factors])
+        for name, value in zip(("factor_heads", "factor_head_dim", "factor_out"), factors):
+            old = getattr(self, name)
+            setattr(self, name, nn.Parameter(value.to(old.device, old.dtype).contiguous(), old.requires_grad))
+        self._weight_cache = None
+
+    # ----------------------------------------------------------------- rank change
+    @torch.no_grad()
+    def set_rank(self, rank: int, n_iter: int = 8) -> dict[nn.Parameter, nn.Parameter]:
+        """Re-decompose at ``rank``, warm-started from the current factors.
+
+        Shrinking keeps the strongest components; growing adds components fitted to the residual. A few ALS
+        sweeps on the rebuilt tensor then refit all factors together. The factors become *new* Parameters, so
+        an optimizer built before the call would keep updating the old ones (the bug in the paper's code):
+        pass the returned ``{old: new}`` map to ``hf_tensorcompress.replace_parameters_in_optimizer`` or
+        rebuild the optimizer.
+        """
+        if rank < 1:
+            raise ValueError(f"CP rank must be >= 1, got {rank}")
+        old_params = self.factors
+        if rank == self.rank:
+            return {p: p for p in old_params}
+        work_dtype = torch.float64 if self.factor_out.dtype == torch.float64 else torch.float32
+        factors = [f.detach().to(work_dtype) for f in old_params]
+        target = cp_reconstruct(factors)
+        strength = torch.stack([f.norm(dim=0) for f in factors]).prod(dim=0)
+        if rank < self.rank:
+            keep = strength.argsort(descending=True)[:rank]
+            start = [f[:, keep] for f in factors]
+        else:
+            extra = rank - self.rank
+            generator = torch.Generator(device="cpu").manual_seed(self.rank * 7919 + rank)
+            residual_start = [
+                torch.randn(f.shape[0], extra, generator=generator, dtype=work_dtype).to(f.device) for f in factors
+            ]
+            residual = target - cp_reconstruct(factors)
+            if float(residual.norm()) > 1e-12 * float(target.norm()):
+                residual_start, _ = cp_als(residual, residual_start, n_iter=max(2, n_iter // 2))
+            else:  # already exact: new components start tiny and are learned by training
+                residual_start = [f * 1e-3 for f in residual_start]
+            start = [torch.cat([f, g], dim=1) for f, g in zip(factors, residual_start)]
+        new_factors, _ = cp_als(target, start, n_iter=n_iter)
+        self.load_factors(new_factors)
+        return dict(zip(old_params, self.factors))
+
+    def dense_parameters(self) -> int:
+        """Parameters of the ``nn.Linear`` this layer replaces."""
+        return self.in_features * self.out_features + (self.out_features if self.bias is not None else 0)
+
+    # ----------------------------------------------------------------- forward
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dense ``(out, in)`` weight these factors represent (rebuilt on every access)."""
+        return self.factor_out @ khatri_rao(self.factor_heads, self.factor_head_dim).T
+
+    def _cached_weight(self) -> torch.Tensor:
+        key = tuple((f.data_ptr(), f._version) for f in self.factors)
+        if self._weight_cache is None or self._weight_cache[0] != key:
+            self._weight_cache = (key, self.weight.detach())
+        return self._weight_cache[1]
+
+    def multiply_adds(self, tokens: int, cached: bool = False) -> tuple[int, str]:
+        """Multiply-adds of the cheaper forward path for ``tokens`` input rows, and that path's name."""
+        rank, fan_in, fan_out = self.rank, self.in_features, self.out_features
+        factorized = tokens * rank * (fan_in + fan_out) + fan_in * rank
+        dense = tokens * fan_in * fan_out + (0 if cached else fan_in * rank * fan_out + fan_in * rank)
+        return (factorized, "factorized") if factorized <= dense else (dense, "reconstruct")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = x.numel() // self.in_features
+        cached = not torch.is_grad_enabled()
+        _, path = self.multiply_adds(tokens, cached=cached)
+        if path == "factorized":
+            hidden = x @ khatri_rao(self.factor_heads, self.factor_head_dim)
+            return F.linear(hidden, self.factor_out, self.bias)
+        weight = self._cached_weight() if cached else self.weight
+        return F.linear(x, weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, heads={self.num_heads}, "
+            f"rank={self.rank}, bias={self.bias is not None}"
+        )

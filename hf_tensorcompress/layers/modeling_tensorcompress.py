@@ -1,0 +1,79 @@
+"""Entry point of the code saved next to every compressed checkpoint (``trust_remote_code=True``).
+
+``Compressed<Base>`` is ``<Base>`` (any transformers model class) whose ``__init__`` re-installs the compressed
+layers recorded in ``config.compression_config``, so the checkpoint's tensors load into the right shapes. The
+classes are made on first access (module ``__getattr__``), which is how ``auto_map`` entries such as
+``modeling_tensorcompress.CompressedPatchTSTForPrediction`` resolve where hf_tensorcompress is not installed.
+Imports: torch, transformers and sibling files only.
+"""
+
+from __future__ import annotations
+
+import transformers
+from torch import nn
+
+from .structure import CompressedCheckpointError, install_layers
+
+CLASS_PREFIX = "Compressed"
+
+
+class CompressedModelMixin:
+    """Re-installs the compressed layers after the base model's ``__init__`` and checks what was loaded."""
+
+    _auto_class = "AutoModel"
+
+    def __init__(self, config, *args, **kwargs) -> None:
+        super().__init__(config, *args, **kwargs)
+        compression = getattr(config, "compression_config", None) or {}
+        install_layers(self, compression.get("modules", {}))
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """``PreTrainedModel.from_pretrained`` that refuses checkpoints whose compressed tensors are missing or misshapen."""
+        wants_info = kwargs.pop("output_loading_info", False)
+        try:
+            model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
+        except RuntimeError as error:
+            if "size mismatch" not in str(error):
+                raise
+            raise CompressedCheckpointError(
+                f"The checkpoint's tensors do not have the shapes its compression_config describes: {error}"
+            ) from error
+        compressed = tuple((model.config.compression_config or {}).get("modules", {}))
+        problems = {
+            kind: sorted(key for key in info.get(kind, ()) if _is_key_of(key, compressed))
+            for kind in ("missing_keys", "mismatched_keys")
+        }
+        if any(problems.values()):
+            raise CompressedCheckpointError(
+                "The checkpoint does not match its compression_config: "
+                + "; ".join(f"{kind}: {keys[:6]}" for kind, keys in problems.items() if keys)
+                + ". Save the model again with save_pretrained, or fix compression_config in config.json."
+            )
+        return (model, info) if wants_info else model
+
+
+def _is_key_of(key, module_names: tuple[str, ...]) -> bool:
+    key = key[0] if isinstance(key, tuple) else key
+    return any(key.startswith(name + ".") or f".{name}." in key for name in module_names)
+
+
+_CLASSES: dict[str, type] = {}
+
+
+def compressed_class(base: type[nn.Module]) -> type[nn.Module]:
+    """The ``Compressed<Base>`` subclass of a transformers model class (made once, then reused)."""
+    if issubclass(base, CompressedModelMixin):
+        return base
+    name = CLASS_PREFIX + base.__name__
+    if name not in _CLASSES:
+        _CLASSES[name] = type(name, (CompressedModelMixin, base), {"__module__": __name__})
+    return _CLASSES[name]
+
+
+def __getattr__(name: str) -> type[nn.Module]:
+    if name.startswith(CLASS_PREFIX):
+        base = getattr(transformers, name[len(CLASS_PREFIX) :], None)
+        if isinstance(base, type) and issubclass(base, transformers.PreTrainedModel):
+            return compressed_class(base)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,56 @@
+"""``method="cp"``: attention projections become CP factors (Smartformer's CPAC-Attention, DESIGN.md §3.1)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import tensorly as tl
+import torch
+from tensorly.decomposition import parafac
+from torch import nn
+
+from ..config import CompressionConfig
+from ..layers.cp import CPLinear
+from ..targets import attention_projections, parent_of
+from . import Method, register_method
+from .ranks import resolve_rank
+
+
+def heads_of(model: nn.Module, name: str, linear: nn.Linear) -> int:
+    """Heads of the attention module holding ``name``; elsewhere a balanced split of ``in_features``."""
+    heads = getattr(parent_of(model, name), "num_heads", None)
+    if isinstance(heads, int) and heads > 0 and linear.in_features % heads == 0:
+        return heads
+    return max(d for d in range(1, math.isqrt(linear.in_features) + 1) if linear.in_features % d == 0)
+
+
+def cp_rank(model: nn.Module, name: str, linear: nn.Linear, requested: int | float) -> tuple[int, int]:
+    """(heads, rank) for ``linear`` given a requested int rank or parameter ratio."""
+    heads = heads_of(model, name, linear)
+    head_dim, out = linear.in_features // heads, linear.out_features
+    max_rank = min(heads * head_dim, heads * out, head_dim * out)
+    rank = resolve_rank(requested, heads + head_dim + out, linear.in_features * out, max_rank, name)
+    return heads, rank
+
+
+def decompose(tensor: torch.Tensor, rank: int, iterations: int) -> list[torch.Tensor]:
+    """CP-ALS of a 3-way tensor with tensorly's ``parafac`` on its PyTorch backend (SVD init)."""
+    with tl.backend_context("pytorch"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tensorly warns when the rank exceeds a mode size and pads the SVD init
+        _, factors = parafac(tensor.double(), rank=rank, init="svd", n_iter_max=iterations, tol=1e-10)
+    return factors
+
+
+def build(model: nn.Module, name: str, linear: nn.Linear, config: CompressionConfig) -> CPLinear:
+    heads, rank = cp_rank(model, name, linear, config.rank_for(name))
+    weight = linear.weight
+    layer = CPLinear(linear.in_features, linear.out_features, heads, rank, bias=linear.bias is not None)
+    if config.init == "decompose":
+        layer.load_factors(decompose(layer.folded_weight(weight.detach()), rank, config.cp_iterations))
+    if linear.bias is not None:
+        layer.bias.data.copy_(linear.bias.detach())
+    return layer.to(device=weight.device, dtype=weight.dtype)
+
+
+register_method(Method("cp", attention_projections, build))
