@@ -19,7 +19,8 @@ CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.xz", ".csv.bz2", ".csv.zip", ".tsv")
 def load_appliances_energy(**kwargs: Any) -> datasets.DatasetDict:
     """UCI Appliances Energy (19735 rows, 10-minute): 26 real channels, 7:1:2 chronological split, standardised."""
     kwargs.setdefault("drop_columns", APPLIANCES_NOISE_COLUMNS)
-    return load_forecasting_csv(appliances_energy_csv(), timestamp_column="date", **kwargs)
+    kwargs.setdefault("timestamp_column", "date")
+    return load_forecasting_csv(appliances_energy_csv(), **kwargs)
 
 
 def load_forecasting_csv(path: str | Path, **kwargs: Any) -> datasets.DatasetDict:
