@@ -128,24 +128,30 @@ def main(argv: list[str] | None = None) -> dict:
     test_windows = forecasting_windows(data["test"], model.config, stride=args.eval_stride)
     print(f"data: {len(stats.columns)} channels; {len(train_windows)} training windows, {len(test_windows)} test windows")
 
+    def score(candidate: PreTrainedModel, description: str) -> dict | None:
+        """Test MSE/MAE, computed once, on the main process."""
+        if not state.is_main_process:
+            return None
+        return evaluate_forecaster(candidate, test_windows, batch_size=args.eval_batch_size, description=description)
+
     dense_seconds = train(model, train_windows, args.max_steps, args)
+    control = copy.deepcopy(model)  # the dense model trained as long as the compressed one: a fair baseline
     compressed = apply_compression(copy.deepcopy(model), CompressionConfig(method=args.method, rank=args.rank))
-    report = compression_report(compressed)["targets"]
-    runs = []
-    if state.is_main_process:
-        dense = evaluate_forecaster(model, test_windows, batch_size=args.eval_batch_size, description="dense")
-        runs.append(run_entry("dense", model, dense, report["dense_params"], dense_seconds))
-        before = evaluate_forecaster(compressed, test_windows, batch_size=args.eval_batch_size,
-                                     description=f"{args.method} before fine-tuning")
-        runs.append(run_entry(f"{args.method} rank={args.rank}, no fine-tune", compressed, before, report["params"], 0.0))
-    state.wait_for_everyone()
-    finetune_seconds = train(compressed, train_windows, args.finetune_steps, args)
+    qkv = compression_report(compressed)["targets"]
+    label = f"{args.method} rank={args.rank}"
+    runs = [
+        ("dense", model, score(model, "dense"), qkv["dense_params"], dense_seconds),
+        (f"{label}, no fine-tune", compressed, score(compressed, label), qkv["params"], 0.0),
+    ]
+    if args.finetune_steps > 0:
+        control_seconds = train(control, train_windows, args.finetune_steps, args)
+        tuned_seconds = train(compressed, train_windows, args.finetune_steps, args)
+        runs.insert(1, (f"dense, +{args.finetune_steps} steps", control, score(control, "dense, more steps"),
+                        qkv["dense_params"], control_seconds))
+        runs.append((f"{label}, fine-tuned", compressed, score(compressed, f"{label}, fine-tuned"), qkv["params"],
+                     tuned_seconds))
     results = {}
     if state.is_main_process:
-        after = evaluate_forecaster(compressed, test_windows, batch_size=args.eval_batch_size,
-                                    description=f"{args.method} fine-tuned")
-        runs.append(run_entry(f"{args.method} rank={args.rank}, fine-tuned", compressed, after, report["params"],
-                              finetune_seconds))
         compressed.save_pretrained(output_dir)
         (output_dir / "standardization.json").write_text(stats.to_json())
         results = {
@@ -156,10 +162,10 @@ def main(argv: list[str] | None = None) -> dict:
             "method": args.method,
             "rank": args.rank,
             "eval_stride": args.eval_stride,
-            "runs": runs,
+            "runs": [run_entry(*run) for run in runs],
         }
         (output_dir / "results.json").write_text(json.dumps(results, indent=2))
-        print(markdown_table(runs))
+        print(markdown_table(results["runs"]))
         print(f"saved the compressed model and results.json to {output_dir}")
     state.wait_for_everyone()
     return results

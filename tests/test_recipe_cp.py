@@ -35,7 +35,11 @@ def test_recipe_trains_compresses_evaluates_and_saves(tmp_path):
 
     results = json.loads((output / "results.json").read_text())
     assert results["dataset"] == str(csv) and results["horizon"] == 12
-    dense, _, tuned = results["runs"]
+    assert [run["name"] for run in results["runs"]] == [
+        "dense", "dense, +2 steps", "cp rank=0.5, no fine-tune", "cp rank=0.5, fine-tuned"
+    ]
+    dense, control, _, tuned = results["runs"]
+    assert control["train_seconds"] > 0 and dense["train_seconds"] > 0
     assert {"name", "metrics", "params", "attention_params", "train_seconds"} <= set(tuned)
     assert tuned["attention_params"] <= 0.55 * dense["attention_params"]
     assert tuned["params"] < dense["params"]
@@ -51,3 +55,31 @@ def test_recipe_trains_compresses_evaluates_and_saves(tmp_path):
     with torch.no_grad():
         error = model(past_values=batch["past_values"]).prediction_outputs - batch["future_values"]
     assert abs(float(error.pow(2).mean()) - tuned["metrics"]["mse"]) < 1e-5
+
+
+def test_recipe_starts_from_a_pretrained_checkpoint(tmp_path):
+    """``--model DIR``: lengths come from the checkpoint, dense training can be skipped, SVD works too."""
+    import importlib.util
+
+    from transformers import PatchTSTConfig, PatchTSTForPrediction
+
+    spec = importlib.util.spec_from_file_location("cp_compress", ROOT / "recipes" / "cp_compress.py")
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    csv = tmp_path / "energy.csv"
+    pd.read_csv(appliances_energy_csv()).iloc[:1500][["date", "Appliances", "T2"]].to_csv(csv, index=False)
+    config = PatchTSTConfig(num_input_channels=2, context_length=40, prediction_length=10, patch_length=8,
+                            patch_stride=8, d_model=16, num_hidden_layers=1, num_attention_heads=2, ffn_dim=32)
+    PatchTSTForPrediction(config).save_pretrained(tmp_path / "pretrained")
+    results = recipe.main([
+        "--model", str(tmp_path / "pretrained"), "--dataset", str(csv), "--method", "svd", "--rank", "0.25",
+        "--max-steps", "0", "--finetune-steps", "1", "--batch-size", "4", "--eval-stride", "25",
+        "--output-dir", str(tmp_path / "out"),
+    ])
+    assert results["horizon"] == 10 and results["context_length"] == 40
+    dense, _, untuned, tuned = results["runs"]
+    assert dense["train_seconds"] == 0.0 and tuned["train_seconds"] > 0
+    assert untuned["params"] == tuned["params"] < dense["params"]
+    assert tuned["attention_params"] <= 0.3 * dense["attention_params"]
+    saved = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert saved["compression_config"]["method"] == "svd"
