@@ -7,6 +7,10 @@ Defaults: the Appliances Energy data (7:1:2 chronological split, standardised wi
 96 (the paper's shortest), test MSE/MAE on standardised values, every ``--eval-stride``-th test window. Writes the
 compressed checkpoint (loads with ``trust_remote_code=True``, no hf_tensorcompress needed), ``standardization.json``
 (to un-scale forecasts) and ``results.json`` into ``--output-dir``, and prints a markdown table.
+
+Runs: the dense model; the dense model trained ``--finetune-steps`` more (a fair baseline: the compressed model
+gets those steps too); the compressed model before and after fine-tuning. ``train_seconds`` is the wall time of
+each run's own training phase; ``attention_params`` counts the q/k/v projections that get compressed.
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ def train(model: PreTrainedModel, windows, steps: int, args: argparse.Namespace)
     with tempfile.TemporaryDirectory() as scratch:
         training_args = TrainingArguments(
             output_dir=scratch, max_steps=steps, per_device_train_batch_size=args.batch_size,
-            learning_rate=args.learning_rate, lr_scheduler_type="cosine", warmup_steps=max(1, steps // 10),
+            learning_rate=args.learning_rate, lr_scheduler_type="cosine", warmup_steps=steps // 10,
             logging_steps=max(1, steps // 10), save_strategy="no", report_to=[], seed=args.seed,
             dataloader_num_workers=0, dataloader_pin_memory=torch.cuda.is_available(),
         )
