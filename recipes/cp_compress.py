@@ -43,6 +43,11 @@ from hf_tensorcompress.evaluation import evaluate_forecaster
 MODEL_CLASSES = {"patchtst": PatchTSTForPrediction, "autoformer": AutoformerForPrediction, "informer": InformerForPrediction}
 
 
+def rank_value(text: str) -> int | float:
+    """``"8"`` is rank 8, ``"0.5"`` or ``"1.0"`` a parameter fraction, as ``CompressionConfig.rank`` reads them."""
+    return float(text) if any(c in text for c in ".eE") else int(text)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="folder of a pretrained PatchTST/Autoformer/Informer ForPrediction checkpoint "
@@ -50,6 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dataset", help="CSV file, local folder or datasets id (default: Appliances Energy)")
     parser.add_argument("--timestamp-column", default="auto", help="date column ('auto' finds one, 'none': none)")
     parser.add_argument("--columns", nargs="+", help="channels to forecast (default: every numeric column)")
+    # model shape of the fresh PatchTST (a --model checkpoint brings its own)
     parser.add_argument("--horizon", type=int, default=96)
     parser.add_argument("--context-length", type=int, default=336)
     parser.add_argument("--patch-length", type=int, default=16)
@@ -57,7 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--method", choices=("cp", "svd"), default="cp")
-    parser.add_argument("--rank", type=float, default=0.5, help="int rank, or a fraction in (0, 1) of dense parameters")
+    parser.add_argument("--rank", type=rank_value, default=0.5,
+                        help="an int rank (e.g. 8), or a fraction in (0, 1] of the dense parameters (e.g. 0.5)")
     parser.add_argument("--max-steps", type=int, default=100, help="training steps of the dense model (0: none)")
     parser.add_argument("--finetune-steps", type=int, default=50, help="training steps after compression")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -68,7 +75,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", default="outputs/cp_compress")
     args = parser.parse_args(argv)
-    args.rank = int(args.rank) if args.rank >= 1 else args.rank  # CompressionConfig: int rank or float fraction
     args.timestamp_column = None if args.timestamp_column.lower() == "none" else args.timestamp_column
     return args
 
