@@ -79,8 +79,8 @@ class ForecastingWindows(Dataset):
                 f"({self.shape.history} past + {self.shape.horizon} future = {span}); use a shorter context_length/"
                 "prediction_length or more data"
             )
-        table = split.with_format("numpy")
-        values = np.stack([table[name] for name in stats.columns], axis=1).astype(np.float32)
+        frame = split.with_format(None).to_pandas()
+        values = frame[list(stats.columns)].to_numpy(dtype=np.float32)
         self.observed = torch.from_numpy(~np.isnan(values))
         self.values = torch.from_numpy(np.nan_to_num(values, nan=0.0))
         if self.shape.time_features:
@@ -89,7 +89,7 @@ class ForecastingWindows(Dataset):
                     f"{config.model_type} needs time features, but the data has no timestamp column; load it with "
                     "timestamp_column=<name of the date column>"
                 )
-            self.time = torch.from_numpy(time_features(split.with_format("pandas")[stats.timestamp_column]))
+            self.time = torch.from_numpy(time_features(frame[stats.timestamp_column]))
         self.starts = range(0, len(split) - span + 1, stride)
         self.squeeze = self.shape.time_features and self.shape.channels == 1  # univariate GluonTS models: (steps,)
 
