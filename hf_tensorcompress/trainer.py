@@ -20,6 +20,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from transformers import Trainer, TrainerCallback
+from transformers.utils import logging
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from .compress import refresh_compression_config
@@ -29,6 +30,8 @@ from .search.config import SearchConfig
 from .search.mdp import STATE_FILE, RankSearch
 from .search.plot import plot_trace
 from .search.space import attention_groups, current_rank
+
+logger = logging.get_logger(__name__)
 
 
 class SmartformerCallback(TrainerCallback):
@@ -52,6 +55,15 @@ class SmartformerCallback(TrainerCallback):
             self.trainer._end_stage()
 
     def on_train_end(self, args, state, control, **kwargs):
+        search = self.trainer.search
+        if not search.done and self.trainer.is_world_process_zero():
+            undecided = [group.name for group in search.groups if group.name not in search.decided]
+            logger.warning(
+                "training ended before the rank search decided %s (they keep their current ranks, and a "
+                "param_budget is only guaranteed once every layer is decided); train longer or shorten "
+                "SearchConfig.interval / consecutive_actions / max_actions_per_layer",
+                undecided,
+            )
         self.trainer._write_plot()
 
 
