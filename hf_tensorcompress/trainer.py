@@ -6,6 +6,9 @@ rank with ``set_rank``, swaps the new factors into the *same* optimizer (so the 
 valid), re-records the compression config, and, under DDP, rebuilds the wrapper (DDP registers gradient hooks
 on the parameters it saw at construction, so new factors would otherwise never be all-reduced).
 The search state is written into every checkpoint and read back by ``train(resume_from_checkpoint=...)``.
+
+Under DDP with gradient accumulation the training loop's ``no_sync`` still targets the wrapper it made at the
+start, so after a rebuild gradients are all-reduced at every micro-batch: correct, only more communication.
 """
 
 from __future__ import annotations
