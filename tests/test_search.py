@@ -85,10 +85,11 @@ def test_budget_wall_keeps_the_final_budget_reachable():
     groups = attention_groups(tiny_patchtst(layers=2))
     names = [g.name for g in groups]
     ranks = {name: 10 for name in names}
-    # budget 0.5 of dense = 768 parameters for 2 groups at 72 per rank; the other group needs >= 72 (rank 1)
+    # budget 0.5 of 2 × (768 weights + 48 biases) = 816; a rank costs 72, the other group needs >= 72 + 48 (rank 1)
+    assert groups[0].params_at(1) == 72 + 48 and groups[0].dense_params == 816
     mask = allowed_actions(groups, 0, ranks, set(), 0.5, 10)
-    assert mask == [rank * 72 + 72 <= 768 for rank in range(1, 11)]
-    # once the other group is decided at rank 6 (432), this one may take at most 4 (288)
+    assert mask == [rank * 72 + 48 + 120 <= 816 for rank in range(1, 11)] and sum(mask) == 9
+    # once the other group is decided at rank 6 (480), this one may take at most 4 (336)
     mask = allowed_actions(groups, 0, {names[0]: 10, names[1]: 6}, {names[1]}, 0.5, 10)
     assert [slot + 1 for slot, ok in enumerate(mask) if ok] == [1, 2, 3, 4]
 
@@ -192,7 +193,7 @@ def test_mdp_respects_the_parameter_budget_and_always_ends():
     _run(search, {g.name: float(g.position) for g in search.groups}, 100)
     assert search.done
     used = sum(g.params_at(search.ranks[g.name]) for g in search.groups)
-    assert used <= 0.4 * sum(g.dense_weights for g in search.groups)
+    assert used <= 0.4 * sum(g.dense_params for g in search.groups)
     assert max(len(a) for a in search.actions.values()) <= 6
 
 

@@ -39,7 +39,7 @@ class SearchConfig:
         consecutive_actions: k, a layer is decided when its last k actions chose the same rank (paper: 5).
         max_actions_per_layer: a safeguard the paper lacks: after this many actions without k agreeing, the
             layer is decided at the agent's greedy rank, so the search always ends. ``None`` disables it.
-        param_budget: optional fraction in (0, 1] of the dense parameters of all searched projections that the
+        param_budget: optional fraction in (0, 1] of the dense parameters (weights + biases) of all searched projections that the
             compressed ones may keep in the end. Enforced as AMC's action wall: a rank is only offered if the
             budget can still be met with every other undecided layer at its smallest rank.
         gamma, learning_rate, hidden_units: actor-critic settings (paper: 0.95, 1e-3, two layers of 40 units).

@@ -25,11 +25,17 @@ class AttentionGroup:
     head_dim: int
     dense_weights: int
     params_per_rank: int
+    bias_params: int
     candidates: tuple[int, ...]
 
+    @property
+    def dense_params(self) -> int:
+        """Parameters of the dense projections this group replaced (weights and biases)."""
+        return self.dense_weights + self.bias_params
+
     def params_at(self, rank: int) -> int:
-        """Factor parameters of the whole group at ``rank`` (biases are the same at every rank and left out)."""
-        return rank * self.params_per_rank
+        """Parameters of the whole group at ``rank`` (factors plus the biases, which every rank keeps)."""
+        return rank * self.params_per_rank + self.bias_params
 
 
 def factor_params_per_rank(layer: nn.Module) -> int:
@@ -82,6 +88,7 @@ def attention_groups(model: nn.Module, max_candidates: int = 10) -> list[Attenti
                 head_dim=first.in_features // int(heads),
                 dense_weights=dense,
                 params_per_rank=per_rank,
+                bias_params=sum(layer.bias.numel() for layer in layers if layer.bias is not None),
                 candidates=candidate_ranks(dense, per_rank, max_candidates),
             )
         )
@@ -103,13 +110,14 @@ def allowed_actions(
     """Mask over the ``width`` action slots of ``groups[index]``: a slot exists and respects the budget wall.
 
     AMC's wall: rank r is allowed only if this group at r, the decided groups at their ranks and every other
-    undecided group at its smallest candidate still fit in ``budget`` × the dense weights of all groups.
+    undecided group at its smallest candidate still fit in ``budget`` × the dense parameters of all groups
+    (weights and biases, so the budget is what a parameter count of the projections shows).
     """
     group = groups[index]
     mask = [slot < len(group.candidates) for slot in range(width)]
     if budget is None:
         return mask
-    limit = budget * sum(g.dense_weights for g in groups)
+    limit = budget * sum(g.dense_params for g in groups)
     others = sum(
         g.params_at(ranks[g.name]) if g.name in decided else g.params_at(g.candidates[0])
         for g in groups
