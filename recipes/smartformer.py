@@ -3,6 +3,7 @@
     accelerate launch recipes/smartformer.py                     # Autoformer on Appliances Energy, horizon 96
     accelerate launch recipes/smartformer.py --model patchtst --horizon 192 --seeds 0 1 2
     accelerate launch recipes/smartformer.py --dataset my.csv --output-dir out/ --full
+    accelerate launch recipes/smartformer.py --model patchtst --model-path my-dense-patchtst/
 
 Compares, with the same data, steps and seed: the dense model, Smartformer (cp + search), SVD-Smartformer
 (svd + search) and CP at fixed ranks (the paper's Table 8 grid: parameter ratios 0.1 … 1.0; a subset by default).
@@ -65,8 +66,17 @@ SMALL = Size(32, 4, 2, 1, 64, 300, 32, 8, 16, 8, 3, 6, (0.3, 0.6, 1.0))
 FULL = Size(512, 8, 2, 1, 2048, 3000, 32, 1, 1, 100, 5, 15, tuple(k / 10 for k in range(1, 11)))
 
 
-def build_model(family: str, channels: int, context: int, horizon: int, size: Size, seed: int) -> torch.nn.Module:
+CLASSES = {"autoformer": AutoformerForPrediction, "patchtst": PatchTSTForPrediction, "informer": InformerForPrediction}
+
+
+def build_model(family: str, channels: int, context: int, horizon: int, size: Size, seed: int, path: str | None = None):
+    """A fresh model of ``family`` (seeded), or the dense checkpoint at ``path`` (its config sets the shapes)."""
     torch.manual_seed(seed)
+    if path is not None:
+        model = CLASSES[family].from_pretrained(path)
+        if getattr(model.config, "compression_config", None):
+            raise SystemExit(f"--model-path {path} is already compressed; the comparison starts from a dense model")
+        return model
     if family == "patchtst":
         config = PatchTSTConfig(
             num_input_channels=channels, context_length=context, prediction_length=horizon, patch_length=16,
@@ -149,7 +159,7 @@ def projection_flops(model: torch.nn.Module) -> int:
 
 def run_one(name: str, method: str | None, rank: float, search: SearchConfig | None, seed: int, args, size: Size, data):
     train, test = data
-    model = build_model(args.model, args.channels, args.context, args.horizon, size, seed)
+    model = build_model(args.model, args.channels, args.context, args.horizon, size, seed, args.model_path)
     if method is not None:
         apply_compression(model, CompressionConfig(method=method, rank=rank))
     output_dir = os.path.join(args.output_dir, "runs", f"{name}-seed{seed}")
@@ -223,6 +233,7 @@ def save_smartformer(model: torch.nn.Module, results: dict, folder: str) -> None
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Smartformer: RL-searched CP attention, compared with dense, SVD and fixed ranks.")
     parser.add_argument("--model", choices=FAMILIES, default="autoformer")
+    parser.add_argument("--model-path", default=None, help="a dense checkpoint of --model's family to start from (local folder or Hub id)")
     parser.add_argument("--dataset", default=None, help="CSV file, local folder or datasets id (default: Appliances Energy)")
     parser.add_argument("--horizon", type=int, default=96)
     parser.add_argument("--context", type=int, default=96)
@@ -244,7 +255,7 @@ def main(argv=None) -> dict:
         size = Size(**{**size.__dict__, "steps": args.steps or size.steps, "grid": tuple(args.grid if args.grid is not None else size.grid)})
     dataset = load_forecasting_dataset(args.dataset)
     args.channels = len(standardization_of(dataset["train"]).columns)
-    shape_model = build_model(args.model, args.channels, args.context, args.horizon, size, 0)
+    shape_model = build_model(args.model, args.channels, args.context, args.horizon, size, 0, args.model_path)
     data = (
         forecasting_windows(dataset["train"], shape_model.config, stride=size.train_stride),
         forecasting_windows(dataset["test"], shape_model.config, stride=size.eval_stride),
