@@ -66,7 +66,7 @@ class SearchConfig:
     hidden_units: int = 40
     embedding_dim: int = 16
     lstm_units: int = 64
-    als_iterations: int = 8
+    als_iterations: int = 12
     seed: int = 0
     trace_file: str | None = "smartformer_trace.json"
     plot_file: str | None = "smartformer_trace.png"
