@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from ..config import CompressionConfig
+from ..layers.attention import install_attention
 from ..layers.biprop import BipropLinear
 from ..targets import attention_projections, family_of
 from . import Method, register_method
@@ -103,3 +104,17 @@ def model_options(model: nn.Module, config: CompressionConfig) -> dict:
 register_method(
     Method("biprop", default_targets, build, keywords={"all-linear": encoder_linears}, model_options=model_options)
 )
+
+
+def apply_attention(
+    model: nn.Module, attention: str, keep_ratio: float = 1.0, seed: int = 0, length: int | None = None
+) -> nn.Module:
+    """Install an SBT attention option on an uncompressed model (the dense baseline with the same attention).
+
+    Not recorded in ``config.compression_config``: a dense model saved afterwards loads with plain attention.
+    """
+    config = CompressionConfig(
+        method="biprop", attention=attention, keep_ratio=keep_ratio, weight_seed=seed, attention_length=length
+    )
+    install_attention(model, {**config.to_dict(), **model_options(model, config)})
+    return model
