@@ -275,3 +275,20 @@ def test_metrics_storage_and_nonzero_flops():
     assert storage_bits(model) < storage_bits(dense)
     masked = attention_multiply_adds("qkv_mask", 10, 8, 2, 0.5)
     assert masked == {"qk": 2 * 8 * 25, "av": 2 * 8 * 50}
+
+
+def test_informer_step_t_on_the_encoder_only_and_decoder_stays_causal():
+    model = _tiny_informer().eval()
+    apply_compression(model, CompressionConfig(method="biprop", attention="step_t"))
+    assert model.config.compression_config["attention_modules"] == ["model.encoder.layers.0.self_attn"]
+    batch, length, horizon = 2, 9, 4
+    with torch.no_grad():
+        out = model(
+            past_values=torch.randn(batch, length), past_time_features=torch.randn(batch, length, 1),
+            past_observed_mask=torch.ones(batch, length), future_values=torch.randn(batch, horizon),
+            future_time_features=torch.randn(batch, horizon, 1), output_attentions=True,
+        )
+    encoder = out.encoder_attentions[0]
+    assert torch.equal(encoder > 0, step_t_allowed(encoder.shape[-1]).expand_as(encoder))
+    decoder = out.decoder_attentions[0]
+    assert torch.equal(decoder > 0, torch.ones(horizon, horizon, dtype=torch.bool).tril().expand_as(decoder))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
 IMPLEMENTATIONS = {"step_t": "sbt_step_t", "qkv_mask": "sbt_qkv_mask"}
 MASK_BUFFER = "sbt_qkv_mask"
@@ -65,8 +66,10 @@ def sbt_attention(module: nn.Module, query, key, value, attention_mask, scaling=
 
 
 def register_attention_functions() -> None:
+    """Our attention names, plus eager-format mask creation for them (else causal/padding masks would be dropped)."""
     for implementation in IMPLEMENTATIONS.values():
         AttentionInterface.register(implementation, sbt_attention)
+        AttentionMaskInterface.register(implementation, eager_mask)
 
 
 def random_qkv_masks(length: int, head_dim: int, keep_ratio: float, generator: torch.Generator) -> torch.Tensor:
