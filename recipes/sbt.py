@@ -11,7 +11,8 @@
   the input at step t zeroed and the loss on step t only; ``PatchTSTForPretraining`` (its per-patch head
   reconstructs every step; we read step t).
 * anomaly: KDD-TSAD_135 (aeon; ``--data`` takes a CSV with a ``label`` column), same model, Step-T attention,
-  score = squared error at step t; threshold by a validation quantile and by POT (generalised Pareto), F1 with the
+  x_t reconstructed "given previous time points" (zeroed in the input, as for forecasting; otherwise the residual
+  stream hands x_t to the output), score = squared error at step t; threshold by a validation quantile and by POT (generalised Pareto), F1 with the
   point-adjust rule.
 
 Every run (dense baseline and each keep ratio × weight seed) trains with the same architecture and budget, is saved
@@ -322,7 +323,7 @@ def markdown_table(results: dict) -> str:
 TASK_DEFAULTS = {
     "classification": dict(epochs=40, lr=2e-3, score_lr=0.05, batch_size=32, d_model=32, heads=2, ffn_dim=64, dropout=0.1),
     "forecasting": dict(epochs=2, lr=1e-3, score_lr=0.05, batch_size=64, d_model=32, heads=2, ffn_dim=64, dropout=0.0),
-    "anomaly": dict(epochs=10, lr=1e-3, score_lr=0.05, batch_size=32, d_model=16, heads=2, ffn_dim=32, dropout=0.0),
+    "anomaly": dict(epochs=8, lr=1e-3, score_lr=0.05, batch_size=32, d_model=16, heads=2, ffn_dim=32, dropout=0.0),
 }
 
 
@@ -348,7 +349,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--weight_decay", type=float, default=0.0)
     parser.add_argument("--max_steps", type=int, default=None, help="cap on optimizer steps (smoke tests)")
     parser.add_argument("--eval_batch_size", type=int, default=256)
-    parser.add_argument("--zero_current", action="store_true", help="anomaly: also zero x_t (predict, not reconstruct)")
+    parser.add_argument(
+        "--reconstruct_current", dest="zero_current", action="store_false",
+        help="anomaly: feed x_t to the model (reconstruct it) instead of zeroing it (predict x_t from earlier steps)",
+    )
     parser.add_argument("--manual_tau", type=float, default=0.01, help="anomaly: flag the top tau of validation scores")
     parser.add_argument("--pot_risk", type=float, default=1e-3)
     parser.add_argument("--pot_level", type=float, default=0.98)

@@ -128,6 +128,7 @@ class BipropLinear(nn.Module):
         self.keep_ratio, self.weight_init = float(keep_ratio), weight_init
         self.sign_seed, self.save_scores, self.trainable = int(sign_seed), bool(save_scores), bool(trainable)
         numel = in_features * out_features
+        self._signs: dict[torch.device, torch.Tensor] = {}
         self.register_buffer("mask_bits", torch.zeros((numel + 7) // 8, dtype=torch.uint8))
         self.register_buffer("alpha", torch.zeros(1))
         if trainable:
@@ -165,9 +166,13 @@ class BipropLinear(nn.Module):
         ).to(self.alpha.dtype)
 
     def signs(self) -> torch.Tensor:
-        return seeded_signs(self.sign_seed, self.in_features * self.out_features, self.alpha.device).view(
-            self.out_features, self.in_features
-        )
+        """``sign(W)`` as int8, regenerated from ``sign_seed`` once per device (not state: never saved)."""
+        device = self.alpha.device
+        if device not in self._signs:
+            self._signs[device] = seeded_signs(self.sign_seed, self.in_features * self.out_features, device).view(
+                self.out_features, self.in_features
+            )
+        return self._signs[device]
 
     def effective_weight(self) -> torch.Tensor:
         """``α · sign(W) ⊙ M`` with gradients to the scores (training path)."""
