@@ -382,6 +382,9 @@ def main(argv=None) -> dict:
     channels, steps = fit.values.shape[2], fit.values.shape[1]
     sample = {"past_values": torch.tensor(test.values[:1])}
     results = {"task": args.task, "dataset": dataset, "args": vars(args), "runs": []}
+    if args.task == "forecasting":  # context for the MSE/MAE figures: predict x_t = x_{t-1}
+        error = test.values[:, -1] - test.values[:, -2]
+        results["persistence_baseline"] = {"mse": float((error**2).mean()), "mae": float(np.abs(error).mean())}
     for keep_ratio in [None, *args.keep_ratios]:
         for seed in args.seeds:
             name = "dense" if keep_ratio is None else f"biprop-{keep_ratio}"
@@ -409,7 +412,9 @@ def main(argv=None) -> dict:
             accelerator.print(json.dumps({k: run[k] for k in ("name", "seed", "metrics", "train_seconds")}))
     if accelerator.is_main_process:
         (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
-        (out / "results.md").write_text(f"# SBT {args.task}: {dataset}\n\n" + markdown_table(results))
+        baseline = results.get("persistence_baseline")
+        note = f"\nPersistence baseline (x_t = x_(t-1)) on the same test windows: {baseline}\n" if baseline else ""
+        (out / "results.md").write_text(f"# SBT {args.task}: {dataset}\n\n" + markdown_table(results) + note)
         accelerator.print(markdown_table(results))
     return results
 
