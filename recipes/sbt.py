@@ -334,7 +334,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--dataset", default="JapaneseVowels", help="classification: aeon/UEA dataset name")
     parser.add_argument("--data", default=None, help="forecasting/anomaly: a CSV (anomaly: with a 'label' column)")
     parser.add_argument("--model_path", default=None, help="start from this PatchTST checkpoint instead of a fresh one")
-    parser.add_argument("--keep_ratios", type=float, nargs="+", default=[0.75, 0.5, 0.25])
+    parser.add_argument("--keep_ratios", type=float, nargs="*", default=[0.75, 0.5, 0.25], help="none: dense only")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--target_modules", default="all-linear", help="'all-linear' (paper) or a regex / None")
     parser.add_argument("--no_attention_option", action="store_true", help="biprop without Q/K/V masks / Step-T")
