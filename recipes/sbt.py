@@ -339,7 +339,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--target_modules", default="all-linear", help="'all-linear' (paper) or a regex / None")
     parser.add_argument("--no_attention_option", action="store_true", help="biprop without Q/K/V masks / Step-T")
     parser.add_argument("--window", type=int, default=50, help="forecasting/anomaly window w")
-    parser.add_argument("--stride", type=int, default=5, help="forecasting: training window stride")
+    parser.add_argument("--stride", type=int, default=10, help="forecasting: stride between windows (train, validation and test)")
     parser.add_argument("--limit_rows", type=int, default=None, help="forecasting: use only the first N rows")
     parser.add_argument("--validation", type=float, default=0.2)
     parser.add_argument("--layers", type=int, default=2)
