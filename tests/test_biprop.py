@@ -292,3 +292,17 @@ def test_informer_step_t_on_the_encoder_only_and_decoder_stays_causal():
     assert torch.equal(encoder > 0, step_t_allowed(encoder.shape[-1]).expand_as(encoder))
     decoder = out.decoder_attentions[0]
     assert torch.equal(decoder > 0, torch.ones(horizon, horizon, dtype=torch.bool).tril().expand_as(decoder))
+
+
+def test_step_t_is_reinstalled_when_a_checkpoint_loads(tmp_path):
+    from transformers import AutoModel
+
+    model = PatchTSTForPrediction(PatchTSTConfig(
+        num_input_channels=2, context_length=6, patch_length=1, patch_stride=1, d_model=16,
+        num_attention_heads=2, num_hidden_layers=1, ffn_dim=16, prediction_length=1))
+    apply_compression(model, CompressionConfig(method="biprop", attention="step_t"))
+    model.save_pretrained(tmp_path)
+    loaded = AutoModel.from_pretrained(tmp_path, trust_remote_code=True).eval()
+    assert loaded.config._attn_implementation == "sbt_step_t"
+    out = loaded(past_values=torch.randn(2, 6, 2), output_attentions=True).attentions[0]
+    assert torch.equal(out > 0, step_t_allowed(6).expand_as(out))
