@@ -122,7 +122,8 @@ def load_anomaly(path: str | None, window: int, validation: float) -> tuple[Spli
     """KDD-TSAD_135 from aeon (benign train series, labelled test series) or a CSV with a ``label`` column.
 
     Train on the first ``1 - validation`` of the benign part; the rest is the validation set the thresholds come
-    from; the test windows are the labelled part after the training series.
+    from; the test windows are the labelled part after the training series. For a CSV the benign part is the first
+    half of the stretch before the first labelled anomaly (a third of the series if it starts with one).
     """
     if path is None:
         from aeon.datasets import load_kdd_tsad_135
