@@ -155,7 +155,7 @@ def build_model(task: str, channels: int, steps: int, classes: int, args) -> tor
         num_input_channels=channels, context_length=steps, patch_length=1, patch_stride=1, d_model=args.d_model,
         num_attention_heads=args.heads, num_hidden_layers=args.layers, ffn_dim=args.ffn_dim, scaling=None,
         dropout=args.dropout, head_dropout=args.dropout, attention_dropout=0.0, ff_dropout=0.0,
-        positional_dropout=0.0, path_dropout=0.0, norm_type="batchnorm" if task == "classification" else "layernorm",
+        positional_dropout=0.0, path_dropout=0.0, norm_type=args.norm_type,
     )
     if args.model_path:
         cls = PatchTSTForClassification if task == "classification" else PatchTSTForPretraining
@@ -179,19 +179,29 @@ def compress(model, task: str, keep_ratio: float | None, seed: int, args):
     return apply_compression(model, config)
 
 
-def step_t_prediction(model, values: torch.Tensor, zero_current: bool) -> torch.Tensor:
-    """The model's output at the last step (batch × channels), with that step's input zeroed if asked."""
+def step_t_prediction(model, values: torch.Tensor, zero_current: bool, instance_norm: bool = True) -> torch.Tensor:
+    """The model's output at the last step (batch × channels), with that step's input zeroed if asked.
+
+    ``instance_norm``: each window is scaled by the mean/std of its history (steps before t) and the output scaled
+    back (RevIN, what PatchTST's own scalers do), so level shifts between the training and test periods (e.g.
+    spring temperatures after a winter training set) do not push the inputs out of the range the model was trained
+    on. The history statistics never see x_t.
+    """
+    loc = values[:, :-1].mean(dim=1, keepdim=True) if instance_norm else torch.zeros_like(values[:, :1])
+    scale = values[:, :-1].std(dim=1, keepdim=True) + 1e-5 if instance_norm else torch.ones_like(values[:, :1])
+    inputs = (values - loc) / scale
     if zero_current:
-        values = values.clone()
-        values[:, -1] = 0.0
-    out = model(past_values=values).prediction_output  # (batch, channels, steps, 1)
-    return out[:, :, -1, 0]
+        inputs[:, -1] = 0.0
+    out = model(past_values=inputs).prediction_output  # (batch, channels, steps, 1)
+    return out[:, :, -1, 0] * scale[:, 0] + loc[:, 0]
 
 
 def loss_of(task: str, model, values, observed, targets, args):
     if task == "classification":
         return model(past_values=values, past_observed_mask=observed, target_values=targets).loss
-    prediction = step_t_prediction(model, values, zero_current=task == "forecasting" or args.zero_current)
+    prediction = step_t_prediction(
+        model, values, task == "forecasting" or args.zero_current, not args.no_instance_norm
+    )
     return torch.nn.functional.mse_loss(prediction, values[:, -1])  # loss on step t only
 
 
@@ -242,7 +252,9 @@ def predict(task: str, model, split: Split, args) -> np.ndarray:
             observed = torch.tensor(split.observed[start : start + args.eval_batch_size], device=device)
             outputs.append(model(past_values=values, past_observed_mask=observed).prediction_logits.argmax(-1).cpu())
         else:
-            prediction = step_t_prediction(model, values, zero_current=task == "forecasting" or args.zero_current)
+            prediction = step_t_prediction(
+                model, values, task == "forecasting" or args.zero_current, not args.no_instance_norm
+            )
             outputs.append(torch.stack([(prediction - values[:, -1]) ** 2, (prediction - values[:, -1]).abs()], -1).cpu())
     return torch.cat(outputs).numpy()
 
@@ -344,6 +356,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--limit_rows", type=int, default=None, help="forecasting: use only the first N rows")
     parser.add_argument("--validation", type=float, default=0.2)
     parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument(
+        "--norm_type", choices=["batchnorm", "layernorm"], default="batchnorm",
+        help="batchnorm for every task: with one value per token (patch length 1), LayerNorm over d_model erases "
+        "the value's magnitude (the paper's LayerNorm for forecasting saw all m features in one token)",
+    )
     for name, kind in (("epochs", int), ("lr", float), ("score_lr", float), ("batch_size", int), ("d_model", int),
                        ("heads", int), ("ffn_dim", int), ("dropout", float)):
         parser.add_argument(f"--{name}", type=kind, default=None)
@@ -354,6 +371,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--reconstruct_current", dest="zero_current", action="store_false",
         help="anomaly: feed x_t to the model (reconstruct it) instead of zeroing it (predict x_t from earlier steps)",
     )
+    parser.add_argument("--no_instance_norm", action="store_true", help="forecasting/anomaly: no per-window scaling")
     parser.add_argument("--manual_tau", type=float, default=0.01, help="anomaly: flag the top tau of validation scores")
     parser.add_argument("--pot_risk", type=float, default=1e-3)
     parser.add_argument("--pot_level", type=float, default=0.98)

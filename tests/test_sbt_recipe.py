@@ -51,3 +51,20 @@ def test_tiny_classification_run_writes_results(sbt, tmp_path):
     assert biprop["checkpoint_bytes"] < dense["checkpoint_bytes"]
     assert "| biprop-0.5 |" in (tmp_path / "results.md").read_text()
     assert results["runs"][1]["metrics"] == biprop["metrics"]
+
+
+def test_step_t_prediction_scales_by_history_and_zeroes_step_t(sbt):
+    import torch
+    from types import SimpleNamespace
+
+    class Echo(torch.nn.Module):  # returns its input as the per-step reconstruction
+        def forward(self, past_values):
+            self.seen = past_values
+            return SimpleNamespace(prediction_output=past_values.transpose(1, 2).unsqueeze(-1))
+
+    values = torch.randn(4, 10, 3) * 5 + 7
+    model = Echo()
+    assert torch.allclose(sbt.step_t_prediction(model, values, zero_current=False), values[:, -1], atol=1e-4)
+    predicted = sbt.step_t_prediction(model, values, zero_current=True)
+    assert torch.all(model.seen[:, -1] == 0)  # x_t never reaches the model
+    assert torch.allclose(predicted, values[:, :-1].mean(dim=1), atol=1e-4)  # zero in scaled space = history mean
