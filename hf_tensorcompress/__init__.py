@@ -2,10 +2,12 @@
 
 from .compress import apply_compression, refresh_compression_config
 from .config import CompressionConfig
+from .layers.biprop import BipropLinear
 from .layers.cp import CPLinear
 from .layers.lowrank import LowRankLinear
 from .layers.structure import CompressedCheckpointError
-from .metrics import compression_report
+from .methods.biprop import apply_attention
+from .metrics import compression_report, nonzero_flops, storage_bits
 from .optim import replace_parameters_in_optimizer
 from .targets import UnsupportedModelError
 
@@ -14,6 +16,10 @@ __all__ = [
     "apply_compression",
     "refresh_compression_config",
     "compression_report",
+    "nonzero_flops",
+    "storage_bits",
+    "apply_attention",
+    "BipropLinear",
     "replace_parameters_in_optimizer",
     "CPLinear",
     "LowRankLinear",
