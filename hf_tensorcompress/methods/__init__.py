@@ -39,4 +39,4 @@ def get_method(name: str) -> Method:
     return METHODS[name]
 
 
-from . import cp, svd  # noqa: E402,F401  (register the built-in methods)
+from . import cp, svd, tt  # noqa: E402,F401  (register the built-in methods)
