@@ -40,12 +40,13 @@ SWEEPS = {
         ("tt3-r7", [8, 8, 9], [7, 7], None, False),  # 511 params/token, 1.13x
         ("tt3-r6", [8, 8, 9], [6, 6], None, False),  # 390, 1.48x
         ("tt3-r5", [8, 8, 9], [5, 5], None, False),  # 285, 2.02x
-        ("tt3-r4", [8, 8, 9], [4, 4], None, False),  # 196, 2.94x
-        ("tt2-r10", [24, 24], [10], None, False),  # 480, 1.2x
-        ("tt2-r6", [24, 24], [6], None, False),  # 288, 2.0x
-        ("tt4-r464", [4, 4, 6, 6], [4, 6, 4], None, False),  # 280, 2.06x
         ("tt3-r7-untied", [8, 8, 9], [7, 7], None, True),
         ("tt3-r5-untied", [8, 8, 9], [5, 5], None, True),
+    ],
+    "orders": [
+        ("tt2-r6", [24, 24], [6], None, False),  # 288, 2.0x
+        ("tt3-r4", [8, 8, 9], [4, 4], None, False),  # 196, 2.94x
+        ("tt4-r464", [4, 4, 6, 6], [4, 6, 4], None, False),  # 280, 2.06x
     ],
     "smoke": [("tt3-r5", None, [5, 5], None, False), ("tt3-r5-untied", None, [5, 5], None, True)],
 }

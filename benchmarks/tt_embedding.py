@@ -1,0 +1,160 @@
+"""TT embedding performance on SmolLM2-135M's real 49152×576 token embedding, measured side by side.
+
+    python benchmarks/tt_embedding.py [--shape 8 8 9 --ranks 5 5] [--loop-tokens 49152]
+
+1. whole-vocabulary TT-SVD (``tt_svd``, batched) against a per-token loop of tensorly's ``tensor_train`` at the same
+   shape and ranks, with the relative reconstruction error of both (over the tokens the loop covered);
+2. lookup of 32k random token ids: ``TTEmbedding`` against ``nn.Embedding``;
+3. the tied output layer (logits over the whole vocabulary): ``TTTiedHead`` (rebuilds the matrix per forward)
+   against the dense ``F.linear``, time and peak memory (each measured in a fresh process: peak RSS growth
+   during the forward, plus the resident weights it needs).
+The last line printed is one JSON object with all figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import tensorly as tl
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from tensorly.decomposition import tensor_train
+
+from hf_tensorcompress.causal_lm import WEIGHTS_NOTE, smollm2_dir
+from hf_tensorcompress.layers.tt_embedding import TTEmbedding, TTTiedHead, tt_svd
+
+
+def smollm2_embedding() -> torch.Tensor:
+    with safe_open(str(smollm2_dir() / "model.safetensors"), framework="pt") as handle:
+        return handle.get_tensor("model.embed_tokens.weight").float()
+
+
+def best_of(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def relative_error(approx: np.ndarray, exact: np.ndarray) -> float:
+    return float(np.linalg.norm(approx - exact) / np.linalg.norm(exact))
+
+
+def decomposition(weight: torch.Tensor, shape: list[int], ranks: list[int], loop_tokens: int) -> dict:
+    start = time.perf_counter()
+    cores, _ = tt_svd(weight, shape, ranks)
+    ours_seconds = time.perf_counter() - start
+    layer = TTEmbedding(weight.shape[0], shape, [c.shape[-1] for c in cores[:-1]])
+    layer._load(cores, torch.tensor(ranks).repeat(weight.shape[0], 1))
+    subset = weight[:loop_tokens].numpy()
+    start = time.perf_counter()
+    rebuilt = [tl.tt_to_tensor(tensor_train(v.reshape(shape), [1, *ranks, 1])).reshape(-1) for v in subset]
+    loop_seconds = (time.perf_counter() - start) * weight.shape[0] / loop_tokens
+    with torch.no_grad():
+        ours = layer.weight[:loop_tokens].numpy()
+    return {
+        "tokens": weight.shape[0], "loop_tokens_timed": loop_tokens,
+        "batched_seconds": ours_seconds, "tensorly_loop_seconds": loop_seconds,
+        "speedup": loop_seconds / ours_seconds,
+        "batched_error": relative_error(ours, subset), "tensorly_error": relative_error(np.stack(rebuilt), subset),
+        "layer": layer,
+    }
+
+
+def lookup(weight: torch.Tensor, layer: TTEmbedding, count: int, repeats: int) -> dict:
+    dense = torch.nn.Embedding.from_pretrained(weight)
+    ids = torch.randint(0, weight.shape[0], (count,), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        dense_s = best_of(lambda: dense(ids), repeats)
+        tt_s = best_of(lambda: layer(ids), repeats)
+    return {"ids": count, "dense_seconds": dense_s, "tt_seconds": tt_s, "ratio": tt_s / dense_s}
+
+
+HEAD_PROBE = """
+import json, resource, sys, time, statistics, torch, torch.nn.functional as F
+sys.path[:0] = {path!r}
+from hf_tensorcompress.layers.tt_embedding import TTEmbedding, TTTiedHead
+state = torch.load({state!r})  # holds only what this variant needs, so peak RSS is its own
+hidden = torch.randn(1, {length}, state["dim"])
+if "weight" in state:
+    weight = state["weight"]; forward = lambda: F.linear(hidden, weight); resident = weight.numel() * 4
+else:
+    layer = TTEmbedding(state["vocab"], state["shape"], state["ranks"]); layer.load_state_dict(state["tt"])
+    head = TTTiedHead(layer); forward = lambda: head(hidden)
+    resident = sum(p.numel() * 4 for p in layer.parameters())
+state = None
+import gc; gc.collect()
+with torch.no_grad():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    times = []
+    for _ in range({repeats}):
+        start = time.perf_counter(); forward(); times.append(time.perf_counter() - start)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps({{"seconds": statistics.median(times), "peak_growth_mib": (peak - before) / 1024,
+                  "resident_mib": resident / 2**20}}))
+"""
+
+
+def tied_head(weight: torch.Tensor, layer: TTEmbedding, length: int, repeats: int) -> dict:
+    """Each variant in its own process so peak RSS is its own (the parent holds both matrices)."""
+    results = {}
+    states = {
+        "dense": {"weight": weight, "dim": weight.shape[1]},
+        "tt": {"dim": weight.shape[1], "vocab": weight.shape[0], "shape": layer.shape, "ranks": layer.ranks,
+               "tt": layer.state_dict()},
+    }
+    with tempfile.TemporaryDirectory() as folder:
+        for name, content in states.items():
+            state = str(Path(folder) / f"{name}.pt")
+            torch.save(content, state)
+            code = HEAD_PROBE.format(path=sys.path, state=state, length=length, repeats=repeats)
+            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+            results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    results["time_ratio"] = results["tt"]["seconds"] / results["dense"]["seconds"]
+    results["tokens"] = length
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shape", type=int, nargs="+", default=[8, 8, 9])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[5, 5])
+    parser.add_argument("--loop-tokens", type=int, default=49152, help="tokens the tensorly loop times (scaled up)")
+    parser.add_argument("--lookup-ids", type=int, default=32768)
+    parser.add_argument("--head-tokens", type=int, default=128, help="hidden states per output-layer forward")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+
+    weight = smollm2_embedding()
+    print(f"SmolLM2 embedding {tuple(weight.shape)} ({WEIGHTS_NOTE}); torch threads {torch.get_num_threads()}")
+    decomp = decomposition(weight, args.shape, args.ranks, min(args.loop_tokens, weight.shape[0]))
+    layer = decomp.pop("layer")
+    print(f"decomposition: batched {decomp['batched_seconds']:.2f}s vs tensorly loop {decomp['tensorly_loop_seconds']:.2f}s "
+          f"= {decomp['speedup']:.1f}x faster; error {decomp['batched_error']:.5f} vs {decomp['tensorly_error']:.5f} "
+          f"({decomp['batched_error'] / decomp['tensorly_error']:.4f}x)")
+    look = lookup(weight, layer, args.lookup_ids, args.repeats)
+    print(f"lookup of {look['ids']} ids: TT {look['tt_seconds'] * 1e3:.1f} ms vs nn.Embedding "
+          f"{look['dense_seconds'] * 1e3:.1f} ms = {look['ratio']:.2f}x")
+    head = tied_head(weight, layer, args.head_tokens, args.repeats)
+    print(f"tied output layer, {args.head_tokens} tokens: TT {head['tt']['seconds'] * 1e3:.1f} ms vs dense "
+          f"{head['dense']['seconds'] * 1e3:.1f} ms = {head['time_ratio']:.2f}x; resident "
+          f"{head['tt']['resident_mib']:.1f} vs {head['dense']['resident_mib']:.1f} MiB; peak growth in forward "
+          f"{head['tt']['peak_growth_mib']:.1f} vs {head['dense']['peak_growth_mib']:.1f} MiB")
+    print(json.dumps({"shape": args.shape, "ranks": args.ranks, "weights": WEIGHTS_NOTE, "decomposition": decomp,
+                      "lookup": look, "tied_head": head}))
+
+
+if __name__ == "__main__":
+    main()
