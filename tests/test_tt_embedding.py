@@ -297,3 +297,38 @@ def test_lora_trains_saves_and_loads_on_a_tt_model(tmp_path):
     base = AutoModelForCausalLM.from_pretrained(tmp_path / "base", trust_remote_code=True)
     reloaded = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
     torch.testing.assert_close(reloaded(input_ids=IDS).logits, tuned)
+
+
+# ---------------------------------------------------------------------------------------------- output-aware basis
+def test_a_basis_is_exact_at_full_rank_and_new_tokens_go_through_it():
+    torch.manual_seed(0)
+    weight = torch.randn(30, 24)
+    basis = torch.randn(24, 24) + 4 * torch.eye(24)
+    layer = TTEmbedding.from_weight(weight, [2, 3, 4], max_ranks=[100, 100], basis=basis)
+    torch.testing.assert_close(layer.weight, weight, atol=1e-4, rtol=1e-4)
+    vector = torch.randn(2, 24)
+    ids, _ = layer.add_tokens(vector)
+    torch.testing.assert_close(layer(ids), vector, atol=1e-4, rtol=1e-4)
+    assert layer.stored_parameters() == 32 * (2 * 2 + 2 * 3 * 4 + 4 * 4) + 24 * 24
+
+
+def test_output_basis_needs_calibration_and_lowers_the_logit_error(tmp_path):
+    from hf_tensorcompress.methods.tt import apply_tt, hidden_covariance
+
+    with pytest.raises(ValueError, match="calibration"):
+        apply_tt(tiny("gpt2"), CompressionConfig(method="tt", tt_order=3, tt_ranks=1, tt_basis="output"))
+    calibration = torch.randint(3, VOCAB, (256,), generator=torch.Generator().manual_seed(2))
+    dense = tiny("gpt2")
+    hidden = dense(IDS, output_hidden_states=True).hidden_states[-1].detach()
+    reference = dense(IDS).logits
+    errors = {}
+    for basis in ("identity", "output"):
+        model = apply_tt(tiny("gpt2"), CompressionConfig(method="tt", tt_order=3, tt_ranks=1, tt_basis=basis),
+                         calibration)
+        errors[basis] = (model.lm_head(hidden) - reference).pow(2).mean().item()
+    assert errors["output"] < errors["identity"]
+    assert hidden_covariance(dense, calibration).shape == (HIDDEN, HIDDEN)
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, trust_remote_code=True).eval()
+    assert loaded.config.compression_config["tt_basis"] == "output"
+    assert torch.equal(loaded(IDS).logits, model(IDS).logits)

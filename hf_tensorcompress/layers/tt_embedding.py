@@ -174,6 +174,7 @@ class TTEmbedding(nn.Module):
         ranks: list[int],
         eps: float | None = None,
         tied_output: str | None = None,
+        basis: bool = False,
         device: torch.device | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -182,6 +183,9 @@ class TTEmbedding(nn.Module):
         if len(ranks) != len(shape) - 1 or min(shape) < 1 or (ranks and min(ranks) < 1):
             raise ValueError(f"a {len(shape)}-core train needs {len(shape) - 1} ranks >= 1; got shape={shape}, ranks={ranks}")
         self.shape, self.ranks, self.eps, self.tied_output = shape, ranks, eps, tied_output
+        size = math.prod(shape)
+        # optional output-aware basis P (d×d): vector = train @ P; the trains live in the basis P⁻¹ (see tt_basis)
+        self.register_buffer("basis", torch.eye(size, device=device, dtype=dtype) if basis else None)
         bounds = [1, *ranks, 1]
         self.cores = nn.ParameterList(
             nn.Parameter(torch.zeros(num_embeddings, bounds[k], shape[k], bounds[k + 1], device=device, dtype=dtype))
@@ -199,20 +203,32 @@ class TTEmbedding(nn.Module):
         shape: list[int],
         max_ranks: list[int] | None = None,
         eps: float | torch.Tensor | None = None,
+        basis: torch.Tensor | None = None,
     ) -> "TTEmbedding":
-        """Compress a ``(V, d)`` embedding matrix (training-free). A tensor ``eps`` gives per-token accuracies."""
+        """Compress a ``(V, d)`` embedding matrix (training-free). A tensor ``eps`` gives per-token accuracies.
+
+        ``basis`` (``(d, d)``, invertible) decomposes the rows of ``W P⁻¹`` instead of ``W`` and stores ``P``:
+        vectors are ``train @ P``. With ``P⁻¹ = C^{1/2} Q`` (``C`` the covariance of the hidden states the tied
+        output layer sees, ``Q`` the principal axes of ``W C^{1/2}``) truncation minimises the logit error
+        ``E‖h·(w − ŵ)‖²`` rather than ``‖w − ŵ‖²``: see ``methods.tt.output_basis``.
+        """
         if max_ranks is None and eps is None:
             raise ValueError("give max_ranks, eps, or both: without either TT-SVD keeps every vector exactly")
-        cores, token_ranks = tt_svd(weight, shape, max_ranks, eps)
+        inverse = None if basis is None else torch.linalg.inv(basis.double())
+        target = weight if inverse is None else (weight.double() @ inverse).to(weight.dtype)
+        cores, token_ranks = tt_svd(target, shape, max_ranks, eps)
         layer = cls(
             weight.shape[0],
             shape,
             [core.shape[-1] for core in cores[:-1]],
             eps=float(eps) if isinstance(eps, (int, float)) else None,
+            basis=basis is not None,
             device=weight.device,
             dtype=weight.dtype,
         )
         layer._load(cores, token_ranks)
+        if basis is not None:
+            layer.basis.copy_(basis)
         return layer
 
     def _load(self, cores: list[torch.Tensor], token_ranks: torch.Tensor) -> dict[nn.Parameter, nn.Parameter]:
@@ -228,7 +244,10 @@ class TTEmbedding(nn.Module):
 
     def _compress(self, vectors: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
         """New vectors compressed like this layer's tokens, padded to the stored ranks."""
-        cores, token_ranks = tt_svd(vectors.to(self.cores[0]), self.shape, self.ranks, self.eps)
+        vectors = vectors.to(self.cores[0])
+        if self.basis is not None:
+            vectors = torch.linalg.solve(self.basis.double().T, vectors.double().T).T.to(vectors.dtype)
+        cores, token_ranks = tt_svd(vectors, self.shape, self.ranks, self.eps)
         bounds = [1, *self.ranks, 1]
         padded = [
             F.pad(core, (0, bounds[k + 1] - core.shape[-1], 0, 0, 0, bounds[k] - core.shape[1]))
@@ -305,12 +324,21 @@ class TTEmbedding(nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         flat = input_ids.reshape(-1)
-        return tt_reconstruct(list(self.cores), flat).reshape(*input_ids.shape, self.embedding_dim)
+        return self._apply_basis(tt_reconstruct(list(self.cores), flat)).reshape(*input_ids.shape, self.embedding_dim)
+
+    def _apply_basis(self, trains: torch.Tensor) -> torch.Tensor:
+        return trains if self.basis is None else trains @ self.basis
+
+    def logits(self, hidden: torch.Tensor, trains: torch.Tensor | None = None) -> torch.Tensor:
+        """``hidden @ weightᵀ`` with the basis applied to ``hidden`` (``L·d²``) rather than to all V trains."""
+        if self.basis is not None:
+            hidden = F.linear(hidden, self.basis)
+        return F.linear(hidden, tt_reconstruct(list(self.cores)) if trains is None else trains)
 
     @property
     def weight(self) -> torch.Tensor:
         """The whole ``(V, d)`` embedding matrix, reconstructed (differentiable w.r.t. the cores)."""
-        return tt_reconstruct(list(self.cores))
+        return self._apply_basis(tt_reconstruct(list(self.cores)))
 
     @property
     def num_embeddings(self) -> int:
@@ -328,11 +356,15 @@ class TTEmbedding(nn.Module):
             "ranks": list(self.ranks),
             "eps": self.eps,
             "tied_output": self.tied_output,
+            "basis": self.basis is not None,
         }
 
     @classmethod
     def from_spec(cls, spec: dict) -> "TTEmbedding":
-        return cls(spec["num_embeddings"], spec["shape"], spec["ranks"], spec.get("eps"), spec.get("tied_output"))
+        return cls(
+            spec["num_embeddings"], spec["shape"], spec["ranks"], spec.get("eps"), spec.get("tied_output"),
+            spec.get("basis", False),
+        )
 
     # ------------------------------------------------------------------ size and cost
     def dense_parameters(self) -> int:
@@ -340,14 +372,17 @@ class TTEmbedding(nn.Module):
         return self.num_embeddings * self.embedding_dim
 
     def stored_parameters(self) -> int:
-        return sum(core.numel() for core in self.cores)
+        return sum(core.numel() for core in self.cores) + self._basis_parameters()
+
+    def _basis_parameters(self) -> int:
+        return 0 if self.basis is None else self.basis.numel()
 
     def effective_parameters(self) -> int:
         """Σ over tokens of Σ_k r_{k-1} I_k r_k with every token's own ranks (what a ragged layout stores)."""
         ones = torch.ones(self.num_embeddings, 1, dtype=torch.long, device=self.token_ranks.device)
         bounds = torch.cat([ones, self.token_ranks.long(), ones], dim=1)
         modes = torch.tensor(self.shape, device=bounds.device)
-        return int((bounds[:, :-1] * modes * bounds[:, 1:]).sum())
+        return int((bounds[:, :-1] * modes * bounds[:, 1:]).sum()) + self._basis_parameters()
 
     def reconstruct_multiply_adds(self) -> int:
         """Multiply-adds to rebuild one token's vector from its (stored-rank) train."""
@@ -391,12 +426,16 @@ class TTTiedHead(nn.Module):
 
     @property
     def weight(self) -> torch.Tensor:
+        return self.embedding.weight
+
+    def _cached_trains(self) -> torch.Tensor | None:
+        """The rebuilt ``(V, d)`` trains while ``cache_weight`` is on and nothing needs gradients, else None."""
         if not self.cache_weight or torch.is_grad_enabled():
             self._cache = None
-            return self.embedding.weight
+            return None
         key = tuple((id(core), core._version) for core in self.embedding.cores)
         if self._cache is None or self._cache[0] != key:
-            self._cache = (key, self.embedding.weight)
+            self._cache = (key, tt_reconstruct(list(self.embedding.cores)))
         return self._cache[1]
 
     def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> "TTTiedHead":
@@ -404,7 +443,7 @@ class TTTiedHead(nn.Module):
         return self
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return F.linear(hidden, self.weight)
+        return self.embedding.logits(hidden, self._cached_trains())
 
     def extra_repr(self) -> str:
         return f"tied to TTEmbedding({self.out_features}, {self.in_features})"

@@ -7,6 +7,8 @@ Targets ``model.get_input_embeddings()`` by default. A tied output layer (GPT-2,
 
 from __future__ import annotations
 
+import contextvars
+
 import torch
 from torch import nn
 
@@ -15,6 +17,9 @@ from ..layers.tt_embedding import TTEmbedding, balanced_shape
 from . import Method, register_method
 
 DEFAULT_ORDER = 3
+
+#: hidden-state covariance handed from ``apply_tt`` to ``build`` for ``tt_basis="output"``
+_COVARIANCE: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("tt_covariance", default=None)
 
 
 def input_embedding_name(model: nn.Module) -> list[str]:
@@ -59,6 +64,58 @@ def tt_settings(config: CompressionConfig, hidden: int) -> tuple[list[int], list
 
 
 @torch.no_grad()
+def hidden_covariance(model: nn.Module, token_ids: torch.Tensor, window: int = 512) -> torch.Tensor:
+    """``E[h hᵀ]`` (float64, ``d×d``) of the hidden states entering the output layer, over calibration tokens."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    window = min(window, getattr(model.config, "max_position_embeddings", None) or window)
+    total, count = None, 0
+    for start in range(0, len(token_ids), window):
+        chunk = token_ids[start : start + window].to(device)[None]
+        hidden = model(input_ids=chunk, output_hidden_states=True).hidden_states[-1][0].double()
+        total = hidden.T @ hidden if total is None else total + hidden.T @ hidden
+        count += hidden.shape[0]
+    model.train(was_training)
+    return (total / count).cpu()
+
+
+def output_basis(weight: torch.Tensor, covariance: torch.Tensor | None = None) -> torch.Tensor:
+    """``P`` with ``P⁻¹ = C^{1/2} Q``: whiten by the hidden-state covariance ``C`` (identity if None, giving the
+    principal axes of ``W``), then rotate onto the principal axes ``Q`` of ``W C^{1/2}`` so that each row's energy
+    sits in its leading coordinates, which is what per-token TT truncation keeps. Minimising ``‖(w − ŵ) C^{1/2}‖``
+    is minimising the expected logit error ``E (h·(w − ŵ))²`` of a tied output layer."""
+    weight = weight.detach().double().cpu()
+    size = weight.shape[1]
+    if covariance is None:
+        root, inverse_root = torch.eye(size, dtype=torch.float64), torch.eye(size, dtype=torch.float64)
+    else:
+        values, vectors = torch.linalg.eigh(covariance.double())
+        values = values.clamp(min=float(values.max()) * 1e-8)
+        root = (vectors * values.sqrt()) @ vectors.T
+        inverse_root = (vectors / values.sqrt()) @ vectors.T
+    _, _, vh = torch.linalg.svd(weight @ root, full_matrices=False)
+    return vh @ inverse_root
+
+
+def apply_tt(model: nn.Module, config: CompressionConfig, calibration_ids: torch.Tensor | None = None) -> nn.Module:
+    """``apply_compression`` for ``method="tt"``, with calibration tokens for ``tt_basis="output"`` (text that must
+    not overlap the evaluation text). The basis ends up in the checkpoint; loading needs no calibration."""
+    from ..compress import apply_compression
+
+    covariance = None
+    if config.tt_basis == "output":
+        if calibration_ids is None:
+            raise ValueError("tt_basis='output' needs calibration_ids: token ids of text the model should serve")
+        covariance = hidden_covariance(model, calibration_ids)
+    token = _COVARIANCE.set(covariance)
+    try:
+        return apply_compression(model, config)
+    finally:
+        _COVARIANCE.reset(token)
+
+
+@torch.no_grad()
 def build(model: nn.Module, name: str, embedding: nn.Embedding, config: CompressionConfig) -> TTEmbedding:
     if type(embedding) is not nn.Embedding:
         raise ValueError(
@@ -66,7 +123,16 @@ def build(model: nn.Module, name: str, embedding: nn.Embedding, config: Compress
             "may do more than a lookup (e.g. scaling), so replacing it would change the model"
         )
     shape, ranks = tt_settings(config, embedding.embedding_dim)
-    layer = TTEmbedding.from_weight(embedding.weight.detach(), shape, ranks, config.tt_eps)
+    basis = None
+    if config.tt_basis == "output":
+        covariance = _COVARIANCE.get()
+        if covariance is None:
+            raise ValueError("tt_basis='output' needs calibration text: use methods.tt.apply_tt(model, config, ids)")
+        basis = output_basis(embedding.weight, covariance)
+    elif config.tt_basis == "pca":
+        basis = output_basis(embedding.weight)
+    weight = embedding.weight.detach()
+    layer = TTEmbedding.from_weight(weight, shape, ranks, config.tt_eps, None if basis is None else basis.to(weight))
     if not config.tt_untie_output:
         layer.tied_output = tied_output_name(model, embedding)
     return layer
