@@ -6,8 +6,8 @@
    shape and ranks, with the relative reconstruction error of both (over the tokens the loop covered);
 2. lookup of 32k random token ids: ``TTEmbedding`` against ``nn.Embedding``;
 3. the tied output layer (logits over the whole vocabulary): ``TTTiedHead`` (rebuilds the matrix per forward)
-   against the dense ``F.linear``, time and peak memory (each measured in a fresh process: peak RSS growth
-   during the forward, plus the resident weights it needs).
+   against the dense ``F.linear``, time and peak memory (each in a fresh process that imports the same code,
+   so the difference of their peak RSS is the difference of weights + forward transients).
 The last line printed is one JSON object with all figures.
 """
 
@@ -18,9 +18,7 @@ import json
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import numpy as np
 import tensorly as tl
@@ -83,45 +81,42 @@ def lookup(weight: torch.Tensor, layer: TTEmbedding, count: int, repeats: int) -
 
 
 HEAD_PROBE = """
-import json, resource, sys, time, statistics, torch, torch.nn.functional as F
+import json, resource, sys, time, statistics, torch
 sys.path[:0] = {path!r}
 from hf_tensorcompress.layers.tt_embedding import TTEmbedding, TTTiedHead
-state = torch.load({state!r})  # holds only what this variant needs, so peak RSS is its own
-hidden = torch.randn(1, {length}, state["dim"])
-if "weight" in state:
-    weight = state["weight"]; forward = lambda: F.linear(hidden, weight); resident = weight.numel() * 4
+# tensors are created in place (no load-then-copy), so the only big transient left is the forward's own;
+# values are random: time and memory do not depend on them
+vocab, dim, length = {vocab}, {dim}, {length}
+hidden = torch.randn(1, length, dim)
+if {dense!r}:
+    weight = torch.randn(vocab, dim); forward = lambda: torch.nn.functional.linear(hidden, weight)
+    resident = weight.numel() * 4
 else:
-    layer = TTEmbedding(state["vocab"], state["shape"], state["ranks"]); layer.load_state_dict(state["tt"])
+    layer = TTEmbedding(vocab, {shape!r}, {ranks!r})
+    with torch.no_grad():
+        for core in layer.cores:
+            core.normal_()
     head = TTTiedHead(layer); forward = lambda: head(hidden)
     resident = sum(p.numel() * 4 for p in layer.parameters())
-state = None
-import gc; gc.collect()
 with torch.no_grad():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     times = []
     for _ in range({repeats}):
         start = time.perf_counter(); forward(); times.append(time.perf_counter() - start)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({{"seconds": statistics.median(times), "peak_growth_mib": (peak - before) / 1024,
-                  "resident_mib": resident / 2**20}}))
+print(json.dumps({{"seconds": statistics.median(times), "peak_rss_mib": peak / 1024,
+                  "peak_growth_mib": (peak - before) / 1024, "resident_mib": resident / 2**20}}))
 """
 
 
 def tied_head(weight: torch.Tensor, layer: TTEmbedding, length: int, repeats: int) -> dict:
-    """Each variant in its own process so peak RSS is its own (the parent holds both matrices)."""
+    """Each variant in its own fresh process, so its peak RSS growth during the forward is its own."""
     results = {}
-    states = {
-        "dense": {"weight": weight, "dim": weight.shape[1]},
-        "tt": {"dim": weight.shape[1], "vocab": weight.shape[0], "shape": layer.shape, "ranks": layer.ranks,
-               "tt": layer.state_dict()},
-    }
-    with tempfile.TemporaryDirectory() as folder:
-        for name, content in states.items():
-            state = str(Path(folder) / f"{name}.pt")
-            torch.save(content, state)
-            code = HEAD_PROBE.format(path=sys.path, state=state, length=length, repeats=repeats)
-            out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-            results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    for name, dense in (("dense", True), ("tt", False)):
+        code = HEAD_PROBE.format(path=sys.path, vocab=weight.shape[0], dim=weight.shape[1], length=length,
+                                 dense=dense, shape=layer.shape, ranks=layer.ranks, repeats=repeats)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        results[name] = json.loads(out.stdout.strip().splitlines()[-1])
     results["time_ratio"] = results["tt"]["seconds"] / results["dense"]["seconds"]
     results["tokens"] = length
     return results
@@ -150,8 +145,8 @@ def main() -> None:
     head = tied_head(weight, layer, args.head_tokens, args.repeats)
     print(f"tied output layer, {args.head_tokens} tokens: TT {head['tt']['seconds'] * 1e3:.1f} ms vs dense "
           f"{head['dense']['seconds'] * 1e3:.1f} ms = {head['time_ratio']:.2f}x; resident "
-          f"{head['tt']['resident_mib']:.1f} vs {head['dense']['resident_mib']:.1f} MiB; peak growth in forward "
-          f"{head['tt']['peak_growth_mib']:.1f} vs {head['dense']['peak_growth_mib']:.1f} MiB")
+          f"{head['tt']['resident_mib']:.1f} vs {head['dense']['resident_mib']:.1f} MiB; process peak RSS "
+          f"{head['tt']['peak_rss_mib']:.0f} vs {head['dense']['peak_rss_mib']:.0f} MiB")
     print(json.dumps({"shape": args.shape, "ranks": args.ranks, "weights": WEIGHTS_NOTE, "decomposition": decomp,
                       "lookup": look, "tied_head": head}))
 

@@ -52,7 +52,11 @@ SWEEPS = {
         ("tt3-r4", [8, 8, 9], [4, 4], None, False, "identity"),  # 196, 2.94x
         ("tt4-r464", [4, 4, 6, 6], [4, 6, 4], None, False, "identity"),  # 280, 2.06x
     ],
-    "smoke": [("tt3-r5", None, [5, 5], None, False, "identity"), ("tt3-r5-untied", None, [5, 5], None, True)],
+    "smoke": [
+        ("tt3-r5", None, [5, 5], None, False, "identity"),
+        ("tt3-r5-untied", None, [5, 5], None, True, "identity"),
+        ("tt3-r5-output", None, [5, 5], None, False, "output"),
+    ],
 }
 
 
