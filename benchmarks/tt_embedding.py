@@ -6,8 +6,8 @@
    shape and ranks, with the relative reconstruction error of both (over the tokens the loop covered);
 2. lookup of 32k random token ids: ``TTEmbedding`` against ``nn.Embedding``;
 3. the tied output layer (logits over the whole vocabulary): ``TTTiedHead`` (rebuilds the matrix per forward)
-   against the dense ``F.linear``, time and peak memory (each in a fresh process that imports the same code,
-   so the difference of their peak RSS is the difference of weights + forward transients).
+   against the dense ``F.linear``, time and peak memory (each in a fresh process importing only torch and the
+   layer file; the peak RSS is reset via /proc/self/clear_refs after setup, so it is weights + forward).
 The last line printed is one JSON object with all figures.
 """
 
@@ -28,7 +28,8 @@ from safetensors import safe_open
 from tensorly.decomposition import tensor_train
 
 from hf_tensorcompress.causal_lm import WEIGHTS_NOTE, smollm2_dir
-from hf_tensorcompress.layers.tt_embedding import TTEmbedding, TTTiedHead, tt_svd
+from hf_tensorcompress.layers import tt_embedding as tt_module
+from hf_tensorcompress.layers.tt_embedding import TTEmbedding, tt_svd
 
 
 def smollm2_embedding() -> torch.Tensor:
@@ -81,9 +82,11 @@ def lookup(weight: torch.Tensor, layer: TTEmbedding, count: int, repeats: int) -
 
 
 HEAD_PROBE = """
-import json, resource, sys, time, statistics, torch
-sys.path[:0] = {path!r}
-from hf_tensorcompress.layers.tt_embedding import TTEmbedding, TTTiedHead
+import importlib.util, json, sys, time, statistics, torch
+# the layer file alone (it imports torch only), so both processes start from the same torch-only baseline
+spec = importlib.util.spec_from_file_location("tt_embedding", {layer_file!r})
+module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
+TTEmbedding, TTTiedHead = module.TTEmbedding, module.TTTiedHead
 # tensors are created in place (no load-then-copy), so the only big transient left is the forward's own;
 # values are random: time and memory do not depend on them
 vocab, dim, length = {vocab}, {dim}, {length}
@@ -98,14 +101,21 @@ else:
             core.normal_()
     head = TTTiedHead(layer); forward = lambda: head(hidden)
     resident = sum(p.numel() * 4 for p in layer.parameters())
+def rss_mib(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1]) / 1024
+
 with torch.no_grad():
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    forward()  # warm up (allocator, thread pools)
+    open("/proc/self/clear_refs", "w").write("5")  # reset the peak (VmHWM) to the current RSS
+    before = rss_mib("VmRSS")
     times = []
     for _ in range({repeats}):
         start = time.perf_counter(); forward(); times.append(time.perf_counter() - start)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({{"seconds": statistics.median(times), "peak_rss_mib": peak / 1024,
-                  "peak_growth_mib": (peak - before) / 1024, "resident_mib": resident / 2**20}}))
+    peak = rss_mib("VmHWM")
+print(json.dumps({{"seconds": statistics.median(times), "rss_before_mib": before, "peak_rss_mib": peak,
+                  "peak_growth_mib": peak - before, "resident_mib": resident / 2**20}}))
 """
 
 
@@ -113,7 +123,7 @@ def tied_head(weight: torch.Tensor, layer: TTEmbedding, length: int, repeats: in
     """Each variant in its own fresh process, so its peak RSS growth during the forward is its own."""
     results = {}
     for name, dense in (("dense", True), ("tt", False)):
-        code = HEAD_PROBE.format(path=sys.path, vocab=weight.shape[0], dim=weight.shape[1], length=length,
+        code = HEAD_PROBE.format(layer_file=tt_module.__file__, vocab=weight.shape[0], dim=weight.shape[1], length=length,
                                  dense=dense, shape=layer.shape, ranks=layer.ranks, repeats=repeats)
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         results[name] = json.loads(out.stdout.strip().splitlines()[-1])

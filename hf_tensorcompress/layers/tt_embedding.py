@@ -329,11 +329,20 @@ class TTEmbedding(nn.Module):
     def _apply_basis(self, trains: torch.Tensor) -> torch.Tensor:
         return trains if self.basis is None else trains @ self.basis
 
-    def logits(self, hidden: torch.Tensor, trains: torch.Tensor | None = None) -> torch.Tensor:
-        """``hidden @ weightᵀ`` with the basis applied to ``hidden`` (``L·d²``) rather than to all V trains."""
+    def logits(self, hidden: torch.Tensor, trains: torch.Tensor | None = None, chunk: int = 4096) -> torch.Tensor:
+        """``hidden @ weightᵀ`` over the whole vocabulary, the basis applied to ``hidden`` (``L·d²``) rather than to
+        all V trains. Without precomputed ``trains`` the matrix is rebuilt ``chunk`` tokens at a time, so the
+        transient is ``chunk·d`` floats instead of ``V·d``."""
         if self.basis is not None:
             hidden = F.linear(hidden, self.basis)
-        return F.linear(hidden, tt_reconstruct(list(self.cores)) if trains is None else trains)
+        if trains is not None:
+            return F.linear(hidden, trains)
+        cores, vocab = list(self.cores), self.num_embeddings
+        ids = torch.arange(vocab, device=cores[0].device)
+        return torch.cat(
+            [F.linear(hidden, tt_reconstruct(cores, ids[start : start + chunk])) for start in range(0, vocab, chunk)],
+            dim=-1,
+        )
 
     @property
     def weight(self) -> torch.Tensor:
@@ -403,9 +412,9 @@ class TTEmbedding(nn.Module):
 class TTTiedHead(nn.Module):
     """The output layer of a tied model: ``logits = h Wᵀ`` with ``W`` rebuilt from the TT embedding's cores.
 
-    It owns no tensors (the tied matrix is counted once, in the embedding). Per forward it reconstructs the whole
-    ``(V, d)`` matrix: ``V·Σ r I r`` multiply-adds and a transient ``V·d`` buffer, small next to the ``L·V·d`` of the
-    product itself for any L beyond a few tokens. Contracting ``h`` with the trains directly costs ``≥ L·V·d·r``
+    It owns no tensors (the tied matrix is counted once, in the embedding). Per forward it reconstructs the
+    ``(V, d)`` matrix in chunks of 4096 tokens: ``V·Σ r I r`` multiply-adds, small next to the ``L·V·d`` of the
+    product itself for any L beyond a few tokens, and a transient of one chunk, not ``V·d``. Contracting ``h`` with the trains directly costs ``≥ L·V·d·r``
     instead, so it never wins. ``cache_weight = True`` keeps the rebuilt matrix between forwards while the cores are
     unchanged (dense memory, dense speed: for evaluation loops), off by default so the memory saving holds.
     """
