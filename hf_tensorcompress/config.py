@@ -52,6 +52,8 @@ class CompressionConfig:
             axes of the embedding matrix) or ``"output"`` (output-aware: whitened by the covariance of the hidden
             states the tied output layer sees, then principal axes; needs calibration text, see
             ``methods.tt.apply_tt``). A non-identity basis stores one extra ``d×d`` matrix.
+        tt_exact_tokens: ``method="tt"``: serve this many of the most frequent tokens of the calibration text from
+            dense rows (exact), the rest from their trains (needs calibration text, see ``methods.tt.apply_tt``).
         tt_untie_output: ``method="tt"`` on a model with a tied output layer: keep a dense copy of the output
             matrix (the untied variant) instead of reading logits from the TT cores.
         modules: filled by ``apply_compression``: the resolved spec of every replaced module (type, shapes,
@@ -69,6 +71,7 @@ class CompressionConfig:
     tt_ranks: int | list[int] | None = None
     tt_eps: float | None = None
     tt_basis: str = "identity"
+    tt_exact_tokens: int = 0
     tt_untie_output: bool = False
     modules: dict[str, dict] = field(default_factory=dict)
     version: int = CONFIG_VERSION
@@ -149,6 +152,8 @@ class CompressionConfig:
             raise ValueError(f"tt_eps must be a float in (0, 1) (relative reconstruction error), got {self.tt_eps!r}")
         if self.tt_basis not in TT_BASES:
             raise ValueError(f"tt_basis={self.tt_basis!r} is not supported; choose one of {list(TT_BASES)}")
+        if isinstance(self.tt_exact_tokens, bool) or not isinstance(self.tt_exact_tokens, int) or self.tt_exact_tokens < 0:
+            raise ValueError(f"tt_exact_tokens must be an int >= 0 (tokens kept dense), got {self.tt_exact_tokens!r}")
         if self.method == "tt" and self.tt_ranks is None and self.tt_eps is None:
             raise ValueError("method='tt' needs tt_ranks (max TT ranks), tt_eps (accuracy), or both")
 

@@ -35,7 +35,7 @@ from hf_tensorcompress.tensorslm import (
     svd_rank_for,
 )
 
-#: (name, tt_shape, tt_ranks, tt_eps, untied output, tt_basis) — hidden size 576 (SmolLM2); ratios are per token train.
+#: (name, tt_shape, tt_ranks, tt_eps, untied output, tt_basis[, tt_exact_tokens]) — hidden size 576 (SmolLM2); ratios are per token train.
 SWEEPS = {
     "smollm2": [
         ("tt3-r7", [8, 8, 9], [7, 7], None, False, "identity"),  # 511 params/token, 1.13x
@@ -46,6 +46,11 @@ SWEEPS = {
         ("tt3-r7-output", [8, 8, 9], [7, 7], None, False, "output"),  # + d² basis: 1.11x
         ("tt3-r5-output", [8, 8, 9], [5, 5], None, False, "output"),  # + d² basis: 1.97x
         ("tt3-r5-pca", [8, 8, 9], [5, 5], None, False, "pca"),
+    ],
+    "exact": [  # output-aware basis + the 2000 most frequent calibration tokens dense (2000·576 + d² counted)
+        ("tt3-r54-output-exact2000", [8, 8, 9], [5, 4], None, False, "output", 2000),  # 2.16x
+        ("tt3-r5-output-exact2000", [8, 8, 9], [5, 5], None, False, "output", 2000),  # 1.83x
+        ("tt3-r4-output-exact2000", [8, 8, 9], [4, 4], None, False, "output", 2000),  # 2.64x
     ],
     "orders": [
         ("tt2-r6", [24, 24], [6], None, False, "identity"),  # 288, 2.0x
@@ -94,8 +99,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--sweep", default="smollm2", choices=sorted(SWEEPS))
     parser.add_argument("--held-out-fraction", type=float, default=0.25)
     parser.add_argument("--eval-tokens", type=int, default=8192)
-    parser.add_argument("--calibration-tokens", type=int, default=4096,
-                        help="tokens of the non-held-out text for tt_basis='output'")
+    parser.add_argument("--calibration-tokens", type=int, default=None,
+                        help="tokens of the non-held-out text used for calibration (default: all of it)")
     parser.add_argument("--window", type=int, default=512)
     parser.add_argument("--stride", type=int, default=256)
     parser.add_argument("--energy-length", type=int, default=100, help="query length l of the energy estimate")
@@ -127,12 +132,13 @@ def main(argv: list[str] | None = None) -> dict:
     runs = [{"name": "dense", "method": "dense", "embedding_params": vocab * hidden, "compression_ratio": 1.0,
              "perplexity": dense["perplexity"], "delta_ln_ppl": 0.0, "energy_ratio": 1.0, "compress_seconds": 0.0}]
     svd_done: set[int] = set()
-    for name, shape, ranks, eps, untied, basis in SWEEPS[args.sweep]:
+    for name, shape, ranks, eps, untied, basis, *extra in SWEEPS[args.sweep]:
+        exact = extra[0] if extra else 0
         model = load()
         start = time.perf_counter()
         config = CompressionConfig(method="tt", tt_shape=shape, tt_ranks=ranks, tt_eps=eps, tt_untie_output=untied,
-                                   tt_basis=basis)
-        apply_tt(model, config, calibration_ids if basis == "output" else None)
+                                   tt_basis=basis, tt_exact_tokens=exact)
+        apply_tt(model, config, calibration_ids if basis == "output" or exact else None)
         seconds = time.perf_counter() - start
         layer = model.get_input_embeddings()
         params = layer.effective_parameters()
@@ -140,7 +146,7 @@ def main(argv: list[str] | None = None) -> dict:
         energy = energy_report(vocab, hidden, args.energy_length, tt_per_token=params / vocab)
         runs.append({
             "name": name, "method": "tt", "tt_shape": layer.shape, "tt_ranks": layer.ranks, "tt_eps": eps,
-            "tt_basis": basis,
+            "tt_basis": basis, "tt_exact_tokens": exact,
             "output_layer": "dense (untied copy)" if untied else "tt (tied)",
             "embedding_params": params, "stored_params": layer.stored_parameters(),
             "compression_ratio": compression_ratio(vocab * hidden, params), "eta": eta(vocab * hidden, params),
@@ -198,11 +204,12 @@ def plot(results: dict, path: Path) -> None:
     groups = {
         "TT plain (tied, output from cores)": [r for r in tied if r["tt_basis"] == "identity"],
         "TT PCA basis (tied)": [r for r in tied if r["tt_basis"] == "pca"],
-        "TT output-aware basis (tied)": [r for r in tied if r["tt_basis"] == "output"],
+        "TT output-aware basis (tied)": [r for r in tied if r["tt_basis"] == "output" and not r["tt_exact_tokens"]],
+        "TT output-aware + frequent tokens dense (tied)": [r for r in tied if r["tt_exact_tokens"]],
         "TT plain, dense untied output": [r for r in tt if r["output_layer"] != "tt (tied)"],
         "matrix SVD (tied)": [r for r in runs if r["method"] == "svd"],
     }
-    for (label, group), marker in zip(groups.items(), "o^Dsx"):
+    for (label, group), marker in zip(groups.items(), "o^DPsx"):
         group = sorted(group, key=lambda r: r["compression_ratio"])
         if group:
             ax.plot([r["compression_ratio"] for r in group], [math.log(r["perplexity"]) for r in group],

@@ -332,3 +332,35 @@ def test_output_basis_needs_calibration_and_lowers_the_logit_error(tmp_path):
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path, trust_remote_code=True).eval()
     assert loaded.config.compression_config["tt_basis"] == "output"
     assert torch.equal(loaded(IDS).logits, model(IDS).logits)
+
+
+def test_exact_tokens_are_served_dense_in_lookup_logits_and_vocabulary_edits(tmp_path):
+    from hf_tensorcompress.methods.tt import apply_tt
+
+    calibration = torch.tensor([5] * 9 + [7] * 5 + [9] * 3 + [11])
+    config = CompressionConfig(method="tt", tt_order=3, tt_ranks=1, tt_basis="output", tt_exact_tokens=3)
+    dense = tiny("gpt2")
+    weight = dense.transformer.wte.weight.detach().clone()
+    hidden = dense(IDS, output_hidden_states=True).hidden_states[-1].detach()
+    with pytest.raises(ValueError, match="calibration"):
+        apply_tt(tiny("gpt2"), config)
+    model = apply_tt(tiny("gpt2"), config, calibration)
+    layer = model.get_input_embeddings()
+    exact = torch.tensor([5, 7, 9])
+    assert torch.equal(layer(exact), weight[exact]) and not torch.allclose(layer(torch.tensor([11])), weight[11:12])
+    logits = model.lm_head(hidden)
+    torch.testing.assert_close(logits[..., exact], hidden @ weight[exact].T)
+    assert layer.stored_parameters() == layer.cores[0].numel() + layer.cores[1].numel() + layer.cores[2].numel() \
+        + HIDDEN * HIDDEN + 3 * HIDDEN
+    before = model(IDS).logits
+    ids, _ = layer.add_tokens(torch.randn(100, HIDDEN))
+    layer.remove_tokens(ids)
+    assert torch.equal(model(IDS).logits, before)
+    ids, _ = layer.add_tokens(torch.randn(100, HIDDEN))
+    layer.remove_tokens(torch.cat([torch.tensor([0]), ids]))  # removing token 0 shifts the exact tokens down
+    assert torch.equal(layer(exact - 1), weight[exact])
+    model.resize_token_embeddings(VOCAB - 1)
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, trust_remote_code=True).eval()
+    assert loaded.config.compression_config["modules"]["transformer.wte"]["exact_tokens"] == 3
+    assert torch.equal(loaded(IDS - 1).logits, model(IDS - 1).logits)

@@ -175,6 +175,7 @@ class TTEmbedding(nn.Module):
         eps: float | None = None,
         tied_output: str | None = None,
         basis: bool = False,
+        exact_tokens: int = 0,
         device: torch.device | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
@@ -186,6 +187,12 @@ class TTEmbedding(nn.Module):
         size = math.prod(shape)
         # optional output-aware basis P (d×d): vector = train @ P; the trains live in the basis P⁻¹ (see tt_basis)
         self.register_buffer("basis", torch.eye(size, device=device, dtype=dtype) if basis else None)
+        # optional exact tokens: their vectors are stored dense (exact_rows[slot]); exact_slot[t] = slot or -1
+        self.exact_rows = nn.Parameter(torch.zeros(exact_tokens, size, device=device, dtype=dtype)) if exact_tokens else None
+        self.register_buffer(
+            "exact_slot",
+            torch.full((num_embeddings,), -1, dtype=torch.int32, device=device) if exact_tokens else None,
+        )
         bounds = [1, *ranks, 1]
         self.cores = nn.ParameterList(
             nn.Parameter(torch.zeros(num_embeddings, bounds[k], shape[k], bounds[k + 1], device=device, dtype=dtype))
@@ -231,6 +238,24 @@ class TTEmbedding(nn.Module):
             layer.basis.copy_(basis)
         return layer
 
+    @torch.no_grad()
+    def keep_exact(self, ids: torch.Tensor, vectors: torch.Tensor) -> None:
+        """Serve tokens ``ids`` from dense rows ``vectors`` (e.g. the most frequent tokens), the rest from trains."""
+        ids, order = torch.as_tensor(ids, dtype=torch.long).sort()
+        rows = vectors[order].detach().to(self.cores[0])
+        old = self.exact_rows
+        self.exact_rows = nn.Parameter(rows.clone(), True if old is None else old.requires_grad)
+        slot = torch.full((self.num_embeddings,), -1, dtype=torch.int32, device=self.cores[0].device)
+        slot[ids.to(slot.device)] = torch.arange(len(ids), dtype=torch.int32, device=slot.device)
+        self.exact_slot = slot
+
+    def _exact(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(token ids, their dense rows) of the exact tokens, or None."""
+        if self.exact_rows is None:
+            return None
+        ids = (self.exact_slot >= 0).nonzero().squeeze(1)
+        return ids, self.exact_rows.index_select(0, self.exact_slot[ids].long())
+
     def _load(self, cores: list[torch.Tensor], token_ranks: torch.Tensor) -> dict[nn.Parameter, nn.Parameter]:
         """Replace all cores (new Parameters); returns ``{old: new}`` for ``replace_parameters_in_optimizer``."""
         mapping = {}
@@ -269,6 +294,8 @@ class TTEmbedding(nn.Module):
             [torch.cat([old.detach(), new]) for old, new in zip(self.cores, new_cores)],
             torch.cat([self.token_ranks, new_ranks.to(self.token_ranks.device)]),
         )
+        if self.exact_slot is not None:
+            self.exact_slot = torch.cat([self.exact_slot, self.exact_slot.new_full((vectors.shape[0],), -1)])
         return torch.arange(start, start + vectors.shape[0]), mapping
 
     @torch.no_grad()
@@ -280,16 +307,29 @@ class TTEmbedding(nn.Module):
         keep = torch.ones(self.num_embeddings, dtype=torch.bool)
         keep[ids] = False
         kept = keep.nonzero().squeeze(1).to(self.token_ranks.device)
-        return self._load([core.detach().index_select(0, kept) for core in self.cores], self.token_ranks[kept])
+        mapping = self._load([core.detach().index_select(0, kept) for core in self.cores], self.token_ranks[kept])
+        if self.exact_slot is not None:
+            slot = self.exact_slot[kept].clone()
+            alive = slot >= 0
+            old = self.exact_rows
+            self.exact_rows = nn.Parameter(old.detach()[slot[alive].long()], old.requires_grad)
+            slot[alive] = torch.arange(int(alive.sum()), dtype=slot.dtype, device=slot.device)
+            self.exact_slot = slot
+            mapping[old] = self.exact_rows
+        return mapping
 
     @torch.no_grad()
     def set_vectors(self, ids: torch.Tensor | list[int], vectors: torch.Tensor) -> None:
         """Re-compress tokens ``ids`` to new vectors in place (e.g. after ``resize_token_embeddings``)."""
         ids = torch.as_tensor(ids, dtype=torch.long, device=self.token_ranks.device).reshape(-1)
-        new_cores, new_ranks = self._compress(torch.as_tensor(vectors).reshape(ids.numel(), self.embedding_dim))
+        vectors = torch.as_tensor(vectors).reshape(ids.numel(), self.embedding_dim)
+        new_cores, new_ranks = self._compress(vectors)
         for core, new in zip(self.cores, new_cores):
             core.data[ids] = new
         self.token_ranks[ids] = new_ranks.to(self.token_ranks.device)
+        if self.exact_slot is not None:
+            slot = self.exact_slot[ids]
+            self.exact_rows.data[slot[slot >= 0].long()] = vectors[slot >= 0].to(self.exact_rows)
 
     @torch.no_grad()
     def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> "TTEmbedding":
@@ -324,7 +364,12 @@ class TTEmbedding(nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         flat = input_ids.reshape(-1)
-        return self._apply_basis(tt_reconstruct(list(self.cores), flat)).reshape(*input_ids.shape, self.embedding_dim)
+        vectors = self._apply_basis(tt_reconstruct(list(self.cores), flat))
+        if self.exact_rows is not None:
+            slot = self.exact_slot[flat].long()
+            exact = self.exact_rows.index_select(0, slot.clamp(min=0))
+            vectors = torch.where((slot >= 0)[:, None], exact, vectors)
+        return vectors.reshape(*input_ids.shape, self.embedding_dim)
 
     def _apply_basis(self, trains: torch.Tensor) -> torch.Tensor:
         return trains if self.basis is None else trains @ self.basis
@@ -333,21 +378,29 @@ class TTEmbedding(nn.Module):
         """``hidden @ weightᵀ`` over the whole vocabulary, the basis applied to ``hidden`` (``L·d²``) rather than to
         all V trains. Without precomputed ``trains`` the matrix is rebuilt ``chunk`` tokens at a time, so the
         transient is ``chunk·d`` floats instead of ``V·d``."""
+        raw = hidden
         if self.basis is not None:
             hidden = F.linear(hidden, self.basis)
         if trains is not None:
-            return F.linear(hidden, trains)
-        cores, vocab = list(self.cores), self.num_embeddings
-        ids = torch.arange(vocab, device=cores[0].device)
-        return torch.cat(
-            [F.linear(hidden, tt_reconstruct(cores, ids[start : start + chunk])) for start in range(0, vocab, chunk)],
-            dim=-1,
-        )
+            logits = F.linear(hidden, trains)
+        else:
+            cores, vocab = list(self.cores), self.num_embeddings
+            ids = torch.arange(vocab, device=cores[0].device)
+            logits = torch.cat(
+                [F.linear(hidden, tt_reconstruct(cores, ids[start : start + chunk])) for start in range(0, vocab, chunk)],
+                dim=-1,
+            )
+        exact = self._exact()
+        if exact is not None:
+            logits = logits.index_copy(-1, exact[0], F.linear(raw, exact[1]))
+        return logits
 
     @property
     def weight(self) -> torch.Tensor:
         """The whole ``(V, d)`` embedding matrix, reconstructed (differentiable w.r.t. the cores)."""
-        return self._apply_basis(tt_reconstruct(list(self.cores)))
+        weight = self._apply_basis(tt_reconstruct(list(self.cores)))
+        exact = self._exact()
+        return weight if exact is None else weight.index_copy(0, exact[0], exact[1])
 
     @property
     def num_embeddings(self) -> int:
@@ -366,13 +419,14 @@ class TTEmbedding(nn.Module):
             "eps": self.eps,
             "tied_output": self.tied_output,
             "basis": self.basis is not None,
+            "exact_tokens": 0 if self.exact_rows is None else self.exact_rows.shape[0],
         }
 
     @classmethod
     def from_spec(cls, spec: dict) -> "TTEmbedding":
         return cls(
             spec["num_embeddings"], spec["shape"], spec["ranks"], spec.get("eps"), spec.get("tied_output"),
-            spec.get("basis", False),
+            spec.get("basis", False), spec.get("exact_tokens", 0),
         )
 
     # ------------------------------------------------------------------ size and cost
@@ -384,7 +438,10 @@ class TTEmbedding(nn.Module):
         return sum(core.numel() for core in self.cores) + self._basis_parameters()
 
     def _basis_parameters(self) -> int:
-        return 0 if self.basis is None else self.basis.numel()
+        """The basis matrix and the dense rows of exact tokens (their trains are still stored and counted)."""
+        return (0 if self.basis is None else self.basis.numel()) + (
+            0 if self.exact_rows is None else self.exact_rows.numel()
+        )
 
     def effective_parameters(self) -> int:
         """Σ over tokens of Σ_k r_{k-1} I_k r_k with every token's own ranks (what a ragged layout stores)."""

@@ -18,8 +18,8 @@ from . import Method, register_method
 
 DEFAULT_ORDER = 3
 
-#: hidden-state covariance handed from ``apply_tt`` to ``build`` for ``tt_basis="output"``
-_COVARIANCE: contextvars.ContextVar[torch.Tensor | None] = contextvars.ContextVar("tt_covariance", default=None)
+#: calibration statistics handed from ``apply_tt`` to ``build``: {"covariance": (d, d), "counts": (V,)}
+_CALIBRATION: contextvars.ContextVar[dict | None] = contextvars.ContextVar("tt_calibration", default=None)
 
 
 def input_embedding_name(model: nn.Module) -> list[str]:
@@ -98,21 +98,35 @@ def output_basis(weight: torch.Tensor, covariance: torch.Tensor | None = None) -
     return vh @ inverse_root
 
 
-def apply_tt(model: nn.Module, config: CompressionConfig, calibration_ids: torch.Tensor | None = None) -> nn.Module:
-    """``apply_compression`` for ``method="tt"``, with calibration tokens for ``tt_basis="output"`` (text that must
-    not overlap the evaluation text). The basis ends up in the checkpoint; loading needs no calibration."""
+def apply_tt(
+    model: nn.Module,
+    config: CompressionConfig,
+    calibration_ids: torch.Tensor | None = None,
+    covariance_tokens: int = 4096,
+) -> nn.Module:
+    """``apply_compression`` for ``method="tt"``, with calibration tokens for ``tt_basis="output"`` and
+    ``tt_exact_tokens`` (text that must not overlap the evaluation text). The basis and the exact rows end up in
+    the checkpoint; loading needs no calibration. Token frequencies use all ``calibration_ids``; the hidden-state
+    covariance the first ``covariance_tokens`` (forward passes are the expensive part)."""
     from ..compress import apply_compression
 
-    covariance = None
-    if config.tt_basis == "output":
-        if calibration_ids is None:
-            raise ValueError("tt_basis='output' needs calibration_ids: token ids of text the model should serve")
-        covariance = hidden_covariance(model, calibration_ids)
-    token = _COVARIANCE.set(covariance)
+    needs = config.tt_basis == "output" or config.tt_exact_tokens > 0
+    if needs and calibration_ids is None:
+        raise ValueError(
+            "tt_basis='output' and tt_exact_tokens need calibration_ids: token ids of text the model should serve"
+        )
+    calibration = None
+    if needs:
+        vocab = model.get_input_embeddings().num_embeddings
+        calibration = {
+            "covariance": hidden_covariance(model, calibration_ids[:covariance_tokens]) if config.tt_basis == "output" else None,
+            "counts": torch.bincount(calibration_ids.reshape(-1).cpu(), minlength=vocab)[:vocab],
+        }
+    token = _CALIBRATION.set(calibration)
     try:
         return apply_compression(model, config)
     finally:
-        _COVARIANCE.reset(token)
+        _CALIBRATION.reset(token)
 
 
 @torch.no_grad()
@@ -123,16 +137,22 @@ def build(model: nn.Module, name: str, embedding: nn.Embedding, config: Compress
             "may do more than a lookup (e.g. scaling), so replacing it would change the model"
         )
     shape, ranks = tt_settings(config, embedding.embedding_dim)
-    basis = None
+    basis, calibration = None, _CALIBRATION.get()
+    if (config.tt_basis == "output" or config.tt_exact_tokens) and calibration is None:
+        raise ValueError(
+            "tt_basis='output' and tt_exact_tokens need calibration text: use methods.tt.apply_tt(model, config, ids)"
+        )
     if config.tt_basis == "output":
-        covariance = _COVARIANCE.get()
-        if covariance is None:
-            raise ValueError("tt_basis='output' needs calibration text: use methods.tt.apply_tt(model, config, ids)")
-        basis = output_basis(embedding.weight, covariance)
+        basis = output_basis(embedding.weight, calibration["covariance"])
     elif config.tt_basis == "pca":
         basis = output_basis(embedding.weight)
     weight = embedding.weight.detach()
     layer = TTEmbedding.from_weight(weight, shape, ranks, config.tt_eps, None if basis is None else basis.to(weight))
+    if config.tt_exact_tokens:
+        counts = calibration["counts"]
+        seen = int((counts > 0).sum())
+        frequent = counts.argsort(descending=True, stable=True)[: min(config.tt_exact_tokens, seen)]
+        layer.keep_exact(frequent, weight[frequent.to(weight.device)])
     if not config.tt_untie_output:
         layer.tied_output = tied_output_name(model, embedding)
     return layer
