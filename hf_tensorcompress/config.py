@@ -53,7 +53,8 @@ class CompressionConfig:
             states the tied output layer sees, then principal axes; needs calibration text, see
             ``methods.tt.apply_tt``). A non-identity basis stores one extra ``d×d`` matrix.
         tt_exact_tokens: ``method="tt"``: serve this many of the most frequent tokens of the calibration text from
-            dense rows (exact), the rest from their trains (needs calibration text, see ``methods.tt.apply_tt``).
+            dense rows (exact), the rest from their trains (needs calibration text, see ``methods.tt.apply_tt``);
+            capped at the number of distinct tokens the calibration text contains.
         tt_untie_output: ``method="tt"`` on a model with a tied output layer: keep a dense copy of the output
             matrix (the untied variant) instead of reading logits from the TT cores.
         modules: filled by ``apply_compression``: the resolved spec of every replaced module (type, shapes,

