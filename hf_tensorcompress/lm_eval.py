@@ -10,13 +10,14 @@ import re
 from pathlib import Path
 
 import datasets
-import evaluate
 import torch
 import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-PERPLEXITY_METRIC = Path(__file__).parent / "evaluate_metrics" / "perplexity"
+from .evaluation import load_metric, metric_path
+
+PERPLEXITY_METRIC = metric_path("perplexity")
 
 
 def _natural_key(path: Path) -> list:
@@ -79,7 +80,7 @@ def window_nll(model: nn.Module, ids: torch.Tensor, window: int, stride: int, pr
 
 def perplexity(model: nn.Module, ids: torch.Tensor, window: int = 512, stride: int = 256, progress: bool = False) -> dict:
     """``{"perplexity", "ln_perplexity", "tokens"}`` of ``model`` on the token stream ``ids``."""
-    metric = evaluate.load(str(PERPLEXITY_METRIC))
+    metric = load_metric("perplexity")
     was_training = model.training
     model.eval()
     for nll, count in window_nll(model, ids, window, stride, progress):
