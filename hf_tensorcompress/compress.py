@@ -8,7 +8,7 @@ from torch import nn
 from .config import CompressionConfig
 from .export import mark_compressed
 from .layers.modeling_tensorcompress import CompressedModelMixin
-from .layers.structure import install_model_options
+from .layers.structure import bind_layers, install_model_options
 from .methods import get_method
 from .targets import match_targets
 
@@ -60,6 +60,7 @@ def apply_compression(model: nn.Module, config: CompressionConfig) -> nn.Module:
     }
     for name, layer in layers.items():
         model.set_submodule(name, layer)
+    bind_layers(model, layers)
     specs = {n: l.spec() for n, l in layers.items()}
     recorded = CompressionConfig.from_dict({**config.to_dict(), **options, "modules": specs})
     mark_compressed(model, recorded)

@@ -10,13 +10,15 @@ from typing import Any
 CONFIG_VERSION = 1
 
 #: Methods this version implements.
-METHODS = ("cp", "svd", "biprop")
+METHODS = ("cp", "svd", "biprop", "tt")
 
 INITS = ("decompose", "random")
 
 #: ``method="biprop"``: initialisations of the frozen random weights, and the attention options (DESIGN.md §3.3).
 BIPROP_WEIGHT_INITS = ("kaiming_normal", "signed_constant")
 BIPROP_ATTENTION = ("step_t", "qkv_mask")
+
+TT_BASES = ("identity", "pca", "output")
 
 
 def _check_rank(value: Any, where: str) -> None:
@@ -63,6 +65,19 @@ class CompressionConfig:
         attention_length: ``qkv_mask``: the sequence length the masks cover; ``None`` derives it from the model
             config where it can (PatchTST: number of patches).
         attention_modules: filled by ``apply_compression``: the attention modules the ``attention`` option applies to.
+        tt_shape: ``method="tt"``: the folding ``I_1 × … × I_N`` of each token vector (product = hidden size).
+        tt_order: ``method="tt"``: N for an automatic balanced folding (used when ``tt_shape`` is None; default 3).
+        tt_ranks: ``method="tt"``: maximum TT ranks, one int for all ``r_1 … r_{N-1}`` or a list of N-1 ints.
+        tt_eps: ``method="tt"``: TT-SVD accuracy ε (paper Algorithm 1), alone or together with ``tt_ranks``.
+        tt_basis: ``method="tt"``: the basis the trains are built in. ``"identity"`` (the paper), ``"pca"`` (principal
+            axes of the embedding matrix) or ``"output"`` (output-aware: whitened by the covariance of the hidden
+            states the tied output layer sees, then principal axes; needs calibration text, see
+            ``methods.tt.apply_tt``). A non-identity basis stores one extra ``d×d`` matrix.
+        tt_exact_tokens: ``method="tt"``: serve this many of the most frequent tokens of the calibration text from
+            dense rows (exact), the rest from their trains (needs calibration text, see ``methods.tt.apply_tt``);
+            capped at the number of distinct tokens the calibration text contains.
+        tt_untie_output: ``method="tt"`` on a model with a tied output layer: keep a dense copy of the output
+            matrix (the untied variant) instead of reading logits from the TT cores.
         modules: filled by ``apply_compression``: the resolved spec of every replaced module (type, shapes,
             rank). It is what a saved checkpoint is rebuilt from; leave it empty when writing a config by hand.
     """
@@ -81,6 +96,13 @@ class CompressionConfig:
     attention_keep_ratio: float | None = None
     attention_length: int | None = None
     attention_modules: list[str] = field(default_factory=list)
+    tt_shape: list[int] | None = None
+    tt_order: int | None = None
+    tt_ranks: int | list[int] | None = None
+    tt_eps: float | None = None
+    tt_basis: str = "identity"
+    tt_exact_tokens: int = 0
+    tt_untie_output: bool = False
     modules: dict[str, dict] = field(default_factory=dict)
     version: int = CONFIG_VERSION
 
@@ -123,6 +145,7 @@ class CompressionConfig:
         if isinstance(self.cp_iterations, bool) or not isinstance(self.cp_iterations, int) or self.cp_iterations < 1:
             raise ValueError(f"cp_iterations must be an int >= 1, got {self.cp_iterations!r}")
         self._validate_biprop()
+        self._validate_tt()
 
     def _validate_biprop(self) -> None:
         for name in ("keep_ratio", "attention_keep_ratio"):
@@ -148,6 +171,48 @@ class CompressionConfig:
             isinstance(self.attention_length, bool) or not isinstance(self.attention_length, int) or self.attention_length < 1
         ):
             raise ValueError(f"attention_length must be an int >= 1 or None, got {self.attention_length!r}")
+
+
+    def _validate_tt(self) -> None:
+        def positive_ints(value) -> bool:
+            return isinstance(value, (list, tuple)) and bool(value) and all(
+                isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value
+            )
+
+        if self.tt_shape is not None:
+            if not positive_ints(self.tt_shape) or len(self.tt_shape) < 2:
+                raise ValueError(f"tt_shape must be a list of >= 2 ints >= 1 (e.g. [8, 8, 9]), got {self.tt_shape!r}")
+            if self.tt_order is not None and self.tt_order != len(self.tt_shape):
+                raise ValueError(
+                    f"tt_order={self.tt_order} contradicts tt_shape={self.tt_shape}; give one of them"
+                )
+            self.tt_shape = list(self.tt_shape)
+        if self.tt_order is not None and (
+            isinstance(self.tt_order, bool) or not isinstance(self.tt_order, int) or self.tt_order < 2
+        ):
+            raise ValueError(f"tt_order must be an int >= 2 (the number of TT cores), got {self.tt_order!r}")
+        if self.tt_ranks is not None:
+            ranks = [self.tt_ranks] if isinstance(self.tt_ranks, int) and not isinstance(self.tt_ranks, bool) else self.tt_ranks
+            if not positive_ints(ranks):
+                raise ValueError(f"tt_ranks must be an int >= 1 or a list of ints >= 1, got {self.tt_ranks!r}")
+            if isinstance(self.tt_ranks, (list, tuple)):
+                self.tt_ranks = list(self.tt_ranks)
+                order = len(self.tt_shape) if self.tt_shape is not None else self.tt_order
+                if order is not None and len(self.tt_ranks) != order - 1:
+                    raise ValueError(
+                        f"tt_ranks={self.tt_ranks} has {len(self.tt_ranks)} entries; a {order}-core train needs "
+                        f"{order - 1} (or pass one int for all)"
+                    )
+        if self.tt_eps is not None and (
+            isinstance(self.tt_eps, bool) or not isinstance(self.tt_eps, (int, float)) or not 0 < self.tt_eps < 1
+        ):
+            raise ValueError(f"tt_eps must be a float in (0, 1) (relative reconstruction error), got {self.tt_eps!r}")
+        if self.tt_basis not in TT_BASES:
+            raise ValueError(f"tt_basis={self.tt_basis!r} is not supported; choose one of {list(TT_BASES)}")
+        if isinstance(self.tt_exact_tokens, bool) or not isinstance(self.tt_exact_tokens, int) or self.tt_exact_tokens < 0:
+            raise ValueError(f"tt_exact_tokens must be an int >= 0 (tokens kept dense), got {self.tt_exact_tokens!r}")
+        if self.method == "tt" and self.tt_ranks is None and self.tt_eps is None:
+            raise ValueError("method='tt' needs tt_ranks (max TT ranks), tt_eps (accuracy), or both")
 
     def rank_for(self, module_name: str) -> int | float:
         """The rank asked for ``module_name``: the longest matching key of ``ranks``, else ``rank``."""

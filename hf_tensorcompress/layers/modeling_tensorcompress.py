@@ -55,6 +55,26 @@ class CompressedModelMixin:
             )
         return (model, info) if wants_info else model
 
+    # ``resize_token_embeddings`` builds a new dense nn.Embedding / nn.Linear from ``old.weight``; a compressed
+    # layer offering ``resized(new_num_tokens, pad_to_multiple_of)`` resizes itself instead (e.g. TTEmbedding).
+    def _get_resized_embeddings(self, old_embeddings, new_num_tokens=None, pad_to_multiple_of=None, mean_resizing=True):
+        if hasattr(old_embeddings, "resized"):
+            return old_embeddings.resized(new_num_tokens, pad_to_multiple_of)
+        return super()._get_resized_embeddings(old_embeddings, new_num_tokens, pad_to_multiple_of, mean_resizing)
+
+    def _get_resized_lm_head(self, old_lm_head, new_num_tokens=None, transposed=False, mean_resizing=True):
+        if hasattr(old_lm_head, "resized"):
+            return old_lm_head.resized(new_num_tokens)
+        return super()._get_resized_lm_head(old_lm_head, new_num_tokens, transposed, mean_resizing)
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        """``PreTrainedModel.resize_token_embeddings``, then re-record the compressed specs (vocabulary size)."""
+        embeddings = super().resize_token_embeddings(*args, **kwargs)
+        modules = (self.config.compression_config or {}).get("modules", {})
+        for name in modules:
+            modules[name] = self.get_submodule(name).spec()
+        return embeddings
+
 
 def _is_key_of(key, module_names: tuple[str, ...]) -> bool:
     key = key[0] if isinstance(key, tuple) else key

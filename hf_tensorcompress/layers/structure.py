@@ -12,8 +12,11 @@ from .attention import install_attention
 from .biprop import BipropLinear
 from .cp import CPLinear
 from .lowrank import LowRankLinear
+from .tt_embedding import TTEmbedding
 
-LAYER_TYPES: dict[str, type[nn.Module]] = {cls.layer_type: cls for cls in (CPLinear, LowRankLinear, BipropLinear)}
+LAYER_TYPES: dict[str, type[nn.Module]] = {
+    cls.layer_type: cls for cls in (CPLinear, LowRankLinear, BipropLinear, TTEmbedding)
+}
 
 
 class CompressedCheckpointError(ValueError):
@@ -46,6 +49,16 @@ def install_layers(model: nn.Module, module_specs: dict[str, dict]) -> None:
         if reference is not None:
             layer.to(device=reference.device, dtype=reference.dtype)
         model.set_submodule(name, layer)
+    bind_layers(model, module_specs)
+
+
+def bind_layers(model: nn.Module, names) -> None:
+    """Let layers that act beyond their own module finish the job once all are installed (``layer.bind(model)``):
+    e.g. a TT embedding installs the tied output head that reads its cores and switches off weight tying."""
+    for name in names:
+        layer = model.get_submodule(name)
+        if hasattr(layer, "bind"):
+            layer.bind(model)
 
 
 def install_model_options(model: nn.Module, compression: dict) -> None:

@@ -43,4 +43,4 @@ def get_method(name: str) -> Method:
     return METHODS[name]
 
 
-from . import biprop, cp, svd  # noqa: E402,F401  (register the built-in methods)
+from . import biprop, cp, svd, tt  # noqa: E402,F401  (register the built-in methods)

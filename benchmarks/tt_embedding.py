@@ -1,0 +1,165 @@
+"""TT embedding performance on SmolLM2-135M's real 49152×576 token embedding, measured side by side.
+
+    python benchmarks/tt_embedding.py [--shape 8 8 9 --ranks 5 5] [--loop-tokens 49152]
+
+1. whole-vocabulary TT-SVD (``tt_svd``, batched) against a per-token loop of tensorly's ``tensor_train`` at the same
+   shape and ranks, with the relative reconstruction error of both (over the tokens the loop covered);
+2. lookup of 32k random token ids: ``TTEmbedding`` against ``nn.Embedding``;
+3. the tied output layer (logits over the whole vocabulary): ``TTTiedHead`` (rebuilds the matrix per forward)
+   against the dense ``F.linear``, time and peak memory (each in a fresh process importing only torch and the
+   layer file; the peak RSS is reset via /proc/self/clear_refs after setup, so it is weights + forward).
+The last line printed is one JSON object with all figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+import tensorly as tl
+import torch
+import torch.nn.functional as F
+from safetensors import safe_open
+from tensorly.decomposition import tensor_train
+
+from hf_tensorcompress.causal_lm import WEIGHTS_NOTE, smollm2_dir
+from hf_tensorcompress.layers import tt_embedding as tt_module
+from hf_tensorcompress.layers.tt_embedding import TTEmbedding, tt_svd
+
+
+def smollm2_embedding() -> torch.Tensor:
+    with safe_open(str(smollm2_dir() / "model.safetensors"), framework="pt") as handle:
+        return handle.get_tensor("model.embed_tokens.weight").float()
+
+
+def best_of(fn, repeats: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def relative_error(approx: np.ndarray, exact: np.ndarray) -> float:
+    return float(np.linalg.norm(approx - exact) / np.linalg.norm(exact))
+
+
+def decomposition(weight: torch.Tensor, shape: list[int], ranks: list[int], loop_tokens: int) -> dict:
+    start = time.perf_counter()
+    cores, _ = tt_svd(weight, shape, ranks)
+    ours_seconds = time.perf_counter() - start
+    layer = TTEmbedding(weight.shape[0], shape, [c.shape[-1] for c in cores[:-1]])
+    layer._load(cores, torch.tensor(ranks).repeat(weight.shape[0], 1))
+    subset = weight[:loop_tokens].numpy()
+    start = time.perf_counter()
+    rebuilt = [tl.tt_to_tensor(tensor_train(v.reshape(shape), [1, *ranks, 1])).reshape(-1) for v in subset]
+    loop_seconds = (time.perf_counter() - start) * weight.shape[0] / loop_tokens
+    with torch.no_grad():
+        ours = layer.weight[:loop_tokens].numpy()
+    return {
+        "tokens": weight.shape[0], "loop_tokens_timed": loop_tokens,
+        "batched_seconds": ours_seconds, "tensorly_loop_seconds": loop_seconds,
+        "speedup": loop_seconds / ours_seconds,
+        "batched_error": relative_error(ours, subset), "tensorly_error": relative_error(np.stack(rebuilt), subset),
+        "layer": layer,
+    }
+
+
+def lookup(weight: torch.Tensor, layer: TTEmbedding, count: int, repeats: int) -> dict:
+    dense = torch.nn.Embedding.from_pretrained(weight)
+    ids = torch.randint(0, weight.shape[0], (count,), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        dense_s = best_of(lambda: dense(ids), repeats)
+        tt_s = best_of(lambda: layer(ids), repeats)
+    return {"ids": count, "dense_seconds": dense_s, "tt_seconds": tt_s, "ratio": tt_s / dense_s}
+
+
+HEAD_PROBE = """
+import importlib.util, json, sys, time, statistics, torch
+# the layer file alone (it imports torch only), so both processes start from the same torch-only baseline
+spec = importlib.util.spec_from_file_location("tt_embedding", {layer_file!r})
+module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
+TTEmbedding, TTTiedHead = module.TTEmbedding, module.TTTiedHead
+# tensors are created in place (no load-then-copy), so the only big transient left is the forward's own;
+# values are random: time and memory do not depend on them
+vocab, dim, length = {vocab}, {dim}, {length}
+hidden = torch.randn(1, length, dim)
+if {dense!r}:
+    weight = torch.randn(vocab, dim); forward = lambda: torch.nn.functional.linear(hidden, weight)
+    resident = weight.numel() * 4
+else:
+    layer = TTEmbedding(vocab, {shape!r}, {ranks!r})
+    with torch.no_grad():
+        for core in layer.cores:
+            core.normal_()
+    head = TTTiedHead(layer); forward = lambda: head(hidden)
+    resident = sum(p.numel() * 4 for p in layer.parameters())
+def rss_mib(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1]) / 1024
+
+with torch.no_grad():
+    forward()  # warm up (allocator, thread pools)
+    open("/proc/self/clear_refs", "w").write("5")  # reset the peak (VmHWM) to the current RSS
+    before = rss_mib("VmRSS")
+    times = []
+    for _ in range({repeats}):
+        start = time.perf_counter(); forward(); times.append(time.perf_counter() - start)
+    peak = rss_mib("VmHWM")
+print(json.dumps({{"seconds": statistics.median(times), "rss_before_mib": before, "peak_rss_mib": peak,
+                  "peak_growth_mib": peak - before, "resident_mib": resident / 2**20}}))
+"""
+
+
+def tied_head(weight: torch.Tensor, layer: TTEmbedding, length: int, repeats: int) -> dict:
+    """Each variant in its own fresh process, so its peak RSS growth during the forward is its own."""
+    results = {}
+    for name, dense in (("dense", True), ("tt", False)):
+        code = HEAD_PROBE.format(layer_file=tt_module.__file__, vocab=weight.shape[0], dim=weight.shape[1], length=length,
+                                 dense=dense, shape=layer.shape, ranks=layer.ranks, repeats=repeats)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        results[name] = json.loads(out.stdout.strip().splitlines()[-1])
+    results["time_ratio"] = results["tt"]["seconds"] / results["dense"]["seconds"]
+    results["tokens"] = length
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shape", type=int, nargs="+", default=[8, 8, 9])
+    parser.add_argument("--ranks", type=int, nargs="+", default=[5, 5])
+    parser.add_argument("--loop-tokens", type=int, default=49152, help="tokens the tensorly loop times (scaled up)")
+    parser.add_argument("--lookup-ids", type=int, default=32768)
+    parser.add_argument("--head-tokens", type=int, default=128, help="hidden states per output-layer forward")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args()
+
+    weight = smollm2_embedding()
+    print(f"SmolLM2 embedding {tuple(weight.shape)} ({WEIGHTS_NOTE}); torch threads {torch.get_num_threads()}")
+    decomp = decomposition(weight, args.shape, args.ranks, min(args.loop_tokens, weight.shape[0]))
+    layer = decomp.pop("layer")
+    print(f"decomposition: batched {decomp['batched_seconds']:.2f}s vs tensorly loop {decomp['tensorly_loop_seconds']:.2f}s "
+          f"= {decomp['speedup']:.1f}x faster; error {decomp['batched_error']:.5f} vs {decomp['tensorly_error']:.5f} "
+          f"({decomp['batched_error'] / decomp['tensorly_error']:.4f}x)")
+    look = lookup(weight, layer, args.lookup_ids, args.repeats)
+    print(f"lookup of {look['ids']} ids: TT {look['tt_seconds'] * 1e3:.1f} ms vs nn.Embedding "
+          f"{look['dense_seconds'] * 1e3:.1f} ms = {look['ratio']:.2f}x")
+    head = tied_head(weight, layer, args.head_tokens, args.repeats)
+    print(f"tied output layer, {args.head_tokens} tokens: TT {head['tt']['seconds'] * 1e3:.1f} ms vs dense "
+          f"{head['dense']['seconds'] * 1e3:.1f} ms = {head['time_ratio']:.2f}x; resident "
+          f"{head['tt']['resident_mib']:.1f} vs {head['dense']['resident_mib']:.1f} MiB; process peak RSS "
+          f"{head['tt']['peak_rss_mib']:.0f} vs {head['dense']['peak_rss_mib']:.0f} MiB")
+    print(json.dumps({"shape": args.shape, "ranks": args.ranks, "weights": WEIGHTS_NOTE, "decomposition": decomp,
+                      "lookup": look, "tied_head": head}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,515 @@
+"""Tensor-train token embeddings (TensorSLM, DESIGN.md §3.4): every token's vector is its own tensor train.
+
+Ships inside saved checkpoints: torch only.
+
+Storage layout: core ``k`` of the whole vocabulary is one parameter of shape ``(V, R_{k-1}, I_k, R_k)``
+(``R_0 = R_N = 1``). ``R_k`` are the layer's *stored* ranks. When tokens get different ranks (the ε mode, or
+weighted per-token budgets), each token's train is zero-padded up to ``R_k``: the padded slices are exact zeros,
+so reconstruction is unaffected, and the per-token ranks are kept in the ``token_ranks`` buffer. Parameter
+counts are therefore reported twice: ``stored_parameters()`` (what this padded layout holds) and
+``effective_parameters()`` (Σ over tokens of Σ_k r_{k-1} I_k r_k, what a ragged layout would hold).
+The vocabulary axis is never factorized, so single tokens can be added, replaced or removed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+def balanced_shape(size: int, order: int) -> list[int]:
+    """The ``order`` factors (ascending) of ``size`` closest to each other (smallest max/min spread)."""
+    if order < 1 or size < 1:
+        raise ValueError(f"need size >= 1 and order >= 1, got size={size}, order={order}")
+    best: list[int] | None = None
+
+    def search(rest: int, smallest: int, slots: int, prefix: list[int]) -> None:
+        nonlocal best
+        if slots == 1:
+            if rest >= smallest:
+                candidate = prefix + [rest]
+                if best is None or (candidate[-1] - candidate[0], candidate[-1]) < (best[-1] - best[0], best[-1]):
+                    best = candidate
+            return
+        factor = smallest
+        while factor ** slots <= rest:
+            if rest % factor == 0:
+                search(rest // factor, factor, slots - 1, prefix + [factor])
+            factor += 1
+
+    search(size, 2 if order > 1 else 1, order, [])
+    if best is None:
+        raise ValueError(
+            f"{size} cannot be split into {order} factors >= 2; use a smaller tt_order (at most "
+            f"{sum(1 for _ in _prime_factors(size))}) or give tt_shape explicitly"
+        )
+    return best
+
+
+def _prime_factors(size: int):
+    factor = 2
+    while factor * factor <= size:
+        while size % factor == 0:
+            yield factor
+            size //= factor
+        factor += 1
+    if size > 1:
+        yield size
+
+
+def _truncated_svd(
+    z: torch.Tensor, choose: Callable[[torch.Tensor], torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Thin truncated SVD of a batch of small matrices ``Z ≈ U diag(s) Vᵀ``, each at its own rank.
+
+    ``choose(s)`` maps the descending singular values ``(n, q)`` to per-matrix ranks ``(n,)``. Returns ``U``
+    ``(n, m, R)`` and ``diag(s) Vᵀ`` ``(n, R, cols)``, zero beyond each matrix's rank (``R`` = the largest rank),
+    and the ranks. Computed from the eigen-decomposition of the smaller Gram matrix (float64 ``eigh`` on
+    ``q × q`` matrices): torch's batched CPU SVD runs one LAPACK call per matrix and was 5-20× slower on these
+    tiny shapes (e.g. 49152 matrices of 40×9); here everything else is batched matmuls on the truncated factors.
+    """
+    rows, cols = z.shape[-2:]
+    wide = rows <= cols
+    gram = z @ z.transpose(1, 2) if wide else z.transpose(1, 2) @ z
+    values, vectors = torch.linalg.eigh(gram.double())
+    sigma = values.flip(-1).clamp(min=0).sqrt().to(z.dtype)
+    ranks = choose(sigma)
+    stored = int(ranks.max())
+    keep = (torch.arange(stored, device=z.device)[None, :] < ranks[:, None]).to(z.dtype)
+    top = vectors[:, :, vectors.shape[-1] - stored :].flip(-1).to(z.dtype)  # leading eigenvectors, descending
+    if wide:
+        u, weighted_vh = top, top.transpose(1, 2) @ z
+    else:
+        s = sigma[:, :stored]
+        alive = s > sigma[:, :1] * 1e-6
+        u = (z @ top) / torch.where(alive, s, torch.ones_like(s))[:, None, :] * alive[:, None, :]
+        weighted_vh = s[:, :, None] * top.transpose(1, 2)
+    return u * keep[:, None, :], weighted_vh * keep[:, :, None], ranks
+
+
+def tt_svd(
+    vectors: torch.Tensor,
+    shape: list[int],
+    max_ranks: list[int] | None = None,
+    eps: float | torch.Tensor | None = None,
+) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """TT-SVD (paper Algorithm 1) of every row of ``vectors`` at once, with batched decompositions.
+
+    Args:
+        vectors: ``(V, d)`` with ``d = prod(shape)``.
+        shape: the tensor folding ``I_1 … I_N`` of each vector.
+        max_ranks: upper bounds ``r_1 … r_{N-1}`` (None: no bound).
+        eps: relative accuracy; a float, or a ``(V,)`` tensor of per-token accuracies. Each step truncates a
+            token at the smallest rank whose discarded singular values have norm ``<= eps/sqrt(N-1)·||x||``.
+
+    Returns:
+        ``cores`` (``(V, R_{k-1}, I_k, R_k)`` each, zero-padded to the largest rank any token got) and
+        ``token_ranks`` (``(V, N-1)``, int32, every token's own ranks).
+    """
+    count, size = vectors.shape
+    order = len(shape)
+    if math.prod(shape) != size:
+        raise ValueError(f"tt shape {shape} has {math.prod(shape)} entries, but the vectors have {size}")
+    if max_ranks is not None and len(max_ranks) != order - 1:
+        raise ValueError(f"need {order - 1} ranks for a {order}-core train, got {list(max_ranks)}")
+    work = vectors.detach().to(torch.float64 if vectors.dtype == torch.float64 else torch.float32)
+    delta = None
+    if eps is not None and order > 1:
+        eps_tensor = torch.as_tensor(eps, dtype=work.dtype, device=work.device).expand(count)
+        delta = eps_tensor / math.sqrt(order - 1) * work.norm(dim=1)
+
+    def choose(cap: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        def ranks(sigma: torch.Tensor) -> torch.Tensor:
+            limit = min(cap, sigma.shape[1])
+            if delta is None:
+                return torch.full((count,), limit, dtype=torch.long, device=sigma.device)
+            # tail[:, j] = norm of singular values j, j+1, ...; the rank is the first j whose tail fits in delta
+            tail = torch.flip(torch.cumsum(torch.flip(sigma * sigma, dims=[1]), dim=1), dims=[1]).sqrt()
+            return (tail > delta[:, None]).sum(dim=1).clamp(min=1, max=limit)
+
+        return ranks
+
+    cores, ranks = [], []
+    remainder = work.reshape(count, shape[0], size // shape[0])
+    for k in range(order - 1):
+        u, remainder, token_rank = _truncated_svd(remainder, choose(size if max_ranks is None else int(max_ranks[k])))
+        rank_in, stored = u.shape[1] // shape[k], u.shape[2]
+        cores.append(u.reshape(count, rank_in, shape[k], stored))
+        remainder = remainder.reshape(count, stored * shape[k + 1], -1)
+        ranks.append(token_rank)
+    cores.append(remainder.reshape(count, -1, shape[-1], 1))
+    token_ranks = torch.stack(ranks, dim=1).to(torch.int32) if ranks else torch.zeros(count, 0, dtype=torch.int32)
+    return [core.to(vectors.dtype) for core in cores], token_ranks
+
+
+def tt_reconstruct(cores: list[torch.Tensor], ids: torch.Tensor | None = None) -> torch.Tensor:
+    """The ``(n, d)`` vectors of tokens ``ids`` (all tokens if None): N-1 batched matrix products, no token loop."""
+    first = cores[0] if ids is None else cores[0].index_select(0, ids)
+    out = first.reshape(first.shape[0], -1, first.shape[-1])  # (n, I_1, R_1)
+    for core in cores[1:]:
+        picked = core if ids is None else core.index_select(0, ids)
+        n, rank_in, mode, rank_out = picked.shape
+        out = torch.bmm(out, picked.reshape(n, rank_in, mode * rank_out)).reshape(n, -1, rank_out)
+    return out.reshape(out.shape[0], -1)
+
+
+class TTEmbedding(nn.Module):
+    """Drop-in for ``nn.Embedding``: token ``t``'s vector is the tensor train ``G_1[t] G_2[t] … G_N[t]``.
+
+    ``forward(ids)`` reconstructs only the requested tokens. ``weight`` reconstructs the whole ``(V, d)`` matrix
+    (used by ``resize_token_embeddings`` and by the tied output head). ``eps`` and ``max_ranks`` are kept so that
+    tokens added later are compressed the same way; a new token never gets ranks above the stored ones.
+    """
+
+    layer_type = "tt_embedding"
+
+    def __init__(
+        self,
+        num_embeddings: int,
+        shape: list[int],
+        ranks: list[int],
+        eps: float | None = None,
+        tied_output: str | None = None,
+        basis: bool = False,
+        exact_tokens: int = 0,
+        device: torch.device | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        shape, ranks = [int(i) for i in shape], [int(r) for r in ranks]
+        if len(ranks) != len(shape) - 1 or min(shape) < 1 or (ranks and min(ranks) < 1):
+            raise ValueError(f"a {len(shape)}-core train needs {len(shape) - 1} ranks >= 1; got shape={shape}, ranks={ranks}")
+        self.shape, self.ranks, self.eps, self.tied_output = shape, ranks, eps, tied_output
+        size = math.prod(shape)
+        # optional output-aware basis P (d×d): vector = train @ P; the trains live in the basis P⁻¹ (see tt_basis)
+        self.register_buffer("basis", torch.eye(size, device=device, dtype=dtype) if basis else None)
+        # optional exact tokens: their vectors are stored dense (exact_rows[slot]); exact_slot[t] = slot or -1
+        self.exact_rows = nn.Parameter(torch.zeros(exact_tokens, size, device=device, dtype=dtype)) if exact_tokens else None
+        self.register_buffer(
+            "exact_slot",
+            torch.full((num_embeddings,), -1, dtype=torch.int32, device=device) if exact_tokens else None,
+        )
+        bounds = [1, *ranks, 1]
+        self.cores = nn.ParameterList(
+            nn.Parameter(torch.zeros(num_embeddings, bounds[k], shape[k], bounds[k + 1], device=device, dtype=dtype))
+            for k in range(len(shape))
+        )
+        self.register_buffer(
+            "token_ranks", torch.tensor(ranks, dtype=torch.int32, device=device).repeat(num_embeddings, 1)
+        )
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_weight(
+        cls,
+        weight: torch.Tensor,
+        shape: list[int],
+        max_ranks: list[int] | None = None,
+        eps: float | torch.Tensor | None = None,
+        basis: torch.Tensor | None = None,
+    ) -> "TTEmbedding":
+        """Compress a ``(V, d)`` embedding matrix (training-free). A tensor ``eps`` gives per-token accuracies.
+
+        ``basis`` (``(d, d)``, invertible) decomposes the rows of ``W P⁻¹`` instead of ``W`` and stores ``P``:
+        vectors are ``train @ P``. With ``P⁻¹ = C^{1/2} Q`` (``C`` the covariance of the hidden states the tied
+        output layer sees, ``Q`` the principal axes of ``W C^{1/2}``) truncation minimises the logit error
+        ``E‖h·(w − ŵ)‖²`` rather than ``‖w − ŵ‖²``: see ``methods.tt.output_basis``.
+        """
+        if max_ranks is None and eps is None:
+            raise ValueError("give max_ranks, eps, or both: without either TT-SVD keeps every vector exactly")
+        inverse = None if basis is None else torch.linalg.inv(basis.double())
+        target = weight if inverse is None else (weight.double() @ inverse).to(weight.dtype)
+        cores, token_ranks = tt_svd(target, shape, max_ranks, eps)
+        layer = cls(
+            weight.shape[0],
+            shape,
+            [core.shape[-1] for core in cores[:-1]],
+            eps=float(eps) if isinstance(eps, (int, float)) else None,
+            basis=basis is not None,
+            device=weight.device,
+            dtype=weight.dtype,
+        )
+        layer._load(cores, token_ranks)
+        if basis is not None:
+            layer.basis.copy_(basis)
+        return layer
+
+    @torch.no_grad()
+    def keep_exact(self, ids: torch.Tensor, vectors: torch.Tensor) -> None:
+        """Serve tokens ``ids`` from dense rows ``vectors`` (e.g. the most frequent tokens), the rest from trains."""
+        ids, order = torch.as_tensor(ids, dtype=torch.long).sort()
+        rows = vectors[order].detach().to(self.cores[0])
+        old = self.exact_rows
+        self.exact_rows = nn.Parameter(rows.clone(), True if old is None else old.requires_grad)
+        slot = torch.full((self.num_embeddings,), -1, dtype=torch.int32, device=self.cores[0].device)
+        slot[ids.to(slot.device)] = torch.arange(len(ids), dtype=torch.int32, device=slot.device)
+        self.exact_slot = slot
+
+    def _exact(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(token ids, their dense rows) of the exact tokens, or None."""
+        if self.exact_rows is None:
+            return None
+        ids = (self.exact_slot >= 0).nonzero().squeeze(1)
+        return ids, self.exact_rows.index_select(0, self.exact_slot[ids].long())
+
+    def _load(self, cores: list[torch.Tensor], token_ranks: torch.Tensor) -> dict[nn.Parameter, nn.Parameter]:
+        """Replace all cores (new Parameters); returns ``{old: new}`` for ``replace_parameters_in_optimizer``."""
+        mapping = {}
+        for k, core in enumerate(cores):
+            old = self.cores[k]
+            new = nn.Parameter(core.detach().to(old.device, old.dtype).contiguous(), old.requires_grad)
+            self.cores[k] = new
+            mapping[old] = new
+        self.token_ranks = token_ranks.to(self.token_ranks.device, torch.int32)
+        return mapping
+
+    def _compress(self, vectors: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """New vectors compressed like this layer's tokens, padded to the stored ranks."""
+        vectors = vectors.to(self.cores[0])
+        if self.basis is not None:
+            vectors = torch.linalg.solve(self.basis.double().T, vectors.double().T).T.to(vectors.dtype)
+        cores, token_ranks = tt_svd(vectors, self.shape, self.ranks, self.eps)
+        bounds = [1, *self.ranks, 1]
+        padded = [
+            F.pad(core, (0, bounds[k + 1] - core.shape[-1], 0, 0, 0, bounds[k] - core.shape[1]))
+            for k, core in enumerate(cores)
+        ]
+        return padded, token_ranks
+
+    # ------------------------------------------------------------------ adaptive vocabulary (paper §2.1)
+    @torch.no_grad()
+    def add_tokens(self, vectors: torch.Tensor) -> tuple[torch.Tensor, dict[nn.Parameter, nn.Parameter]]:
+        """Append tokens whose vectors are ``vectors`` ``(n, d)``, compressed on the fly.
+
+        Returns the new token ids and ``{old: new}`` parameters (for an optimizer holding the cores).
+        """
+        vectors = torch.as_tensor(vectors).reshape(-1, self.embedding_dim)
+        new_cores, new_ranks = self._compress(vectors)
+        start = self.num_embeddings
+        mapping = self._load(
+            [torch.cat([old.detach(), new]) for old, new in zip(self.cores, new_cores)],
+            torch.cat([self.token_ranks, new_ranks.to(self.token_ranks.device)]),
+        )
+        if self.exact_slot is not None:
+            self.exact_slot = torch.cat([self.exact_slot, self.exact_slot.new_full((vectors.shape[0],), -1)])
+        return torch.arange(start, start + vectors.shape[0]), mapping
+
+    @torch.no_grad()
+    def remove_tokens(self, ids: torch.Tensor | list[int]) -> dict[nn.Parameter, nn.Parameter]:
+        """Drop tokens ``ids``; the tokens after them move down (like removing rows of the embedding matrix)."""
+        ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1)
+        if ids.numel() and (ids.min() < 0 or ids.max() >= self.num_embeddings):
+            raise IndexError(f"token ids must lie in [0, {self.num_embeddings}), got {ids.min()}..{ids.max()}")
+        keep = torch.ones(self.num_embeddings, dtype=torch.bool)
+        keep[ids] = False
+        kept = keep.nonzero().squeeze(1).to(self.token_ranks.device)
+        mapping = self._load([core.detach().index_select(0, kept) for core in self.cores], self.token_ranks[kept])
+        if self.exact_slot is not None:
+            slot = self.exact_slot[kept].clone()
+            alive = slot >= 0
+            old = self.exact_rows
+            self.exact_rows = nn.Parameter(old.detach()[slot[alive].long()], old.requires_grad)
+            slot[alive] = torch.arange(int(alive.sum()), dtype=slot.dtype, device=slot.device)
+            self.exact_slot = slot
+            mapping[old] = self.exact_rows
+        return mapping
+
+    @torch.no_grad()
+    def set_vectors(self, ids: torch.Tensor | list[int], vectors: torch.Tensor) -> None:
+        """Re-compress tokens ``ids`` to new vectors in place (e.g. after ``resize_token_embeddings``)."""
+        ids = torch.as_tensor(ids, dtype=torch.long, device=self.token_ranks.device).reshape(-1)
+        vectors = torch.as_tensor(vectors).reshape(ids.numel(), self.embedding_dim)
+        new_cores, new_ranks = self._compress(vectors)
+        for core, new in zip(self.cores, new_cores):
+            core.data[ids] = new
+        self.token_ranks[ids] = new_ranks.to(self.token_ranks.device)
+        if self.exact_slot is not None:
+            slot = self.exact_slot[ids]
+            self.exact_rows.data[slot[slot >= 0].long()] = vectors[slot >= 0].to(self.exact_rows)
+
+    @torch.no_grad()
+    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> "TTEmbedding":
+        """``resize_token_embeddings`` support, in place: new tokens start at the mean vector, as transformers'
+        ``mean_resizing`` does (without its random perturbation, so resizing is deterministic); shrinking drops
+        the last tokens."""
+        target = self.num_embeddings if new_num_tokens is None else int(new_num_tokens)
+        if pad_to_multiple_of:
+            target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
+        if target > self.num_embeddings:
+            mean = self.weight.detach().mean(dim=0, keepdim=True)
+            self.add_tokens(mean.expand(target - self.num_embeddings, -1))
+        elif target < self.num_embeddings:
+            self.remove_tokens(torch.arange(target, self.num_embeddings))
+        return self
+
+    # ------------------------------------------------------------------ model integration
+    def bind(self, model: nn.Module) -> None:
+        """Called once the layer sits in ``model``: take over the tied output layer (or untie it).
+
+        transformers ties ``lm_head.weight`` to the embedding's ``weight`` parameter, which no longer exists, so
+        the config's tying is switched off; a tied model gets a ``TTTiedHead`` reading this layer's cores.
+        """
+        text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        for config in {id(model.config): model.config, id(text_config): text_config}.values():
+            if getattr(config, "tie_word_embeddings", False):
+                config.tie_word_embeddings = False
+        if hasattr(model, "all_tied_weights_keys"):
+            model.all_tied_weights_keys = {}
+        if self.tied_output is not None:
+            model.set_submodule(self.tied_output, TTTiedHead(self))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        flat = input_ids.reshape(-1)
+        vectors = self._apply_basis(tt_reconstruct(list(self.cores), flat))
+        if self.exact_rows is not None:
+            slot = self.exact_slot[flat].long()
+            exact = self.exact_rows.index_select(0, slot.clamp(min=0))
+            vectors = torch.where((slot >= 0)[:, None], exact, vectors)
+        return vectors.reshape(*input_ids.shape, self.embedding_dim)
+
+    def _apply_basis(self, trains: torch.Tensor) -> torch.Tensor:
+        return trains if self.basis is None else trains @ self.basis
+
+    def logits(self, hidden: torch.Tensor, trains: torch.Tensor | None = None, chunk: int = 4096) -> torch.Tensor:
+        """``hidden @ weightᵀ`` over the whole vocabulary, the basis applied to ``hidden`` (``L·d²``) rather than to
+        all V trains. Without precomputed ``trains`` the matrix is rebuilt ``chunk`` tokens at a time, so the
+        transient is ``chunk·d`` floats instead of ``V·d``."""
+        raw = hidden
+        if self.basis is not None:
+            hidden = F.linear(hidden, self.basis)
+        if trains is not None:
+            logits = F.linear(hidden, trains)
+        else:
+            cores, vocab = list(self.cores), self.num_embeddings
+            ids = torch.arange(vocab, device=cores[0].device)
+            logits = torch.cat(
+                [F.linear(hidden, tt_reconstruct(cores, ids[start : start + chunk])) for start in range(0, vocab, chunk)],
+                dim=-1,
+            )
+        exact = self._exact()
+        if exact is not None:
+            logits = logits.index_copy(-1, exact[0], F.linear(raw, exact[1]))
+        return logits
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The whole ``(V, d)`` embedding matrix, reconstructed (differentiable w.r.t. the cores)."""
+        weight = self._apply_basis(tt_reconstruct(list(self.cores)))
+        exact = self._exact()
+        return weight if exact is None else weight.index_copy(0, exact[0], exact[1])
+
+    @property
+    def num_embeddings(self) -> int:
+        return self.cores[0].shape[0]
+
+    @property
+    def embedding_dim(self) -> int:
+        return math.prod(self.shape)
+
+    def spec(self) -> dict:
+        return {
+            "type": self.layer_type,
+            "num_embeddings": self.num_embeddings,
+            "shape": list(self.shape),
+            "ranks": list(self.ranks),
+            "eps": self.eps,
+            "tied_output": self.tied_output,
+            "basis": self.basis is not None,
+            "exact_tokens": 0 if self.exact_rows is None else self.exact_rows.shape[0],
+        }
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "TTEmbedding":
+        return cls(
+            spec["num_embeddings"], spec["shape"], spec["ranks"], spec.get("eps"), spec.get("tied_output"),
+            spec.get("basis", False), spec.get("exact_tokens", 0),
+        )
+
+    # ------------------------------------------------------------------ size and cost
+    def dense_parameters(self) -> int:
+        """Parameters of the ``nn.Embedding`` this layer replaces (a tied output layer shares them)."""
+        return self.num_embeddings * self.embedding_dim
+
+    def stored_parameters(self) -> int:
+        return sum(core.numel() for core in self.cores) + self._basis_parameters()
+
+    def _basis_parameters(self) -> int:
+        """The basis matrix and the dense rows of exact tokens (their trains are still stored and counted)."""
+        return (0 if self.basis is None else self.basis.numel()) + (
+            0 if self.exact_rows is None else self.exact_rows.numel()
+        )
+
+    def effective_parameters(self) -> int:
+        """Σ over tokens of Σ_k r_{k-1} I_k r_k with every token's own ranks (what a ragged layout stores)."""
+        ones = torch.ones(self.num_embeddings, 1, dtype=torch.long, device=self.token_ranks.device)
+        bounds = torch.cat([ones, self.token_ranks.long(), ones], dim=1)
+        modes = torch.tensor(self.shape, device=bounds.device)
+        return int((bounds[:, :-1] * modes * bounds[:, 1:]).sum()) + self._basis_parameters()
+
+    def reconstruct_multiply_adds(self) -> int:
+        """Multiply-adds to rebuild one token's vector from its (stored-rank) train."""
+        bounds, rows, total = [1, *self.ranks, 1], self.shape[0], 0
+        for k in range(1, len(self.shape)):
+            total += rows * bounds[k] * self.shape[k] * bounds[k + 1]
+            rows *= self.shape[k]
+        return total
+
+    def multiply_adds(self, tokens: int, cached: bool = False) -> tuple[int, str]:
+        """Multiply-adds of looking up ``tokens`` tokens (one train contraction each)."""
+        return tokens * self.reconstruct_multiply_adds(), "tt-reconstruct"
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, shape={self.shape}, ranks={self.ranks}, eps={self.eps}"
+
+
+class TTTiedHead(nn.Module):
+    """The output layer of a tied model: ``logits = h Wᵀ`` with ``W`` rebuilt from the TT embedding's cores.
+
+    It owns no tensors (the tied matrix is counted once, in the embedding). Per forward it reconstructs the
+    ``(V, d)`` matrix in chunks of 4096 tokens: ``V·Σ r I r`` multiply-adds, small next to the ``L·V·d`` of the
+    product itself for any L beyond a few tokens, and a transient of one chunk, not ``V·d``. Contracting ``h`` with the trains directly costs ``≥ L·V·d·r``
+    instead, so it never wins. ``cache_weight = True`` keeps the rebuilt matrix between forwards while the cores are
+    unchanged (dense memory, dense speed: for evaluation loops), off by default so the memory saving holds.
+    """
+
+    def __init__(self, embedding: TTEmbedding) -> None:
+        super().__init__()
+        object.__setattr__(self, "embedding", embedding)  # a reference, not a submodule: no duplicate state
+        self.cache_weight = False
+        self._cache: tuple[tuple, torch.Tensor] | None = None
+
+    @property
+    def in_features(self) -> int:
+        return self.embedding.embedding_dim
+
+    @property
+    def out_features(self) -> int:
+        return self.embedding.num_embeddings
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.embedding.weight
+
+    def _cached_trains(self) -> torch.Tensor | None:
+        """The rebuilt ``(V, d)`` trains while ``cache_weight`` is on and nothing needs gradients, else None."""
+        if not self.cache_weight or torch.is_grad_enabled():
+            self._cache = None
+            return None
+        key = tuple((id(core), core._version) for core in self.embedding.cores)
+        if self._cache is None or self._cache[0] != key:
+            self._cache = (key, tt_reconstruct(list(self.embedding.cores)))
+        return self._cache[1]
+
+    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> "TTTiedHead":
+        """Nothing to do: the head follows the embedding's vocabulary."""
+        return self
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.embedding.logits(hidden, self._cached_trains())
+
+    def extra_repr(self) -> str:
+        return f"tied to TTEmbedding({self.out_features}, {self.in_features})"

