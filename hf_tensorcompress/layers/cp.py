@@ -188,6 +188,10 @@ class CPLinear(nn.Module):
         self.load_factors(new_factors)
         return dict(zip(old_params, self.factors))
 
+    def dense_parameters(self) -> int:
+        """Parameters of the ``nn.Linear`` this layer replaces."""
+        return self.in_features * self.out_features + (self.out_features if self.bias is not None else 0)
+
     # ----------------------------------------------------------------- forward
     @property
     def weight(self) -> torch.Tensor:
