@@ -18,7 +18,7 @@ install: $(BIN)/python
 	$(BIN)/python -m hf_tensorcompress.assets
 
 demo: install
-	$(BIN)/accelerate launch recipes/cp_compress.py --output-dir $(OUTPUT)
+	$(BIN)/accelerate launch recipes/smartformer.py --output-dir $(OUTPUT)
 
 test: install
 	$(BIN)/python -m pytest -q
