@@ -96,6 +96,33 @@ class HubState:
         return sha
 
 
+#: A subset of the Hub's pipeline tags and license ids (what the Hub's metadata validation accepts).
+PIPELINE_TAGS = {"text-generation", "time-series-forecasting", "feature-extraction", "text-classification",
+                 "token-classification", "fill-mask", "tabular-classification", "tabular-regression"}
+LICENSES = {"apache-2.0", "mit", "bsd-3-clause", "cc-by-4.0", "cc-by-sa-4.0", "llama3", "openrail", "other"}
+REPO_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
+
+
+def card_metadata_errors(metadata: dict) -> list[str]:
+    """The Hub's model-card metadata rules for the fields model cards here use."""
+    errors = []
+    for key in ("tags", "datasets", "metrics"):
+        value = metadata.get(key)
+        if value is not None and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+            errors.append(f'"{key}" must be a list of strings')
+    if "library_name" in metadata and not isinstance(metadata["library_name"], str):
+        errors.append('"library_name" must be a string')
+    if "pipeline_tag" in metadata and metadata["pipeline_tag"] not in PIPELINE_TAGS:
+        errors.append(f'"pipeline_tag" must be a valid pipeline tag, got {metadata["pipeline_tag"]!r}')
+    if "license" in metadata and metadata["license"] not in LICENSES:
+        errors.append(f'"license" must be a license identifier, got {metadata["license"]!r}')
+    base = metadata.get("base_model")
+    for value in base if isinstance(base, list) else [] if base is None else [base]:
+        if not isinstance(value, str) or not REPO_ID.match(value):
+            errors.append(f'"base_model" must be a model id, got {value!r}')
+    return errors
+
+
 ROUTES: list[tuple[str, re.Pattern, str]] = [
     (method, re.compile(pattern), handler)
     for method, pattern, handler in (
@@ -235,8 +262,10 @@ class Handler(BaseHTTPRequestHandler):
         except yaml.YAMLError as error:
             self.send(400, {"errors": [{"message": f"Invalid YAML: {error}"}]})
             return
-        if not isinstance(metadata, (dict, type(None))):
-            self.send(400, {"errors": [{"message": "Metadata must be a YAML mapping"}]})
+        errors = card_metadata_errors(metadata) if isinstance(metadata, dict) else (
+            [] if metadata is None else ["Metadata must be a YAML mapping"])
+        if errors:
+            self.send(400, {"errors": [{"message": message} for message in errors]})
             return
         self.send(200, {"errors": [], "warnings": [] if metadata else [{"message": "Empty metadata"}]})
 

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -43,3 +47,30 @@ def repo_id(hub, request) -> str:
     """A fresh repo name in the token owner's namespace (created by the push under test)."""
     name = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")[:80]
     return f"{hub.USER}/{name}"
+
+
+BLOCK_LIBRARY = '''
+import sys
+
+class _BlockLibrary:
+    """Make hf_tensorcompress unimportable, as on a machine where only transformers is installed."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "hf_tensorcompress" or name.startswith("hf_tensorcompress."):
+            raise ImportError(f"{name} is blocked in this process")
+        return None
+
+sys.meta_path.insert(0, _BlockLibrary())
+'''
+
+
+def run_without_library(code: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh Python where hf_tensorcompress cannot be imported; raise with its output on failure."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCK_LIBRARY + textwrap.dedent(code)],
+        env=env, capture_output=True, text=True, timeout=timeout,
+    )
+    if result.returncode != 0:
+        raise AssertionError(f"subprocess failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
+    return result
