@@ -37,12 +37,21 @@ def model_class(folder: Path) -> type[nn.Module]:
 
 
 def load_model(path: str | Path) -> nn.Module:
-    """A model from a ``save_pretrained`` folder, or a causal LM from a ``.gguf`` file (weights dequantised)."""
+    """A model from a ``save_pretrained`` folder, or a causal LM from a ``.gguf`` file (weights dequantised to
+    plain float tensors, so it saves and compresses like any other model)."""
     path = Path(path)
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ModelLoadError(f"GGUF file {path} does not exist")
-        return transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+        # Dequantise every weight to a plain tensor and drop the GGUF quantizer: compressed layers replace
+        # float weights, and transformers refuses to save a model that still carries the (unserialisable) quantizer.
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, quantization_config=transformers.GgufConfig(dequantize=True)
+        )
+        quantizer = getattr(model, "hf_quantizer", None)
+        if quantizer is not None:
+            quantizer.remove_quantization_config(model)
+        return model
     if not path.is_dir():
         raise ModelLoadError(f"{path} does not exist; pass a model folder (with config.json) or a .gguf file")
     return model_class(path).from_pretrained(str(path))
