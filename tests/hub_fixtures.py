@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 
@@ -27,8 +23,9 @@ def hub(tmp_path_factory):
     """A running emulator; HF_ENDPOINT, HF_TOKEN, HF_HUB_DISABLE_XET=1 and an isolated HF_HOME are set meanwhile."""
     home = tmp_path_factory.mktemp("hf_home")
     with HubEmulator() as emulator, pytest.MonkeyPatch.context() as patch:
-        for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE", "HF_TOKEN_PATH", "HF_MODULES_CACHE"):
+        for name in ("TRANSFORMERS_OFFLINE", "HF_HUB_CACHE", "HF_TOKEN_PATH", "HF_MODULES_CACHE"):
             patch.delenv(name, raising=False)
+        patch.setenv("HF_HUB_OFFLINE", "0")  # explicit: helpers.run_without_library defaults subprocesses to offline
         patch.setenv("HF_ENDPOINT", emulator.endpoint)
         patch.setenv("HF_TOKEN", emulator.TOKEN)
         patch.setenv("HF_HUB_DISABLE_XET", "1")
@@ -48,29 +45,3 @@ def repo_id(hub, request) -> str:
     name = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")[:80]
     return f"{hub.USER}/{name}"
 
-
-BLOCK_LIBRARY = '''
-import sys
-
-class _BlockLibrary:
-    """Make hf_tensorcompress unimportable, as on a machine where only transformers is installed."""
-
-    def find_spec(self, name, path=None, target=None):
-        if name == "hf_tensorcompress" or name.startswith("hf_tensorcompress."):
-            raise ImportError(f"{name} is blocked in this process")
-        return None
-
-sys.meta_path.insert(0, _BlockLibrary())
-'''
-
-
-def run_without_library(code: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh Python where hf_tensorcompress cannot be imported; raise with its output on failure."""
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    result = subprocess.run(
-        [sys.executable, "-c", BLOCK_LIBRARY + textwrap.dedent(code)],
-        env=env, capture_output=True, text=True, timeout=timeout,
-    )
-    if result.returncode != 0:
-        raise AssertionError(f"subprocess failed ({result.returncode}):\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
-    return result

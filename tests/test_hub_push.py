@@ -11,7 +11,7 @@ from transformers import PatchTSTConfig, PatchTSTForPrediction
 
 from hf_tensorcompress import CardInfo, CompressionConfig, PushError, apply_compression, push_to_hub
 from hf_tensorcompress.config import METHODS
-from hub_fixtures import run_without_library
+from helpers import run_without_library
 
 #: A small compressed model per method whose round trip is tested here (every method in METHODS needs one).
 ROUND_TRIPS = {
@@ -85,7 +85,7 @@ def test_push_then_load_without_the_library(hub, repo_id, method, tmp_path):
                 model.push_to_hub("{repo_id}-again")
         torch.save(outputs, "{tmp_path / 'outputs.pt'}")
         print(json.dumps({{"class": type(model).__name__, "module": type(model).__module__}}))
-    """)
+    """, cwd=tmp_path)
     loaded = json.loads(result.stdout.strip().splitlines()[-1])
     assert loaded["class"].startswith("Compressed") and loaded["module"].startswith("transformers_modules.")
     outputs = torch.load(tmp_path / "outputs.pt")

@@ -146,7 +146,7 @@ class CPLinear(nn.Module):
 
     # ----------------------------------------------------------------- rank change
     @torch.no_grad()
-    def set_rank(self, rank: int, n_iter: int = 8) -> dict[nn.Parameter, nn.Parameter]:
+    def set_rank(self, rank: int, n_iter: int = 12) -> dict[nn.Parameter, nn.Parameter]:
         """Re-decompose at ``rank``, warm-started from the current factors.
 
         Shrinking keeps the strongest components; growing adds components fitted to the residual. A few ALS

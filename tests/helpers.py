@@ -1,0 +1,129 @@
+"""Shared test utilities: tiny models of every supported class, and a subprocess in which hf_tensorcompress cannot be imported."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoformerConfig,
+    AutoformerForPrediction,
+    InformerConfig,
+    InformerForPrediction,
+    PatchTSTConfig,
+    PatchTSTForClassification,
+    PatchTSTForPrediction,
+    PatchTSTForPretraining,
+    PatchTSTForRegression,
+)
+
+#: Put first on sys.meta_path in the child process: any import of hf_tensorcompress fails, as on a machine without it.
+BLOCK_LIBRARY = textwrap.dedent(
+    """
+    import sys
+    class _BlockLibrary:
+        def find_spec(self, name, path=None, target=None):
+            if name == "hf_tensorcompress" or name.startswith("hf_tensorcompress."):
+                raise ImportError("hf_tensorcompress is not installed here (blocked by the test)")
+            return None
+    sys.meta_path.insert(0, _BlockLibrary())
+    sys.path = [p for p in sys.path if p not in ("", ".")]
+    """
+)
+
+
+def run_without_library(script: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
+    """Run ``script`` in a fresh Python where ``import hf_tensorcompress`` raises ImportError."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    result = subprocess.run(
+        [sys.executable, "-c", BLOCK_LIBRARY + textwrap.dedent(script)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+def tiny_patchtst_config(**overrides) -> PatchTSTConfig:
+    values = dict(
+        num_input_channels=3,
+        context_length=32,
+        prediction_length=8,
+        patch_length=8,
+        patch_stride=8,
+        d_model=32,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        ffn_dim=64,
+        num_targets=2,
+    )
+    values.update(overrides)
+    return PatchTSTConfig(**values)
+
+
+def _seq2seq_kwargs() -> dict:
+    return dict(
+        prediction_length=8,
+        context_length=16,
+        input_size=2,
+        lags_sequence=[1, 2, 3],
+        num_time_features=1,
+        d_model=32,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_layers=2,
+        decoder_layers=1,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+    )
+
+
+def tiny_models() -> dict[str, torch.nn.Module]:
+    """One small randomly initialised model of every supported class, in eval mode."""
+    torch.manual_seed(0)
+    models = {
+        "PatchTSTForPrediction": PatchTSTForPrediction(tiny_patchtst_config()),
+        "PatchTSTForClassification": PatchTSTForClassification(tiny_patchtst_config()),
+        "PatchTSTForRegression": PatchTSTForRegression(tiny_patchtst_config()),
+        "PatchTSTForPretraining": PatchTSTForPretraining(tiny_patchtst_config(do_mask_input=False)),
+        "AutoformerForPrediction": AutoformerForPrediction(AutoformerConfig(**_seq2seq_kwargs())),
+        "InformerForPrediction": InformerForPrediction(InformerConfig(**_seq2seq_kwargs(), attention_type="prob")),
+        "InformerForPrediction-full": InformerForPrediction(InformerConfig(**_seq2seq_kwargs(), attention_type="full")),
+    }
+    return {name: model.eval() for name, model in models.items()}
+
+
+def tiny_inputs(name: str, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Deterministic inputs for ``tiny_models()[name]``."""
+    generator = torch.Generator().manual_seed(1)
+    config = model.config
+    if name.startswith("PatchTST"):
+        return {"past_values": torch.randn(2, config.context_length, config.num_input_channels, generator=generator)}
+    history = config.context_length + max(config.lags_sequence)
+    return {
+        "past_values": torch.randn(2, history, config.input_size, generator=generator),
+        "past_time_features": torch.randn(2, history, config.num_time_features, generator=generator),
+        "past_observed_mask": torch.ones(2, history, config.input_size),
+        "future_values": torch.randn(2, config.prediction_length, config.input_size, generator=generator),
+        "future_time_features": torch.randn(2, config.prediction_length, config.num_time_features, generator=generator),
+    }
+
+
+def first_output(output) -> torch.Tensor:
+    """The main tensor of a model output (prediction, logits, or the first tensor field)."""
+    params = getattr(output, "params", None)
+    if params is not None:  # Autoformer / Informer: the distribution's parameters
+        return torch.cat([p.flatten() for p in params])
+    for key in ("prediction_outputs", "regression_outputs", "prediction_output", "prediction_logits", "logits"):
+        value = getattr(output, key, None)
+        if isinstance(value, torch.Tensor):
+            return value
+    raise AssertionError(f"no known output tensor in {type(output).__name__}")
