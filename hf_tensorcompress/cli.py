@@ -112,18 +112,25 @@ def compress_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _save_tokenizer(source: Path, output: Path) -> None:
-    """Copy the source's tokenizer next to the compressed model, when it has one (evaluation needs it)."""
+def _tokenizer(source: Path):
+    """The tokenizer stored with a model folder or GGUF file, or None (time-series models have none)."""
     from transformers import AutoTokenizer
 
+    if source.suffix != ".gguf" and not any(source.glob("tokenizer*")):
+        return None
     try:
         if source.suffix == ".gguf":
-            tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
-        else:
-            tokenizer = AutoTokenizer.from_pretrained(str(source))
+            return AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+        return AutoTokenizer.from_pretrained(str(source))
     except (OSError, ValueError, KeyError, TypeError):
-        return  # time-series models have none
-    tokenizer.save_pretrained(output)
+        return None
+
+
+def _save_tokenizer(source: Path, output: Path) -> None:
+    """Copy the source's tokenizer next to the compressed model (evaluation and pushing take it from there)."""
+    tokenizer = _tokenizer(source)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(output)
 
 
 # ---------------------------------------------------------------------------------------------------- report
@@ -172,7 +179,8 @@ def push_command(args: argparse.Namespace) -> int:
     if not getattr(model.config, "compression_config", None):
         raise UsageError(f"{folder} holds a dense model; compress it first (`{PROG} compress`)")
     set_card_info(model, info)
-    print(push_to_hub(model, args.repo_id, token=args.token, private=args.private or None))
+    tokenizer = _tokenizer(folder)
+    print(push_to_hub(model, args.repo_id, token=args.token, private=args.private or None, tokenizer=tokenizer))
     return 0
 
 

@@ -143,6 +143,7 @@ def model_card(model: nn.Module, info: CardInfo | None = None, repo_id: str | No
         dense_note=any(row[0] == "dense" for row in rows),
         dataset_description=info.dataset_note or ", ".join(datasets) or "the data in `results.json`",
         repo_id=repo_id or "<your-name>/<repo>",
+        auto_class=next((name for name in getattr(model.config, "auto_map", {}) if name != "AutoModel"), "AutoModel"),
         limitations=_limitations(model, info),
     )
     return ModelCard(str(card))  # re-parse: the rendered YAML must load back as valid card metadata
@@ -195,8 +196,10 @@ def push_to_hub(
     token: str | None = None,
     private: bool | None = None,
     commit_message: str | None = None,
+    tokenizer=None,
 ) -> str:
-    """Push a compressed model with its remote code and model card; returns the commit URL.
+    """Push a compressed model with its remote code and model card (and ``tokenizer``, if given, in a second
+    commit); returns the URL of the model's commit.
 
     The token is checked first, and any refusal by the Hub becomes a ``PushError`` naming the repo and the reason;
     the model itself is not modified either way.
@@ -210,6 +213,8 @@ def push_to_hub(
         commit = model.push_to_hub(
             repo_id, token=token, private=private, commit_message=commit_message or "Upload compressed model"
         )
+        if tokenizer is not None:
+            tokenizer.push_to_hub(repo_id, token=token, commit_message="Upload tokenizer")
     except HfHubHTTPError as error:
         status = error.response.status_code if error.response is not None else "?"
         reason = str(error).strip().splitlines()
