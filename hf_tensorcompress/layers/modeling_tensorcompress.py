@@ -51,10 +51,12 @@ class CompressedModelMixin:
         try:
             model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
         except RuntimeError as error:
-            if "size mismatch" not in str(error):
+            if "mismatch" not in str(error):  # "size mismatch" (torch) / "ignore_mismatched_sizes" (transformers 5)
                 raise
             raise CompressedCheckpointError(
-                f"The checkpoint's tensors do not have the shapes its compression_config describes: {error}"
+                "The checkpoint's tensors do not have the shapes its compression_config describes (the load report "
+                "above lists them); the config.json and the weights come from different models, or the config was "
+                f"edited. Save the compressed model again with save_pretrained. ({error})"
             ) from error
         compressed = tuple((model.config.compression_config or {}).get("modules", {}))
         problems = {

@@ -1,0 +1,112 @@
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModel
+
+from hf_tensorcompress import CompressedCheckpointError, CompressionConfig, apply_compression
+from helpers import first_output, run_without_library, tiny_inputs, tiny_models
+
+CLASSES = ["PatchTSTForPrediction", "PatchTSTForClassification", "AutoformerForPrediction", "InformerForPrediction", "InformerForPrediction-full"]
+
+
+def _forward(name, model):
+    torch.manual_seed(123)  # Informer's ProbSparse attention samples keys
+    with torch.no_grad():
+        return first_output(model(**tiny_inputs(name, model)))
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """Each class compressed (cp, and svd for one), saved, with its inputs and in-memory outputs."""
+    root = tmp_path_factory.mktemp("saved")
+    cases = [(name, "cp") for name in CLASSES] + [("PatchTSTForPrediction", "svd")]
+    for name, method in cases:
+        model = tiny_models()[name]
+        apply_compression(model, CompressionConfig(method=method, rank=0.5, cp_iterations=20))
+        folder = root / f"{name}-{method}"
+        model.save_pretrained(folder)
+        torch.save({"inputs": tiny_inputs(name, model), "output": _forward(name, model)}, folder / "io.pt")
+    return root
+
+
+def test_folder_holds_config_weights_and_self_contained_code(saved):
+    folder = saved / "PatchTSTForPrediction-cp"
+    config = json.loads((folder / "config.json").read_text())
+    assert config["auto_map"]["AutoModel"] == "modeling_tensorcompress.CompressedPatchTSTForPrediction"
+    assert config["compression_config"]["method"] == "cp" and len(config["compression_config"]["modules"]) == 6
+    assert {"modeling_tensorcompress.py", "structure.py", "cp.py", "lowrank.py", "model.safetensors"} <= {p.name for p in folder.iterdir()}
+    for code in folder.glob("*.py"):
+        imports = [line for line in code.read_text().splitlines() if line.strip().startswith(("import ", "from "))]
+        assert not [line for line in imports if "hf_tensorcompress" in line or line.split()[1] in ("tensorly", "numpy")]
+
+
+def test_loads_without_the_library_to_the_same_outputs(saved):
+    script = f"""
+    import torch, json, pathlib
+    from transformers import AutoModel
+    worst = {{}}
+    for folder in sorted(pathlib.Path({str(saved)!r}).iterdir()):
+        model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+        assert type(model).__name__.startswith("Compressed"), type(model)
+        io = torch.load(folder / "io.pt")
+        torch.manual_seed(123)
+        with torch.no_grad():
+            out = model(**io["inputs"])
+        params = getattr(out, "params", None)
+        if params is not None:
+            value = torch.cat([p.flatten() for p in params])
+        else:
+            value = next(getattr(out, k) for k in ("prediction_outputs", "prediction_logits") if getattr(out, k, None) is not None)
+        worst[folder.name] = float((value - io["output"]).abs().max())
+    print(json.dumps(worst))
+    """
+    worst = json.loads(run_without_library(script, cwd=saved).stdout.strip().splitlines()[-1])
+    assert len(worst) == len(CLASSES) + 1
+    assert all(diff <= 1e-5 for diff in worst.values()), worst
+
+
+def test_loads_with_the_library_installed_too(saved):
+    folder = saved / "AutoformerForPrediction-cp"
+    model = AutoModel.from_pretrained(folder, trust_remote_code=True).eval()
+    io = torch.load(folder / "io.pt")
+    torch.testing.assert_close(_forward("AutoformerForPrediction", model), io["output"], atol=1e-5, rtol=1e-5)
+
+
+def test_loaded_model_saves_again_with_its_code(saved, tmp_path):
+    model = AutoModel.from_pretrained(saved / "PatchTSTForClassification-cp", trust_remote_code=True)
+    model.save_pretrained(tmp_path / "again")
+    assert (tmp_path / "again" / "cp.py").exists()
+    reloaded = AutoModel.from_pretrained(tmp_path / "again", trust_remote_code=True).eval()
+    io = torch.load(saved / "PatchTSTForClassification-cp" / "io.pt")
+    torch.testing.assert_close(_forward("PatchTSTForClassification", reloaded), io["output"], atol=1e-5, rtol=1e-5)
+
+
+def test_checkpoint_whose_tensors_do_not_match_its_config_fails_clearly(saved, tmp_path):
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    source = saved / "PatchTSTForPrediction-cp"
+    for item in source.iterdir():
+        (folder / item.name).write_bytes(item.read_bytes())
+    config = json.loads((folder / "config.json").read_text())
+    name = "model.encoder.layers.0.self_attn.q_proj"
+    config["compression_config"]["modules"][name]["rank"] += 3  # config says one rank, tensors hold another
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match="do not have the shapes its compression_config") as raised:
+        AutoModel.from_pretrained(folder, trust_remote_code=True)
+    assert type(raised.value).__name__ == CompressedCheckpointError.__name__  # the remote code's own copy of it
+
+
+def test_checkpoint_missing_compressed_tensors_fails_clearly(saved, tmp_path):
+    folder = tmp_path / "missing"
+    folder.mkdir()
+    source = saved / "PatchTSTForPrediction-cp"
+    for item in source.iterdir():
+        (folder / item.name).write_bytes(item.read_bytes())
+    tensors = load_file(folder / "model.safetensors")
+    del tensors["model.encoder.layers.1.self_attn.k_proj.factor_out"]
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ValueError, match="missing_keys.*k_proj") as raised:
+        AutoModel.from_pretrained(folder, trust_remote_code=True)
+    assert type(raised.value).__name__ == CompressedCheckpointError.__name__
