@@ -18,9 +18,12 @@ def _reload_hub_constants() -> None:
     transformers.utils.hub._hf_api = None  # transformers' shared HfApi captured the old endpoint
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    """A running emulator; HF_ENDPOINT, HF_TOKEN, HF_HUB_DISABLE_XET=1 and an isolated HF_HOME are set meanwhile."""
+    """A running emulator; HF_ENDPOINT, HF_TOKEN, HF_HUB_DISABLE_XET=1 and an isolated HF_HOME are set meanwhile.
+
+    Module-scoped, so tests in other modules never see the patched environment.
+    """
     home = tmp_path_factory.mktemp("hf_home")
     with HubEmulator() as emulator, pytest.MonkeyPatch.context() as patch:
         for name in ("TRANSFORMERS_OFFLINE", "HF_HUB_CACHE", "HF_TOKEN_PATH", "HF_MODULES_CACHE"):
