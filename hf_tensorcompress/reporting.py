@@ -54,12 +54,12 @@ def ratio(before: float, after: float) -> str:
 
 
 def human_bytes(bits: float) -> str:
-    value = bits / 8
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    value, unit = bits / 8, "B"
+    for bigger in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
 def summary_rows(report: dict) -> list[tuple[str, str, str, str]]:
