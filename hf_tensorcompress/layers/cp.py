@@ -12,6 +12,11 @@ import torch.nn.functional as F
 from torch import nn
 
 
+#: Two thin matmuls plus the Khatri-Rao product run below the speed of one square matmul of equal multiply-adds
+#: (measured by benchmarks/cp_layer.py); the factorized path is taken only when it wins by at least this factor.
+FACTORIZED_OVERHEAD = 1.3
+
+
 def khatri_rao(heads: torch.Tensor, head_dim: torch.Tensor) -> torch.Tensor:
     """Column-wise Kronecker product (h, R) ⊙ (d, R) -> (h·d, R), rows ordered as ``x.view(h, d)`` flattens."""
     return (heads[:, None, :] * head_dim[None, :, :]).reshape(-1, heads.shape[1])
@@ -204,7 +209,7 @@ class CPLinear(nn.Module):
         rank, fan_in, fan_out = self.rank, self.in_features, self.out_features
         factorized = tokens * rank * (fan_in + fan_out) + fan_in * rank
         dense = tokens * fan_in * fan_out + (0 if cached else fan_in * rank * fan_out + fan_in * rank)
-        return (factorized, "factorized") if factorized <= dense else (dense, "reconstruct")
+        return (factorized, "factorized") if FACTORIZED_OVERHEAD * factorized <= dense else (dense, "reconstruct")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = x.numel() // self.in_features

@@ -1,0 +1,130 @@
+"""CP layer against the nn.Linear it replaces, at every rank of the search's action space; warm vs cold re-decomposition.
+
+Prints one row per rank and, last, one JSON line. Ratios are measured side by side in one run (dense and CP
+timed alternately), so machine noise hits both. Targets (issue 2): CP forward never slower than 1.2× dense at
+any rank; a warm-started rank change at most 1/5 the time of a cold tensorly ``parafac`` at the same rank.
+
+    python benchmarks/cp_layer.py                 # the paper's Autoformer attention: d_model 512, 8 heads
+    python benchmarks/cp_layer.py --d-model 128 --heads 8 --tokens 2048
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+
+import tensorly as tl
+import torch
+from tensorly.decomposition import parafac
+from torch import nn
+
+from hf_tensorcompress.layers.cp import CPLinear, cp_reconstruct
+from hf_tensorcompress.methods.cp import decompose
+
+
+def action_space_ranks(fan_in: int, fan_out: int, heads: int) -> list[int]:
+    """DESIGN.md §3.1: every rank if ≤ 10 candidates, else the ranks at parameter ratios 0.1 … 1.0 of dense."""
+    per_rank = heads + fan_in // heads + fan_out
+    largest = fan_in * fan_out // per_rank
+    if largest <= 10:
+        return list(range(1, largest + 1))
+    return [max(1, int(ratio / 10 * fan_in * fan_out / per_rank)) for ratio in range(1, 11)]
+
+
+def seconds(function) -> float:
+    start = time.perf_counter()
+    function()
+    return time.perf_counter() - start
+
+
+def side_by_side(dense_fn, cp_fn, repeats: int) -> tuple[float, float]:
+    """Best-of-``repeats`` times of two functions run alternately (the minimum is the least noisy estimate)."""
+    dense_fn(), cp_fn()
+    pairs = [(seconds(dense_fn), seconds(cp_fn)) for _ in range(repeats)]
+    return min(p[0] for p in pairs), min(p[1] for p in pairs)
+
+
+def relative_error(factors: list[torch.Tensor], tensor: torch.Tensor) -> float:
+    return float((cp_reconstruct([f.double() for f in factors]) - tensor).norm() / tensor.norm().clamp_min(1e-30))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--d-model", type=int, default=512)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--tokens", type=int, default=32 * 96, help="rows per forward (batch × sequence)")
+    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--cold-iterations", type=int, default=100, help="tensorly parafac's n_iter_max (its default)")
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    linear = nn.Linear(args.d_model, args.d_model)
+    x = torch.randn(args.tokens, args.d_model)
+    ranks = action_space_ranks(args.d_model, args.d_model, args.heads)
+    start_rank = ranks[len(ranks) // 2]
+    layer = CPLinear(args.d_model, args.d_model, args.heads, start_rank)
+    layer.load_factors(decompose(layer.folded_weight(linear.weight.detach()), start_rank, 30))
+    layer.bias.data.copy_(linear.bias.data)
+    start_factors = [f.detach().clone() for f in layer.factors]
+    # What a rank change decomposes: the tensor the current factors represent (DESIGN.md §3.1).
+    target = cp_reconstruct([f.double() for f in start_factors])
+    print(f"d_model={args.d_model} heads={args.heads} tokens={args.tokens} action-space ranks={ranks}")
+    print("rank | params % | infer ratio | train-fwd ratio | path | warm s | cold s | warm/cold | err warm | err cold")
+
+    rows = []
+    for rank in ranks:
+        layer.load_factors(start_factors)  # every rank change starts from the same layer
+        warm_start = time.perf_counter()
+        layer.set_rank(rank)
+        warm_seconds = time.perf_counter() - warm_start
+        warm_error = relative_error([f.detach() for f in layer.factors], target)
+
+        cold_start = time.perf_counter()
+        with tl.backend_context("pytorch"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, cold_factors = parafac(target, rank=rank, init="svd", n_iter_max=args.cold_iterations)
+        cold_seconds = time.perf_counter() - cold_start
+        cold_error = relative_error(cold_factors, target)
+
+        with torch.no_grad():
+            dense_infer, cp_infer = side_by_side(lambda: linear(x), lambda: layer(x), args.repeats)
+        dense_train, cp_train = side_by_side(lambda: linear(x), lambda: layer(x), args.repeats)
+        row = {
+            "rank": rank,
+            "param_ratio": sum(p.numel() for p in layer.factors) / linear.weight.numel(),
+            "inference_ratio": cp_infer / dense_infer,
+            "training_forward_ratio": cp_train / dense_train,
+            "path": layer.multiply_adds(args.tokens)[1],
+            "warm_seconds": warm_seconds,
+            "cold_seconds": cold_seconds,
+            "warm_over_cold": warm_seconds / cold_seconds,
+            "warm_error": warm_error,
+            "cold_error": cold_error,
+        }
+        rows.append(row)
+        print(
+            f"{rank:4d} | {100 * row['param_ratio']:7.1f}% | {row['inference_ratio']:11.2f} | "
+            f"{row['training_forward_ratio']:15.2f} | {row['path']:11s} | {warm_seconds:6.3f} | {cold_seconds:6.3f} | "
+            f"{row['warm_over_cold']:9.3f} | {warm_error:8.4f} | {cold_error:8.4f}"
+        )
+
+    summary = {
+        "benchmark": "cp_layer",
+        "d_model": args.d_model,
+        "heads": args.heads,
+        "tokens": args.tokens,
+        "max_inference_ratio": max(r["inference_ratio"] for r in rows),
+        "max_training_forward_ratio": max(r["training_forward_ratio"] for r in rows),
+        "max_warm_over_cold": max(r["warm_over_cold"] for r in rows),
+        "max_warm_error_minus_cold_error": max(r["warm_error"] - r["cold_error"] for r in rows),
+        "forward_target_met": max(max(r["inference_ratio"], r["training_forward_ratio"]) for r in rows) <= 1.2,
+        "rank_change_target_met": max(r["warm_over_cold"] for r in rows) <= 0.2,
+        "rows": rows,
+    }
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
