@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ from huggingface_hub import ModelCard
 from test_hub_push import RESULTS, small_patchtst
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = shutil.which("hf-tensorcompress")
+# The script installed beside this interpreter (`make test` runs .venv/bin/python without activating the venv).
+_BESIDE = Path(sys.executable).parent / "hf-tensorcompress"
+SCRIPT = str(_BESIDE) if _BESIDE.is_file() else shutil.which("hf-tensorcompress")
 
 
 def cli(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -110,3 +113,4 @@ def test_fetch_returns_the_cached_asset_and_rejects_unknown_names():
     path = Path(cli("fetch", "appliances_energy").stdout.split(": ", 1)[1].strip())
     assert path == assets.asset_dir("appliances_energy") and (path / "minute_energy_appliance.csv.xz").is_file()
     assert_user_error(cli("fetch", "imagenet", check=False), "unknown asset(s) ['imagenet']")
+
