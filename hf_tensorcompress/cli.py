@@ -12,7 +12,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from .config import CompressionConfig
+from .config import METHODS, CompressionConfig
 
 PROG = "hf-tensorcompress"
 
@@ -216,7 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
             compress.add_argument(flag, nargs="+", metavar="NAME",
                                   help="module names (or one regex) to compress (default: the family's q/k/v)")
         else:
-            compress.add_argument(flag, metavar="VALUE", help=f"CompressionConfig.{item.name} (default: {default!r})")
+            choices = f"one of {list(METHODS)}; " if item.name == "method" else ""
+            compress.add_argument(flag, metavar="VALUE",
+                                  help=f"CompressionConfig.{item.name} ({choices}default: {default!r})")
 
     report = command("report", "Print parameters, storage bits, FLOPs and estimated energy per module and in total.",
                      report_command)
