@@ -1,0 +1,26 @@
+"""Forecasting data: load (Appliances Energy by default, or the user's), split 7:1:2, standardise, window."""
+
+from .prepare import SPLITS, prepare_forecasting, split_sizes
+from .sources import APPLIANCES_NOISE_COLUMNS, load_appliances_energy, load_forecasting_csv, load_forecasting_dataset
+from .standardize import Standardization, standardization_of
+from .time_features import NUM_TIME_FEATURES, TIME_FEATURES, time_features
+from .windows import ForecastingWindows, WindowShape, forecasting_windows, window_shape
+
+__all__ = [
+    "SPLITS",
+    "APPLIANCES_NOISE_COLUMNS",
+    "NUM_TIME_FEATURES",
+    "TIME_FEATURES",
+    "ForecastingWindows",
+    "Standardization",
+    "WindowShape",
+    "forecasting_windows",
+    "load_appliances_energy",
+    "load_forecasting_csv",
+    "load_forecasting_dataset",
+    "prepare_forecasting",
+    "split_sizes",
+    "standardization_of",
+    "time_features",
+    "window_shape",
+]

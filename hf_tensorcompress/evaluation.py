@@ -1,0 +1,68 @@
+"""Test-set MSE/MAE of a forecasting model, computed by the project's own ``evaluate`` metric modules."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import evaluate
+import torch
+from torch.utils.data import DataLoader, Dataset
+from tqdm.auto import tqdm
+
+#: Folder of the metric modules shipped with the package (``evaluate.load`` of a local path never asks the Hub).
+METRICS_DIR = Path(__file__).parent / "evaluate_metrics"
+
+
+def metric_path(name: str) -> Path:
+    """Folder of a shipped metric module; an error lists the ones that exist."""
+    path = METRICS_DIR / name
+    if not (path / f"{name}.py").is_file():
+        known = sorted(p.name for p in METRICS_DIR.iterdir() if (p / f"{p.name}.py").is_file())
+        raise ValueError(f"no metric module {name!r} in {METRICS_DIR}; shipped: {known}")
+    return path
+
+
+def load_metric(name: str) -> evaluate.EvaluationModule:
+    """``evaluate.load`` of a shipped metric module by its folder path (offline)."""
+    return evaluate.load(str(metric_path(name)), keep_in_memory=True)
+
+
+def point_forecast(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """(batch, horizon[, channels]) forecast: the mean of ``model.generate``'s samples.
+
+    ``generate`` is the one prediction entry point that PatchTST, Autoformer and Informer share; for a PatchTST
+    with an MSE head it returns the point forecast itself as a single "sample".
+    """
+    accepted = inspect.signature(model.generate).parameters
+    inputs = {key: value for key, value in batch.items() if key in accepted}
+    return model.generate(**inputs).sequences.mean(dim=1)
+
+
+def evaluate_forecaster(
+    model: torch.nn.Module,
+    windows: Dataset,
+    *,
+    metrics: tuple[str, ...] = ("mse", "mae"),
+    batch_size: int = 64,
+    description: str = "evaluate",
+) -> dict[str, float]:
+    """Every window of ``windows`` forecast by ``model`` (eval mode, no grad); returns ``{metric: value}``.
+
+    Values are on the scale the windows hold (standardised data: the usual way forecasting MSE/MAE are reported).
+    """
+    modules = {name: load_metric(name) for name in metrics}
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    try:
+        with torch.no_grad():
+            for batch in tqdm(DataLoader(windows, batch_size=batch_size), desc=description):
+                batch = {key: value.to(device) for key, value in batch.items()}
+                predictions = point_forecast(model, batch).flatten(1).float().cpu().numpy()
+                references = batch["future_values"].flatten(1).float().cpu().numpy()
+                for module in modules.values():
+                    module.add_batch(predictions=predictions, references=references)
+    finally:
+        model.train(was_training)
+    return {name: module.compute()[name] for name, module in modules.items()}
