@@ -1,4 +1,4 @@
-"""``hf-tensorcompress``: fetch the offline assets, compress a model, report its costs, push it with a model card.
+"""``hf-tensorcompress``: fetch the offline assets, compress a model, evaluate it, report its costs, push it.
 
 User mistakes (a missing folder, a wrong rank, a refused token) end with one ``error:`` line and exit code 2;
 only bugs show a traceback.
@@ -26,6 +26,12 @@ EXAMPLES = {
         f"  {PROG} compress ./patchtst ./patchtst-svd --config compression.json\n\n"
         "Every CompressionConfig field is a flag; values are read as JSON where they parse (0.5, 8, \"{...}\"),\n"
         "otherwise as text. A --config file is read first and flags override its fields."
+    ),
+    "evaluate": (
+        "example (dense, then compressed, into one results file for the model card):\n"
+        f"  {PROG} evaluate ./patchtst --output results.json\n"
+        f"  {PROG} evaluate ./patchtst-cp --output results.json\n\n"
+        "Data is split 7:1:2 in time and standardised with training statistics; MSE/MAE are on that scale."
     ),
     "report": f"example:\n  {PROG} report ./patchtst-cp --tokens 512",
     "push": (
@@ -133,6 +139,36 @@ def _save_tokenizer(source: Path, output: Path) -> None:
         tokenizer.save_pretrained(output)
 
 
+# ---------------------------------------------------------------------------------------------------- evaluate
+def evaluate_command(args: argparse.Namespace) -> int:
+    from .data import forecasting_windows, load_forecasting_dataset
+    from .evaluation import evaluate_forecaster
+    from .loading import load_model
+
+    output = Path(args.output) if args.output else None
+    results = json.loads(output.read_text(encoding="utf-8")) if output and output.is_file() else None
+    dataset_name = args.dataset or "appliances_energy"
+    if results is not None and results.get("dataset") != dataset_name:
+        raise UsageError(f"{output} holds results on {results.get('dataset')!r}, not {dataset_name!r}; "
+                         "choose another --output")
+    model = load_model(args.folder)
+    data = load_forecasting_dataset(args.dataset)
+    if args.split not in data:
+        raise UsageError(f"the data has no {args.split!r} split; it has {sorted(data)}")
+    windows = forecasting_windows(data[args.split], model, stride=args.stride)
+    metrics = evaluate_forecaster(model, windows, batch_size=args.batch_size, description=f"evaluate {args.split}")
+    compressed = bool(getattr(model.config, "compression_config", None))
+    run = {"name": args.name or ("compressed" if compressed else "dense"), "metrics": metrics,
+           "windows": len(windows), "model": str(args.folder)}
+    results = results or {"dataset": dataset_name, "split": args.split, "runs": []}
+    results["runs"] = [r for r in results["runs"] if r.get("name") != run["name"]] + [run]
+    text = json.dumps(results, indent=2)
+    if output:
+        output.write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------------- report
 def report_command(args: argparse.Namespace) -> int:
     from .loading import load_model
@@ -219,6 +255,17 @@ def build_parser() -> argparse.ArgumentParser:
             choices = f"one of {list(METHODS)}; " if item.name == "method" else ""
             compress.add_argument(flag, metavar="VALUE",
                                   help=f"CompressionConfig.{item.name} ({choices}default: {default!r})")
+
+    evaluate = command("evaluate", "Forecast a data set's test windows with a saved model and write MSE/MAE as JSON.",
+                       evaluate_command)
+    evaluate.add_argument("folder", help="a model folder (dense or compressed) of PatchTST, Autoformer or Informer")
+    evaluate.add_argument("--dataset", help="a CSV file, a datasets folder or id (default: UCI Appliances Energy)")
+    evaluate.add_argument("--split", default="test", help="split to evaluate (default: test)")
+    evaluate.add_argument("--output", help="results JSON to write; an existing one gets this run added beside "
+                          "the others (e.g. dense, then compressed), ready for `push --results`")
+    evaluate.add_argument("--name", help="run name in the results (default: dense or compressed)")
+    evaluate.add_argument("--stride", type=int, default=1, help="step between windows (default: 1)")
+    evaluate.add_argument("--batch-size", type=int, default=64, help="windows per forward (default: 64)")
 
     report = command("report", "Print parameters, storage bits, FLOPs and estimated energy per module and in total.",
                      report_command)

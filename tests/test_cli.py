@@ -114,3 +114,28 @@ def test_fetch_returns_the_cached_asset_and_rejects_unknown_names():
     assert path == assets.asset_dir("appliances_energy") and (path / "minute_energy_appliance.csv.xz").is_file()
     assert_user_error(cli("fetch", "imagenet", check=False), "unknown asset(s) ['imagenet']")
 
+
+def test_evaluate_puts_dense_and_compressed_runs_side_by_side(tmp_path):
+    from transformers import PatchTSTConfig, PatchTSTForPrediction
+
+    from hf_tensorcompress import CompressionConfig, apply_compression
+
+    torch.manual_seed(0)
+    config = PatchTSTConfig(num_input_channels=26, context_length=32, patch_length=8, patch_stride=8,
+                            prediction_length=8, d_model=16, num_attention_heads=2, num_hidden_layers=1, ffn_dim=32)
+    model = PatchTSTForPrediction(config)
+    model.save_pretrained(tmp_path / "dense")
+    apply_compression(model, CompressionConfig(method="svd", rank=16)).save_pretrained(tmp_path / "svd")  # full rank
+    results = tmp_path / "results.json"
+    cli("evaluate", str(tmp_path / "dense"), "--output", str(results), "--stride", "97")
+    printed = json.loads(cli("evaluate", str(tmp_path / "svd"), "--output", str(results), "--stride", "97").stdout)
+    assert printed == json.loads(results.read_text())
+    assert printed["dataset"] == "appliances_energy" and printed["split"] == "test"
+    dense, compressed = printed["runs"]
+    assert (dense["name"], compressed["name"]) == ("dense", "compressed") and dense["windows"] == compressed["windows"] > 0
+    for metric in ("mse", "mae"):  # full-rank SVD is the dense model
+        assert compressed["metrics"][metric] == pytest.approx(dense["metrics"][metric], rel=1e-5)
+
+    other = tmp_path / "other.csv"
+    assert_user_error(cli("evaluate", str(tmp_path / "svd"), "--output", str(results), "--dataset", str(other),
+                          check=False), "holds results on 'appliances_energy'")
