@@ -3,10 +3,12 @@
 from .compress import apply_compression, refresh_compression_config
 from .config import CompressionConfig
 from .hub import CardInfo, PushError, model_card, push_to_hub
+from .layers.biprop import BipropLinear
 from .layers.cp import CPLinear
 from .layers.lowrank import LowRankLinear
 from .layers.structure import CompressedCheckpointError
-from .metrics import compression_report
+from .methods.biprop import apply_attention
+from .metrics import compression_report, nonzero_flops, storage_bits
 from .optim import replace_parameters_in_optimizer
 from .targets import UnsupportedModelError
 
@@ -15,6 +17,10 @@ __all__ = [
     "apply_compression",
     "refresh_compression_config",
     "compression_report",
+    "nonzero_flops",
+    "storage_bits",
+    "apply_attention",
+    "BipropLinear",
     "replace_parameters_in_optimizer",
     "CPLinear",
     "LowRankLinear",

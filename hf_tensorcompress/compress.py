@@ -8,6 +8,7 @@ from torch import nn
 from .config import CompressionConfig
 from .export import mark_compressed
 from .layers.modeling_tensorcompress import CompressedModelMixin
+from .layers.structure import install_model_options
 from .methods import get_method
 from .targets import match_targets
 
@@ -15,7 +16,12 @@ from .targets import match_targets
 def resolve_targets(model: nn.Module, config: CompressionConfig) -> list[str]:
     """Full names of the modules ``config`` compresses in ``model``; errors name what would match."""
     method = get_method(config.method)
-    names = method.default_targets(model) if config.target_modules is None else match_targets(model, config.target_modules)
+    if config.target_modules is None:
+        names = method.default_targets(model)
+    elif isinstance(config.target_modules, str) and config.target_modules in method.keywords:
+        names = method.keywords[config.target_modules](model)
+    else:
+        names = match_targets(model, config.target_modules)
     if not names:
         candidates = [name for name, module in model.named_modules() if isinstance(module, method.accepts)][:8]
         raise ValueError(
@@ -47,14 +53,17 @@ def apply_compression(model: nn.Module, config: CompressionConfig) -> nn.Module:
     config.validate()
     method = get_method(config.method)
     names = resolve_targets(model, config)
+    options = method.model_options(model, config) if method.model_options else {}
     layers = {
         name: method.build(model, name, model.get_submodule(name), config)
         for name in tqdm(names, desc=f"compress ({config.method})", disable=len(names) < 8)
     }
     for name, layer in layers.items():
         model.set_submodule(name, layer)
-    recorded = CompressionConfig.from_dict({**config.to_dict(), "modules": {n: l.spec() for n, l in layers.items()}})
+    specs = {n: l.spec() for n, l in layers.items()}
+    recorded = CompressionConfig.from_dict({**config.to_dict(), **options, "modules": specs})
     mark_compressed(model, recorded)
+    install_model_options(model, model.config.compression_config)
     return model
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import torch
 from torch import nn
 
 
@@ -29,14 +30,14 @@ def tensor_bits(module: nn.Module) -> int:
 
 def module_cost(name: str, layer: nn.Module, tokens: int) -> ModuleCost:
     """Costs of a compressed layer; a layer may override storage with ``storage_bits()`` (e.g. packed bits)."""
-    reference = next(layer.parameters())
+    reference = next(t for t in [*layer.parameters(), *layer.buffers()] if t.is_floating_point())
     dense_params = layer.dense_parameters()
     dense_flops = 2 * tokens * (layer.in_features * layer.out_features) if hasattr(layer, "in_features") else 0
     return ModuleCost(
         name=name,
         type=layer.layer_type,
         dense_params=dense_params,
-        params=sum(p.numel() for p in layer.parameters()),
+        params=layer.binary_parameters() if hasattr(layer, "binary_parameters") else sum(p.numel() for p in layer.parameters()),
         dense_bits=dense_params * reference.element_size() * 8,
         bits=layer.storage_bits() if hasattr(layer, "storage_bits") else tensor_bits(layer),
         dense_flops=dense_flops,
@@ -68,3 +69,74 @@ def compression_report(model: nn.Module, tokens: int = 1) -> dict:
             "params": model_params,
         },
     }
+
+
+# ---------------------------------------------------------------------- SBT: non-zero FLOPs of a whole forward
+def attention_multiply_adds(kind: str | None, steps: int, head_dim: int, heads: int, keep_ratio: float = 1.0) -> dict:
+    """Non-zero multiply-adds of ``QKᵀ`` and ``AV`` for one sequence (Sparse Binary Transformers, Table 5).
+
+    ``kind``: ``None`` (canonical), ``"step_t"`` (only the last row is computed; earlier rows are identities, and
+    ``AV`` counts twice because V is dense) or ``"qkv_mask"`` (Q, K, V keep ``keep_ratio`` of their entries).
+    """
+    w, d = steps, head_dim
+    if kind == "step_t":
+        qk, av = (w - 1) * d, 2 * (w - 1) * d
+    elif kind == "qkv_mask":
+        qk, av = round(d * (w * keep_ratio) ** 2), round(d * w * w * keep_ratio)
+    else:
+        qk, av = d * w * w, d * w * w
+    return {"qk": heads * qk, "av": heads * av}
+
+
+def nonzero_flops(model: nn.Module, **inputs) -> dict:
+    """Non-zero FLOPs (2 per multiply-add) of one forward on ``inputs``, measured with hooks.
+
+    Every ``nn.Linear`` counts ``rows·in·out``, a layer with ``multiply_adds`` (e.g. biprop: only kept weights) its
+    own count, and every attention module with ``head_dim``/``num_heads`` the Table 5 count of the SBT option it
+    runs (``sbt_attention`` flag; canonical otherwise). Q-scaling, softmax, norms and the embedding are left out,
+    as in the paper's table.
+    """
+    totals = {"linear": 0, "attention": 0}
+
+    def linear_hook(module, args, output):
+        rows = args[0].numel() // args[0].shape[-1]
+        if hasattr(module, "multiply_adds"):
+            totals["linear"] += module.multiply_adds(rows, cached=True)[0]
+        else:
+            totals["linear"] += rows * module.in_features * module.out_features
+
+    def attention_hook(module, args, kwargs, output):
+        hidden = kwargs.get("hidden_states", args[0] if args else None)
+        sequences, steps = hidden.numel() // (hidden.shape[-1] * hidden.shape[-2]), hidden.shape[-2]
+        masks = getattr(module, "sbt_qkv_mask", None)
+        keep = float(masks.float().mean()) if masks is not None else 1.0
+        counts = attention_multiply_adds(getattr(module, "sbt_attention", None), steps, module.head_dim, module.num_heads, keep)
+        totals["attention"] += sequences * sum(counts.values())
+
+    handles = []
+    for module in model.modules():
+        if isinstance(module, nn.Linear) or hasattr(module, "multiply_adds"):
+            handles.append(module.register_forward_hook(linear_hook))
+        elif hasattr(module, "head_dim") and hasattr(module, "num_heads") and hasattr(module, "q_proj"):
+            handles.append(module.register_forward_hook(attention_hook, with_kwargs=True))
+    try:
+        with torch.no_grad():
+            model(**inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {key: 2 * value for key, value in totals.items()} | {"total": 2 * sum(totals.values())}
+
+
+def storage_bits(model: nn.Module) -> int:
+    """Bits a model's inference state takes: ``storage_bits()`` of layers that define it, stored size of the rest."""
+    total, covered = 0, set()
+    for module in model.modules():
+        if hasattr(module, "storage_bits") and not any(id(t) in covered for t in module.buffers()):
+            total += module.storage_bits()
+            covered.update(id(t) for t in [*module.parameters(), *module.buffers()])
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if id(tensor) not in covered:
+            total += tensor.numel() * tensor.element_size() * 8
+            covered.add(id(tensor))
+    return total

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 from huggingface_hub import ModelCard
 from transformers import PatchTSTConfig, PatchTSTForPrediction
 
+import hf_tensorcompress
 from hf_tensorcompress import CardInfo, CompressionConfig, PushError, apply_compression, push_to_hub
 from hf_tensorcompress.config import METHODS
 from helpers import run_without_library
@@ -17,8 +19,10 @@ from helpers import run_without_library
 ROUND_TRIPS = {
     "cp": CompressionConfig(method="cp", rank=3, cp_iterations=5),
     "svd": CompressionConfig(method="svd", rank=4),
+    "biprop": CompressionConfig(method="biprop", keep_ratio=0.5),
 }
-CODE_FILES = {"modeling_tensorcompress.py", "structure.py", "cp.py", "lowrank.py"}
+#: The shipped layer code (every file of hf_tensorcompress/layers/) must reach the repo.
+CODE_FILES = {path.name for path in (Path(hf_tensorcompress.__file__).parent / "layers").glob("*.py")}
 
 RESULTS = {
     "dataset": "appliances_energy",

@@ -59,10 +59,14 @@ def cp_als(
 
 
 def _balance(factors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Give the three factors of every component the same column norm, so none dominates the gradients."""
-    norms = torch.stack([f.norm(dim=0).clamp_min(1e-12) for f in factors])
-    scale = norms.prod(dim=0) ** (1.0 / 3.0)
-    return [f / n * scale for f, n in zip(factors, norms)]
+    """Give the three factors of every component the same column norm, so none dominates the gradients.
+
+    Components with an all-zero factor (fresh components from ``set_rank``) are left as they are.
+    """
+    norms = torch.stack([f.norm(dim=0) for f in factors])
+    live = (norms > 0).all(dim=0)
+    scale = torch.where(live, norms.prod(dim=0) ** (1.0 / 3.0), torch.ones_like(norms[0]))
+    return [f * torch.where(live, scale / n.clamp_min(1e-30), torch.ones_like(n)) for f, n in zip(factors, norms)]
 
 
 class CPLinear(nn.Module):
@@ -152,11 +156,13 @@ class CPLinear(nn.Module):
     # ----------------------------------------------------------------- rank change
     @torch.no_grad()
     def set_rank(self, rank: int, n_iter: int = 12) -> dict[nn.Parameter, nn.Parameter]:
-        """Re-decompose at ``rank``, warm-started from the current factors.
+        """Change the rank, warm-started from the current factors.
 
-        Shrinking keeps the strongest components; growing adds components fitted to the residual. A few ALS
-        sweeps on the rebuilt tensor then refit all factors together. The factors become *new* Parameters, so
-        an optimizer built before the call would keep updating the old ones (the bug in the paper's code):
+        Shrinking keeps the strongest components, then a few ALS sweeps refit them to the tensor the current
+        factors represent. Growing cannot add information to that tensor (it already has rank ≤ the old rank),
+        so it appends components whose output factor is zero, LoRA-style: the layer's function is unchanged
+        and the new components receive gradients from the first step. The factors become *new* Parameters,
+        so an optimizer built before the call would keep updating the old ones (the bug in the paper's code):
         pass the returned ``{old: new}`` map to ``hf_tensorcompress.replace_parameters_in_optimizer`` or
         rebuild the optimizer.
         """
@@ -165,26 +171,20 @@ class CPLinear(nn.Module):
         old_params = self.factors
         if rank == self.rank:
             return {p: p for p in old_params}
-        work_dtype = torch.float64 if self.factor_out.dtype == torch.float64 else torch.float32
-        factors = [f.detach().to(work_dtype) for f in old_params]
-        target = cp_reconstruct(factors)
-        strength = torch.stack([f.norm(dim=0) for f in factors]).prod(dim=0)
+        factors = [f.detach() for f in old_params]
         if rank < self.rank:
+            work = [f.double() for f in factors]
+            strength = torch.stack([f.norm(dim=0) for f in work]).prod(dim=0)
             keep = strength.argsort(descending=True)[:rank]
-            start = [f[:, keep] for f in factors]
+            new_factors, _ = cp_als(cp_reconstruct(work), [f[:, keep] for f in work], n_iter=n_iter)
         else:
             extra = rank - self.rank
             generator = torch.Generator(device="cpu").manual_seed(self.rank * 7919 + rank)
-            residual_start = [
-                torch.randn(f.shape[0], extra, generator=generator, dtype=work_dtype).to(f.device) for f in factors
-            ]
-            residual = target - cp_reconstruct(factors)
-            if float(residual.norm()) > 1e-12 * float(target.norm()):
-                residual_start, _ = cp_als(residual, residual_start, n_iter=max(2, n_iter // 2))
-            else:  # already exact: new components start tiny and are learned by training
-                residual_start = [f * 1e-3 for f in residual_start]
-            start = [torch.cat([f, g], dim=1) for f, g in zip(factors, residual_start)]
-        new_factors, _ = cp_als(target, start, n_iter=n_iter)
+            std = (1.0 / (3.0 * self.in_features * rank)) ** (1.0 / 6.0)
+            grown = [
+                torch.randn(f.shape[0], extra, generator=generator).to(f) * std for f in factors[:2]
+            ] + [factors[2].new_zeros(factors[2].shape[0], extra)]
+            new_factors = [torch.cat([f, g], dim=1) for f, g in zip(factors, grown)]
         self.load_factors(new_factors)
         return dict(zip(old_params, self.factors))
 

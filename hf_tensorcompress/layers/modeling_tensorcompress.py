@@ -12,7 +12,7 @@ from __future__ import annotations
 import transformers
 from torch import nn
 
-from .structure import CompressedCheckpointError, install_layers
+from .structure import CompressedCheckpointError, install_layers, install_model_options
 
 CLASS_PREFIX = "Compressed"
 
@@ -29,6 +29,7 @@ class CompressedModelMixin:
         super().__init__(config, *args, **kwargs)
         compression = getattr(config, "compression_config", None) or {}
         install_layers(self, compression.get("modules", {}))
+        install_model_options(self, compression)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """``PreTrainedModel.save_pretrained``, plus the model card when hf_tensorcompress is installed."""

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from torch import nn
 
+from .attention import install_attention
+from .biprop import BipropLinear
 from .cp import CPLinear
 from .lowrank import LowRankLinear
 
-LAYER_TYPES: dict[str, type[nn.Module]] = {cls.layer_type: cls for cls in (CPLinear, LowRankLinear)}
+LAYER_TYPES: dict[str, type[nn.Module]] = {cls.layer_type: cls for cls in (CPLinear, LowRankLinear, BipropLinear)}
 
 
 class CompressedCheckpointError(ValueError):
@@ -44,3 +46,8 @@ def install_layers(model: nn.Module, module_specs: dict[str, dict]) -> None:
         if reference is not None:
             layer.to(device=reference.device, dtype=reference.dtype)
         model.set_submodule(name, layer)
+
+
+def install_model_options(model: nn.Module, compression: dict) -> None:
+    """Model-level options recorded in ``compression_config`` (biprop's SBT attention), re-installed on load."""
+    install_attention(model, compression)

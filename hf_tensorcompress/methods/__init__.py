@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 from torch import nn
@@ -16,13 +16,17 @@ class Method:
 
     ``default_targets(model)`` lists full module names to compress when the config names none;
     ``build(model, name, module, config)`` returns the replacement layer (it must not modify ``model``);
-    ``accepts`` are the module types the method can replace.
+    ``accepts`` are the module types the method can replace; ``keywords`` maps a one-word ``target_modules``
+    (e.g. ``"all-linear"``) to a function listing its targets; ``model_options(model, config)`` validates and
+    resolves model-level options (recorded in ``compression_config``) without touching the model.
     """
 
     name: str
     default_targets: Callable[[nn.Module], list[str]]
     build: Callable[[nn.Module, str, nn.Module, CompressionConfig], nn.Module]
     accepts: tuple[type[nn.Module], ...] = (nn.Linear,)
+    keywords: dict[str, Callable[[nn.Module], list[str]]] = field(default_factory=dict)
+    model_options: Callable[[nn.Module, CompressionConfig], dict] | None = None
 
 
 METHODS: dict[str, Method] = {}
@@ -39,4 +43,4 @@ def get_method(name: str) -> Method:
     return METHODS[name]
 
 
-from . import cp, svd  # noqa: E402,F401  (register the built-in methods)
+from . import biprop, cp, svd  # noqa: E402,F401  (register the built-in methods)

@@ -1,0 +1,119 @@
+"""Wall time of Smartformer training (CP attention + RL rank search) against dense training for the same steps.
+
+Trains a PatchTST on the real Appliances Energy data three ways, one after the other in this process, with the
+same steps, batches and seed: dense, CP with fixed ranks (the layer's own cost), and Smartformer (CP + search).
+The Smartformer time is split into agent time (MDP + A2C), re-decomposition time (set_rank, optimizer swap,
+config refresh, DDP rebuild), importance accumulation and the rest (training). Target: Smartformer / dense ≤ 1.5.
+The last printed line is one JSON object with the figures.
+
+    OMP_NUM_THREADS=1 python benchmarks/search_overhead.py [--steps 200] [--interval 10] [--repeats 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+
+import pandas as pd
+import torch
+from transformers import PatchTSTConfig, PatchTSTForPrediction, Trainer, TrainingArguments
+
+from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress.assets import appliances_energy_csv
+from hf_tensorcompress.search import SearchConfig
+from hf_tensorcompress.trainer import SmartformerTrainer
+
+
+class Windows(torch.utils.data.Dataset):
+    def __init__(self, values: torch.Tensor, context: int, horizon: int) -> None:
+        self.values, self.context, self.horizon = values, context, horizon
+
+    def __len__(self) -> int:
+        return len(self.values) - self.context - self.horizon + 1
+
+    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+        window = self.values[i : i + self.context + self.horizon]
+        return {"past_values": window[: self.context], "future_values": window[self.context :]}
+
+
+def appliances_train_windows(context: int, horizon: int) -> Windows:
+    frame = pd.read_csv(appliances_energy_csv()).drop(columns=["date", "rv1", "rv2"])
+    values = torch.tensor(frame.to_numpy()[: int(len(frame) * 0.7)], dtype=torch.float32)
+    return Windows((values - values.mean(0)) / values.std(0).clamp_min(1e-6), context, horizon)
+
+
+def model(method: str | None, args: argparse.Namespace, channels: int) -> PatchTSTForPrediction:
+    torch.manual_seed(0)
+    config = PatchTSTConfig(
+        num_input_channels=channels, context_length=args.context, prediction_length=args.horizon,
+        patch_length=16, patch_stride=8, d_model=args.d_model, num_attention_heads=args.heads,
+        num_hidden_layers=args.layers, ffn_dim=2 * args.d_model,
+    )
+    dense = PatchTSTForPrediction(config)
+    return dense if method is None else apply_compression(dense, CompressionConfig(method=method, rank=1.0))
+
+
+def timed(trainer: Trainer) -> float:
+    start = time.perf_counter()
+    trainer.train()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument("--repeats", type=int, default=2, help="each variant runs this often, interleaved; the minimum counts")
+    parser.add_argument("--interval", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--context", type=int, default=96)
+    parser.add_argument("--horizon", type=int, default=96)
+    parser.add_argument("--d-model", type=int, default=64)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=3)
+    args = parser.parse_args()
+
+    data = appliances_train_windows(args.context, args.horizon)
+    channels = data.values.shape[1]
+    out = tempfile.mkdtemp()
+    training = TrainingArguments(
+        out, max_steps=args.steps, per_device_train_batch_size=args.batch_size, learning_rate=1e-3,
+        report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, use_cpu=not torch.cuda.is_available(),
+    )
+    search = SearchConfig(interval=args.interval, trace_file=None, plot_file=None)
+
+    # interleaved repeats on a shared machine: the fastest run of each variant is the least disturbed one
+    dense_runs, fixed_runs, smart_runs = [], [], []
+    for _ in range(args.repeats):
+        dense_runs.append(timed(Trainer(model=model(None, args, channels), args=training, train_dataset=data)))
+        fixed_runs.append(timed(Trainer(model=model("cp", args, channels), args=training, train_dataset=data)))
+        trainer = SmartformerTrainer(model=model("cp", args, channels), args=training, train_dataset=data, search=search)
+        smart_runs.append((timed(trainer), trainer))
+    dense_seconds, fixed_seconds = min(dense_runs), min(fixed_runs)
+    smart_seconds, smart = min(smart_runs, key=lambda run: run[0])
+    parts = {key: round(value, 3) for key, value in smart.search_seconds.items()}
+    result = {
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "stages": len(smart.search.trace),
+        "search_finished": smart.search.done,
+        "dense_seconds": round(dense_seconds, 3),
+        "cp_fixed_rank_seconds": round(fixed_seconds, 3),
+        "smartformer_seconds": round(smart_seconds, 3),
+        "smartformer_agent_seconds": parts["agent"],
+        "smartformer_redecompose_seconds": parts["redecompose"],
+        "smartformer_importance_seconds": parts["importance"],
+        "smartformer_training_seconds": round(smart_seconds - sum(smart.search_seconds.values()), 3),
+        "smartformer_over_dense": round(smart_seconds / dense_seconds, 3),
+        "cp_fixed_over_dense": round(fixed_seconds / dense_seconds, 3),
+        "search_only_over_cp_fixed": round(smart_seconds / fixed_seconds, 3),
+        "target_smartformer_over_dense": 1.5,
+    }
+    print(f"dense {dense_seconds:.1f}s | CP fixed ranks {fixed_seconds:.1f}s | Smartformer {smart_seconds:.1f}s "
+          f"(agent {parts['agent']}s, re-decomposition {parts['redecompose']}s, importance {parts['importance']}s)")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

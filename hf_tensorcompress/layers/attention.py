@@ -1,0 +1,112 @@
+"""SBT attention options (DESIGN.md §3.3) as transformers attention functions, not forked attention code.
+
+* ``step_t``: earlier time steps attend only to themselves; the last step attends to every earlier step and not to
+  itself (paper §3.3.2, Fig. 2).
+* ``qkv_mask``: fixed random 0/1 masks on the Q, K and V activations (``length × head_dim``, one per projection,
+  shared by the heads of a module), persistent buffers ``sbt_qkv_mask`` of the attention module (paper §3.3.1).
+
+Both are registered in ``AttentionInterface`` and selected by ``config._attn_implementation``; only attention modules
+flagged by ``install_attention`` get them, every other attention module of the model runs plain eager attention.
+The options are driven by ``config.compression_config`` (keys ``attention``, ``attention_keep_ratio``,
+``attention_length``, ``weight_seed``, ``attention_modules``), so remote-code loading re-installs them.
+
+Ships inside saved checkpoints: torch and transformers only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers import AttentionInterface
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+IMPLEMENTATIONS = {"step_t": "sbt_step_t", "qkv_mask": "sbt_qkv_mask"}
+MASK_BUFFER = "sbt_qkv_mask"
+_FLAG = "sbt_attention"
+
+
+def step_t_allowed(query_length: int, key_length: int | None = None, device: torch.device | None = None) -> torch.Tensor:
+    """Bool ``(query_length, key_length)``: True where the query step may attend to the key step."""
+    key_length = query_length if key_length is None else key_length
+    allowed = torch.eye(query_length, key_length, dtype=torch.bool, device=device)
+    allowed[-1, :] = True
+    allowed[-1, min(query_length, key_length) - 1] = False
+    if key_length == 1:  # a single step has nothing earlier to look at: let it see itself
+        allowed[-1, 0] = True
+    return allowed
+
+
+def sbt_attention(module: nn.Module, query, key, value, attention_mask, scaling=None, dropout=0.0, **_):
+    """Eager attention (``query``/``key``/``value``: batch × heads × steps × head_dim) plus the module's SBT option.
+
+    One function serves both registered names: the option is read from the module, so the attention modules the
+    user did not select (e.g. a decoder) keep plain attention.
+    """
+    option = getattr(module, _FLAG, None)
+    if option == "qkv_mask":
+        masks = getattr(module, MASK_BUFFER)
+        if max(query.shape[-2], key.shape[-2]) > masks.shape[1]:
+            raise ValueError(
+                f"the Q/K/V masks cover {masks.shape[1]} steps but the input has {max(query.shape[-2], key.shape[-2])}; "
+                "set CompressionConfig.attention_length to the longest sequence the attention sees"
+            )
+        query = query * masks[0, : query.shape[-2]].to(query.dtype)
+        key = key * masks[1, : key.shape[-2]].to(key.dtype)
+        value = value * masks[2, : value.shape[-2]].to(value.dtype)
+    scaling = query.shape[-1] ** -0.5 if scaling is None else scaling
+    weights = torch.matmul(query, key.transpose(-1, -2)) * scaling
+    if option == "step_t":
+        allowed = step_t_allowed(query.shape[-2], key.shape[-2], query.device)
+        weights = weights.masked_fill(~allowed, torch.finfo(weights.dtype).min)
+    if attention_mask is not None:
+        weights = weights + attention_mask[..., : key.shape[-2]]
+    weights = nn.functional.softmax(weights, dim=-1)
+    weights = nn.functional.dropout(weights, p=dropout, training=module.training)
+    return torch.matmul(weights, value).transpose(1, 2).contiguous(), weights
+
+
+def register_attention_functions() -> None:
+    """Our attention names, plus eager-format mask creation for them (else causal/padding masks would be dropped)."""
+    for implementation in IMPLEMENTATIONS.values():
+        AttentionInterface.register(implementation, sbt_attention)
+        AttentionMaskInterface.register(implementation, eager_mask)
+
+
+def random_qkv_masks(length: int, head_dim: int, keep_ratio: float, generator: torch.Generator) -> torch.Tensor:
+    """Bool ``(3, length, head_dim)``: for Q, K, V each, exactly ``round(keep_ratio · length · head_dim)`` ones."""
+    numel = length * head_dim
+    keep = max(1, round(keep_ratio * numel))
+    masks = torch.zeros(3, numel, dtype=torch.bool)
+    for row in masks:
+        row[torch.randperm(numel, generator=generator)[:keep]] = True
+    return masks.view(3, length, head_dim)
+
+
+def install_attention(model: nn.Module, options: dict) -> None:
+    """Flag the listed attention modules, give ``qkv_mask`` modules their (seeded) mask buffers, select the function.
+
+    ``options``: ``attention`` (``"step_t"``/``"qkv_mask"``/None), ``attention_modules`` (full names),
+    ``attention_length``, ``attention_keep_ratio``, ``weight_seed``. Masks are drawn from the seed, then replaced by
+    the checkpoint's buffers when a saved model loads.
+    """
+    kind = options.get("attention")
+    if kind is None:
+        return
+    if kind not in IMPLEMENTATIONS:
+        raise ValueError(f"unknown SBT attention option {kind!r}; known: {sorted(IMPLEMENTATIONS)}")
+    register_attention_functions()
+    generator = torch.Generator().manual_seed(int(options.get("weight_seed", 0)))
+    for name in options["attention_modules"]:
+        module = model.get_submodule(name)
+        setattr(module, _FLAG, kind)
+        if kind == "qkv_mask":
+            masks = random_qkv_masks(
+                options["attention_length"], module.head_dim, options["attention_keep_ratio"], generator
+            )
+            reference = next(iter([*module.parameters(), *module.buffers()]), masks)
+            module.register_buffer(MASK_BUFFER, masks.to(reference.device), persistent=True)
+    model.config._attn_implementation_internal = IMPLEMENTATIONS[kind]
+    for sub in model.modules():  # sub-models holding their own config object
+        config = getattr(sub, "config", None)
+        if config is not None and config is not model.config and hasattr(config, "_attn_implementation_internal"):
+            config._attn_implementation_internal = IMPLEMENTATIONS[kind]

@@ -1,0 +1,267 @@
+"""Biprop sparse-binary linear layer (Sparse Binary Transformers, DESIGN.md §3.3).
+
+Frozen random weights ``W``, learned scores ``S``; the forward keeps the top ``keep_ratio`` fraction of ``|S|``
+(mask ``M``) and uses the weight ``α · sign(W) ⊙ M`` with ``α = ‖M ⊙ W‖₁ / ‖M‖₁``.
+
+On disk a trained layer is ``mask_bits`` (``M`` packed 8 per byte) and ``alpha`` (one fp32): the signs of ``W`` are
+not stored because ``W`` is never trained and its signs are a pure function of ``sign_seed`` (a counter-based hash
+computed with 32-bit integer arithmetic in torch, identical on every device and torch version). That is 1 bit per
+weight — packed sign bits beside the mask would be 2 bits (1/16 of fp32) and could not reach 1/25. A layer built
+with ``save_scores=True`` also stores ``scores`` and ``weight`` so that training can resume.
+
+Ships inside saved checkpoints: torch only.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+WEIGHT_INITS = ("kaiming_normal", "signed_constant")
+_MASK32 = 0xFFFFFFFF
+
+
+def _mul32(x, constant: int):
+    """``x · constant mod 2³²`` for ``x < 2³²`` without int64 overflow (16-bit halves of the constant)."""
+    low, high = constant & 0xFFFF, constant >> 16
+    return ((x * low) + (((x * high) & 0xFFFF) << 16)) & _MASK32
+
+
+def _hash32(x):
+    """Wellons' ``lowbias32`` integer hash of a Python int or an int64 tensor holding values < 2³²."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def seeded_signs(seed: int, numel: int, device: torch.device | None = None) -> torch.Tensor:
+    """``numel`` signs in {-1, +1} (int8) fixed by ``seed``: bit 31 of ``hash(index + hash(seed))``."""
+    offset = _hash32(seed & _MASK32)
+    index = (torch.arange(numel, dtype=torch.int64, device=device) + offset) & _MASK32
+    bits = (_hash32(index) >> 31) & 1
+    return (bits * 2 - 1).to(torch.int8)
+
+
+def pack_bits(bits: torch.Tensor) -> torch.Tensor:
+    """A bool/0-1 tensor flattened and packed 8 per byte (most significant first) into uint8."""
+    flat = bits.reshape(-1).to(torch.uint8)
+    flat = F.pad(flat, (0, (-flat.numel()) % 8))
+    weights = torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8, device=flat.device)
+    return (flat.view(-1, 8) * weights).sum(dim=1, dtype=torch.uint8)
+
+
+def unpack_bits(packed: torch.Tensor, numel: int) -> torch.Tensor:
+    """Inverse of ``pack_bits``: the first ``numel`` bits as a bool tensor."""
+    shifts = torch.arange(7, -1, -1, dtype=torch.uint8, device=packed.device)
+    return ((packed.view(-1, 1) >> shifts) & 1).reshape(-1)[:numel].bool()
+
+
+def kept_count(numel: int, keep_ratio: float) -> int:
+    """Weights kept: what Biprop's code keeps (it prunes ``int((1 - p) · numel)``, so ``p`` is the kept fraction)."""
+    return max(1, numel - int((1.0 - keep_ratio) * numel))
+
+
+def top_mask(scores: torch.Tensor, keep: int) -> torch.Tensor:
+    """Float mask of the ``keep`` largest ``|scores|``."""
+    mask = torch.zeros(scores.numel(), dtype=scores.dtype, device=scores.device)
+    mask[scores.detach().abs().reshape(-1).topk(keep, sorted=False).indices] = 1.0
+    return mask.view_as(scores)
+
+
+class _ScaledMask(torch.autograd.Function):
+    """``α · M`` from ``|S|`` and ``W``; backward sends ``g · |W|`` to ``|S|`` and nothing to ``W``.
+
+    The straight-through rule of Biprop's reference code (``GetQuantnet_binary``): ``g`` is the gradient reaching
+    ``α·M``, i.e. ``∂L/∂W_eff ⊙ sign(W)``; the caller passes ``|S|`` so autograd adds the factor ``sign(S)``.
+    """
+
+    @staticmethod
+    def forward(ctx, abs_scores: torch.Tensor, weight: torch.Tensor, keep: int) -> torch.Tensor:
+        mask = top_mask(abs_scores, keep)
+        alpha = (weight.abs() * mask).sum() / mask.sum()
+        ctx.save_for_backward(weight)
+        return alpha * mask
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (weight,) = ctx.saved_tensors
+        return grad * weight.abs(), None, None
+
+
+class BipropLinear(nn.Module):
+    """``y = x (α · sign(W) ⊙ M)ᵀ``: frozen random ``W``, learned scores choose ``M``; no bias (as in SBT).
+
+    Args:
+        keep_ratio: fraction of weights kept (the paper's "prune rate p" — its code keeps that fraction).
+        weight_init: ``"kaiming_normal"`` or ``"signed_constant"`` (``±`` the Kaiming std); only ``|W|`` differs,
+            the signs always come from ``sign_seed``.
+        sign_seed: fixes the signs of ``W`` (and so of the binary weights); stored in the spec.
+        save_scores: also store ``scores`` and ``weight`` in checkpoints (to resume training); otherwise a saved
+            layer is only ``mask_bits`` + ``alpha`` and loads as an inference-only layer.
+        trainable: ``False`` builds the inference-only form (no scores, no ``W``), as loaded from a bits checkpoint.
+    """
+
+    layer_type = "biprop"
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        keep_ratio: float = 0.5,
+        weight_init: str = "kaiming_normal",
+        sign_seed: int = 0,
+        save_scores: bool = False,
+        trainable: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        super().__init__()
+        if not 0.0 < keep_ratio <= 1.0:
+            raise ValueError(f"keep_ratio is the fraction of weights kept and must be in (0, 1], got {keep_ratio}")
+        if weight_init not in WEIGHT_INITS:
+            raise ValueError(f"weight_init={weight_init!r} is not supported; choose one of {list(WEIGHT_INITS)}")
+        self.in_features, self.out_features = in_features, out_features
+        self.keep_ratio, self.weight_init = float(keep_ratio), weight_init
+        self.sign_seed, self.save_scores, self.trainable = int(sign_seed), bool(save_scores), bool(trainable)
+        numel = in_features * out_features
+        self._signs: dict[torch.device, torch.Tensor] = {}
+        self.register_buffer("mask_bits", torch.zeros((numel + 7) // 8, dtype=torch.uint8))
+        self.register_buffer("alpha", torch.zeros(1))
+        if trainable:
+            self.scores = nn.Parameter(torch.empty(out_features, in_features))
+            self.register_buffer("weight", torch.empty(out_features, in_features))
+            self.reset_parameters(generator)
+            self.register_state_dict_post_hook(_pack_on_save)
+        self._cache: tuple[tuple, torch.Tensor] | None = None
+
+    @property
+    def keep(self) -> int:
+        return kept_count(self.in_features * self.out_features, self.keep_ratio)
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """Kaiming-normal (fan-in, ReLU gain) magnitudes with the seeded signs; Biprop's score init."""
+        std = math.sqrt(2.0 / self.in_features)
+        signs = seeded_signs(self.sign_seed, self.weight.numel()).view_as(self.weight).float()
+        with torch.no_grad():
+            if self.weight_init == "kaiming_normal":
+                magnitude = torch.randn(self.weight.shape, generator=generator).abs() * std
+            else:
+                magnitude = torch.full(self.weight.shape, std)
+            self.weight.copy_(signs * magnitude)
+            bound = 1.0 / math.sqrt(self.in_features)  # kaiming_uniform_(a=√5), as Biprop initialises scores
+            self.scores.copy_(torch.rand(self.scores.shape, generator=generator) * 2 * bound - bound)
+        self._refresh_packed()
+
+    # ------------------------------------------------------------------ weights
+    def mask(self) -> torch.Tensor:
+        """The current binary mask ``M`` (float, shape ``out × in``)."""
+        if self.trainable:
+            return top_mask(self.scores, self.keep)
+        return unpack_bits(self.mask_bits, self.in_features * self.out_features).view(
+            self.out_features, self.in_features
+        ).to(self.alpha.dtype)
+
+    def signs(self) -> torch.Tensor:
+        """``sign(W)`` as int8, regenerated from ``sign_seed`` once per device (not state: never saved)."""
+        device = self.alpha.device
+        if device not in self._signs:
+            self._signs[device] = seeded_signs(self.sign_seed, self.in_features * self.out_features, device).view(
+                self.out_features, self.in_features
+            )
+        return self._signs[device]
+
+    def effective_weight(self) -> torch.Tensor:
+        """``α · sign(W) ⊙ M`` with gradients to the scores (training path)."""
+        if not self.trainable:
+            return self.alpha * self.signs().to(self.alpha.dtype) * self.mask()
+        scaled = _ScaledMask.apply(self.scores.abs(), self.weight, self.keep)
+        return self.signs().to(scaled.dtype) * scaled
+
+    def folded_weight(self) -> torch.Tensor:
+        """The effective weight with mask and signs folded in, cached until the scores or bits change."""
+        source = self.scores if self.trainable else self.mask_bits
+        key = (source.data_ptr(), source._version, self.alpha._version, source.device, self.alpha.dtype)
+        if self._cache is None or self._cache[0] != key:
+            with torch.no_grad():
+                if self.trainable:
+                    self._refresh_packed()
+                    key = (source.data_ptr(), source._version, self.alpha._version, source.device, self.alpha.dtype)
+                weight = self.alpha * self.signs().to(self.alpha.dtype) * self.mask()
+            self._cache = (key, weight)
+        return self._cache[1]
+
+    @torch.no_grad()
+    def _refresh_packed(self) -> None:
+        """Write the current mask and α into the persistent ``mask_bits`` / ``alpha`` buffers."""
+        mask = top_mask(self.scores, self.keep)
+        self.mask_bits.copy_(pack_bits(mask.bool()))
+        self.alpha.copy_((self.weight.abs() * mask).sum() / mask.sum())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.trainable and self.training and torch.is_grad_enabled():
+            weight = self.effective_weight()
+        else:
+            weight = self.folded_weight()
+        return F.linear(x, weight.to(x.dtype))
+
+    # ------------------------------------------------------------------ structure
+    def spec(self) -> dict:
+        return {
+            "type": self.layer_type,
+            "in_features": self.in_features,
+            "out_features": self.out_features,
+            "keep_ratio": self.keep_ratio,
+            "weight_init": self.weight_init,
+            "sign_seed": self.sign_seed,
+            "save_scores": self.save_scores,
+        }
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "BipropLinear":
+        """The layer as a checkpoint holds it: trainable only if the checkpoint kept its scores."""
+        return cls(
+            spec["in_features"],
+            spec["out_features"],
+            spec["keep_ratio"],
+            spec["weight_init"],
+            spec["sign_seed"],
+            save_scores=spec["save_scores"],
+            trainable=spec["save_scores"],
+        )
+
+    # ------------------------------------------------------------------ costs
+    def dense_parameters(self) -> int:
+        """Parameters of the ``nn.Linear`` (with bias) this layer replaces."""
+        return self.in_features * self.out_features + self.out_features
+
+    def binary_parameters(self) -> int:
+        """Non-zero binary weights plus α: what inference needs (the paper's "Params (Binary)")."""
+        return self.keep + 1
+
+    def storage_bits(self) -> int:
+        """Bits of the saved inference form: one mask bit per weight (padded to bytes) + fp32 α."""
+        return self.mask_bits.numel() * 8 + 32
+
+    def multiply_adds(self, tokens: int, cached: bool = False) -> tuple[int, str]:
+        """Non-zero multiply-adds: only kept weights multiply (paper §5.1: ``d·m·p``)."""
+        return tokens * self.keep, "sparse-binary"
+
+    def extra_repr(self) -> str:
+        return (
+            f"in_features={self.in_features}, out_features={self.out_features}, keep_ratio={self.keep_ratio}, "
+            f"trainable={self.trainable}"
+        )
+
+
+def _pack_on_save(module: BipropLinear, state_dict: dict, prefix: str, local_metadata) -> None:
+    """Refresh ``mask_bits``/``alpha`` from the scores; drop scores and ``W`` unless ``save_scores``."""
+    module._refresh_packed()
+    state_dict[prefix + "mask_bits"] = module.mask_bits
+    state_dict[prefix + "alpha"] = module.alpha
+    if not module.save_scores:
+        state_dict.pop(prefix + "scores", None)
+        state_dict.pop(prefix + "weight", None)

@@ -1,0 +1,73 @@
+"""Advantage actor-critic (paper §4.1.3): actor π(a|s) and critic v(s), two ReLU layers of 40 units each."""
+
+from __future__ import annotations
+
+import random
+
+import torch
+from torch import nn
+
+from .encoder import StateEncoder
+
+
+def mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
+    return nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, outputs))
+
+
+def masked_log_softmax(logits: torch.Tensor, mask: list[bool]) -> torch.Tensor:
+    allowed = torch.tensor(mask, dtype=torch.bool)
+    return torch.log_softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
+
+
+class ActorCritic(nn.Module):
+    """Encoder + actor + critic, trained together by one Adam on ``L_actor + L_critic``.
+
+    ``A = R + γ v(s') − v(s)``; ``L_actor = −log π(a|s) · A`` (A treated as a constant), ``L_critic = A²`` with
+    ``v(s')`` as a fixed target (semi-gradient TD(0)). The encoder learns through both losses.
+    """
+
+    def __init__(self, encoder: StateEncoder, actions: int, hidden: int = 40, gamma: float = 0.95, lr: float = 1e-3) -> None:
+        super().__init__()
+        self.encoder = encoder
+        self.actor = mlp(encoder.state_dim, hidden, actions)
+        self.critic = mlp(encoder.state_dim, hidden, 1)
+        self.gamma = gamma
+        self.optimizer = torch.optim.Adam(self.parameters(), lr=lr)
+
+    @torch.no_grad()
+    def act(self, tokens: list[list[int]], position: int, mask: list[bool], epsilon: float, rng: random.Random) -> tuple[int, bool]:
+        """ε-greedy: with probability ε (a *uniform* draw) a random allowed slot, else the most probable one."""
+        allowed = [slot for slot, ok in enumerate(mask) if ok]
+        if rng.random() < epsilon:
+            return rng.choice(allowed), True
+        log_probs = masked_log_softmax(self.actor(self.encoder(tokens, position)), mask)
+        return int(log_probs.argmax()), False
+
+    def update(
+        self,
+        state: tuple[list[list[int]], int],
+        action: int,
+        mask: list[bool],
+        reward: float,
+        next_state: tuple[list[list[int]], int],
+    ) -> dict[str, float]:
+        """One A2C step on the transition (s, a, R, s'); returns the losses and the advantage."""
+        encoded = self.encoder(*state)
+        value = self.critic(encoded).squeeze(-1)
+        with torch.no_grad():
+            next_value = self.critic(self.encoder(*next_state)).squeeze(-1)
+        advantage = reward + self.gamma * next_value - value
+        log_prob = masked_log_softmax(self.actor(encoded), mask)[action]
+        actor_loss = -log_prob * advantage.detach()
+        critic_loss = advantage.square()
+        self.optimizer.zero_grad()
+        (actor_loss + critic_loss).backward()
+        self.optimizer.step()
+        return {"actor_loss": actor_loss.item(), "critic_loss": critic_loss.item(), "advantage": advantage.item()}
+
+    def full_state_dict(self) -> dict:
+        return {"model": self.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_full_state_dict(self, state: dict) -> None:
+        self.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])

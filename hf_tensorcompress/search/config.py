@@ -1,0 +1,153 @@
+"""``SearchConfig``: every knob of the Smartformer rank search (DESIGN.md §3.2), validated, with a JSON round trip."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+INTERVAL_UNITS = ("steps", "epochs")
+REWARDS = ("loss", "accuracy")
+#: The paper's tolerances: ε = 1.125 for the loss reward (14), ε = 0.1 for the accuracy reward (13).
+DEFAULT_TOLERANCE = {"loss": 1.125, "accuracy": 0.1}
+
+
+def _positive_int(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+
+
+def _probability(value: Any, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1], got {value!r}")
+
+
+@dataclass
+class SearchConfig:
+    """How the reinforcement-learning rank search runs while a ``SmartformerTrainer`` trains.
+
+    Args:
+        interval: length of a stage (the paper's E): optimizer steps or epochs between two actions.
+        interval_unit: ``"steps"`` (optimizer steps) or ``"epochs"``.
+        max_candidates: the action space holds every rank when a layer has at most this many candidate ranks,
+            otherwise this many ranks at evenly spaced parameter ratios 1/n … 1 of the dense layer (DESIGN.md §3.1).
+        reward: ``"loss"`` (paper eq. 14, for forecasting) or ``"accuracy"`` (eq. 13, for classification; the
+            accuracy of the training batches' ``logits`` against ``labels``).
+        tolerance: ε of the reward; ``None`` takes the paper's value (1.125 for loss, 0.1 for accuracy).
+        epsilon_start, epsilon_end, epsilon_decay: ε-greedy exploration; after ``t`` actions
+            ``ε_t = max(epsilon_end, epsilon_start · epsilon_decay**t)``, compared with a *uniform* draw.
+        consecutive_actions: k, a layer is decided when its last k actions chose the same rank (paper: 5).
+        max_actions_per_layer: a safeguard the paper lacks: after this many actions without k agreeing, the
+            layer is decided at the agent's greedy rank, so the search always ends. ``None`` disables it.
+        param_budget: optional fraction in (0, 1] of the dense parameters (weights + biases) of all searched projections that the
+            compressed ones may keep in the end. Enforced as AMC's action wall: a rank is only offered if the
+            budget can still be met with every other undecided layer at its smallest rank.
+        gamma, learning_rate, hidden_units: actor-critic settings (paper: 0.95, 1e-3, two layers of 40 units).
+        embedding_dim, lstm_units: the state encoder, a token embedding and a 1-layer bidirectional LSTM.
+        als_iterations: ALS sweeps of a CP re-decomposition at a rank change.
+        seed: seeds the agent's weights and its exploration draws (independent of the training seed).
+        trace_file: JSON trace of all decisions, written to the Trainer's ``output_dir`` (``None``: not written).
+        plot_file: figure of rank per layer and reward over training, written when training ends.
+    """
+
+    interval: int = 10
+    interval_unit: str = "steps"
+    max_candidates: int = 10
+    reward: str = "loss"
+    tolerance: float | None = None
+    epsilon_start: float = 0.5
+    epsilon_end: float = 0.02
+    epsilon_decay: float = 0.85
+    consecutive_actions: int = 5
+    max_actions_per_layer: int | None = 15
+    param_budget: float | None = None
+    gamma: float = 0.95
+    learning_rate: float = 1e-3
+    hidden_units: int = 40
+    embedding_dim: int = 16
+    lstm_units: int = 64
+    als_iterations: int = 12
+    seed: int = 0
+    trace_file: str | None = "smartformer_trace.json"
+    plot_file: str | None = "smartformer_trace.png"
+
+    def __post_init__(self) -> None:
+        if self.tolerance is None and self.reward in DEFAULT_TOLERANCE:
+            self.tolerance = DEFAULT_TOLERANCE[self.reward]
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the wrong field and what would be right."""
+        _positive_int(self.interval, "interval")
+        if self.interval_unit not in INTERVAL_UNITS:
+            raise ValueError(f"interval_unit={self.interval_unit!r}; choose one of {list(INTERVAL_UNITS)}")
+        _positive_int(self.max_candidates, "max_candidates")
+        if self.reward not in REWARDS:
+            raise ValueError(f"reward={self.reward!r}; choose 'loss' (forecasting) or 'accuracy' (classification)")
+        if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float)):
+            raise ValueError(f"tolerance must be a number (paper: 1.125 for loss, 0.1 for accuracy), got {self.tolerance!r}")
+        if self.reward == "loss" and self.tolerance < 1.0:
+            raise ValueError(
+                f"tolerance={self.tolerance} for the loss reward is a factor on the previous loss and must be >= 1 "
+                "(paper: 1.125; larger favours compression)"
+            )
+        if self.reward == "accuracy" and not 0.0 <= self.tolerance <= 1.0:
+            raise ValueError(f"tolerance={self.tolerance} for the accuracy reward is an accuracy drop in [0, 1] (paper: 0.1)")
+        for name in ("epsilon_start", "epsilon_end", "epsilon_decay", "gamma"):
+            _probability(getattr(self, name), name)
+        if self.epsilon_end > self.epsilon_start:
+            raise ValueError(f"epsilon_end={self.epsilon_end} exceeds epsilon_start={self.epsilon_start}; ε only decays")
+        _positive_int(self.consecutive_actions, "consecutive_actions")
+        if self.max_actions_per_layer is not None:
+            _positive_int(self.max_actions_per_layer, "max_actions_per_layer")
+            if self.max_actions_per_layer < self.consecutive_actions:
+                raise ValueError(
+                    f"max_actions_per_layer={self.max_actions_per_layer} is below consecutive_actions="
+                    f"{self.consecutive_actions}: no layer could ever converge; raise it or use None"
+                )
+        if self.param_budget is not None and (
+            isinstance(self.param_budget, bool)
+            or not isinstance(self.param_budget, (int, float))
+            or not 0.0 < self.param_budget <= 1.0
+        ):
+            raise ValueError(
+                f"param_budget={self.param_budget!r} must be a fraction in (0, 1] of the dense parameters, or None"
+            )
+        if isinstance(self.learning_rate, bool) or not isinstance(self.learning_rate, (int, float)) or self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0 (paper: 1e-3), got {self.learning_rate!r}")
+        for name in ("hidden_units", "embedding_dim", "lstm_units", "als_iterations"):
+            _positive_int(getattr(self, name), name)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an int, got {self.seed!r}")
+
+    def epsilon(self, actions_taken: int) -> float:
+        """Exploration probability after ``actions_taken`` actions."""
+        return max(self.epsilon_end, self.epsilon_start * self.epsilon_decay**actions_taken)
+
+    # ------------------------------------------------------------------ serialisation
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SearchConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown SearchConfig field(s) {unknown}; known fields: {sorted(known)}")
+        return cls(**data)
+
+    def to_json_string(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json_string(cls, text: str) -> "SearchConfig":
+        return cls.from_dict(json.loads(text))
+
+    def to_json_file(self, path: str) -> None:
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(self.to_json_string() + "\n")
+
+    @classmethod
+    def from_json_file(cls, path: str) -> "SearchConfig":
+        with open(path, encoding="utf-8") as handle:
+            return cls.from_json_string(handle.read())

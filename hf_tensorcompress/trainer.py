@@ -1,0 +1,240 @@
+"""``SmartformerTrainer``: a ``transformers.Trainer`` that runs the Smartformer rank search while it trains.
+
+At the end of every stage (``SearchConfig.interval`` optimizer steps or epochs) the main process advances the
+MDP (``search.RankSearch``) and broadcasts the decision; every process then changes the chosen attention layer's
+rank with ``set_rank``, swaps the new factors into the *same* optimizer (so the LR scheduler bound to it stays
+valid), re-records the compression config, and, under DDP, rebuilds the wrapper (DDP registers gradient hooks
+on the parameters it saw at construction, so new factors would otherwise never be all-reduced).
+The search state is written into every checkpoint and read back by ``train(resume_from_checkpoint=...)``.
+
+Under DDP with gradient accumulation the training loop's ``no_sync`` still targets the wrapper it made at the
+start, so after a rebuild gradients are all-reduced at every micro-batch: correct, only more communication.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from transformers import Trainer, TrainerCallback
+from transformers.utils import logging
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+from .compress import refresh_compression_config
+from .layers.structure import install_layers
+from .optim import replace_parameters_in_optimizer
+from .search.config import SearchConfig
+from .search.mdp import STATE_FILE, RankSearch
+from .search.plot import plot_trace
+from .search.space import attention_groups, current_rank
+
+logger = logging.get_logger(__name__)
+
+
+class SmartformerCallback(TrainerCallback):
+    """Feeds the search at the points of the training loop it needs: before the optimizer step (complete,
+    synchronized gradients for the Taylor importance) and at each stage end (after the step, before saving)."""
+
+    def __init__(self, trainer: "SmartformerTrainer") -> None:
+        self.trainer = trainer
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.trainer._accumulate_importance()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        config = self.trainer.search_config
+        if config.interval_unit == "steps" and state.global_step % config.interval == 0:
+            self.trainer._end_stage()
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        config = self.trainer.search_config
+        if config.interval_unit == "epochs" and round(state.epoch) % config.interval == 0:
+            self.trainer._end_stage()
+
+    def on_train_end(self, args, state, control, **kwargs):
+        search = self.trainer.search
+        if not search.done and self.trainer.is_world_process_zero():
+            undecided = [group.name for group in search.groups if group.name not in search.decided]
+            logger.warning(
+                "training ended before the rank search decided %s (they keep their current ranks, and a "
+                "param_budget is only guaranteed once every layer is decided); train longer or shorten "
+                "SearchConfig.interval / consecutive_actions / max_actions_per_layer",
+                undecided,
+            )
+        self.trainer._write_plot()
+
+
+def _distributed() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+class SmartformerTrainer(Trainer):
+    """``Trainer`` plus the Smartformer search. The model must already be compressed with ``cp`` or ``svd``.
+
+    Args:
+        search: the ``SearchConfig`` (defaults: a stage of 10 optimizer steps, loss reward with ε = 1.125).
+        All other arguments are ``transformers.Trainer``'s.
+
+    After training: ``search.ranks`` / ``search.decided`` hold the chosen ranks, ``search.trace`` every stage's
+    record, ``rank_history`` the ranks this process held after each stage, ``search_seconds`` the time spent in
+    the agent, in re-decomposition and in importance accumulation.
+    """
+
+    def __init__(self, *args, search: SearchConfig | None = None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.search_config = search if search is not None else SearchConfig()
+        self.search_config.validate()
+        groups = attention_groups(self.model, self.search_config.max_candidates)
+        ranks = {group.name: current_rank(self.model, group) for group in groups}
+        self.search = RankSearch(groups, ranks, self.search_config)
+        self.rank_history: list[tuple[int, dict[str, int]]] = []
+        self.search_seconds = {"agent": 0.0, "redecompose": 0.0, "importance": 0.0}
+        self._stage_metric: torch.Tensor | None = None
+        self.add_callback(SmartformerCallback(self))
+
+    # ------------------------------------------------------------------ observing training
+    def training_step(self, model: nn.Module, inputs: dict, num_items_in_batch=None) -> torch.Tensor:
+        # The training loop keeps its own reference to the model it wrapped at the start; after a rank change
+        # under DDP the current wrapper is ``self.model_wrapped`` (the underlying module is the same object).
+        loss = super().training_step(self.model_wrapped, inputs, num_items_in_batch)
+        if not self.search.done and self.search_config.reward == "loss":
+            self._add_metric(loss.detach().float())
+        return loss
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        if self.search_config.reward != "accuracy" or self.search.done or not model.training or "labels" not in inputs:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        labels = inputs["labels"]
+        loss, outputs = super().compute_loss(model, inputs, True, num_items_in_batch)
+        logits = next(outputs[key] for key in ("logits", "prediction_logits") if key in outputs)
+        self._add_metric((logits.detach().argmax(-1) == labels).float().mean())
+        return (loss, outputs) if return_outputs else loss
+
+    def _add_metric(self, value: torch.Tensor) -> None:
+        pair = torch.stack([value.reshape(()).float(), torch.ones((), device=value.device)])
+        self._stage_metric = pair if self._stage_metric is None else self._stage_metric + pair
+
+    def _accumulate_importance(self) -> None:
+        if self.search.done or not self.is_world_process_zero():
+            return
+        start = time.perf_counter()
+        self.search.importance.accumulate(self.model)
+        self.search_seconds["importance"] += time.perf_counter() - start
+
+    def _global_stage_metric(self) -> tuple[float, int]:
+        """Sum and count of this stage's metric over all processes (and over a resumed stage's first part)."""
+        pair = self._stage_metric if self._stage_metric is not None else torch.zeros(2, device=self.args.device)
+        pair = pair.to(self.args.device)
+        if _distributed():
+            dist.all_reduce(pair)
+        self._stage_metric = None
+        total, count = pair.tolist()
+        total, count = total + self.search.metric_sum, int(count) + self.search.metric_count
+        self.search.metric_sum, self.search.metric_count = 0.0, 0
+        return total, count
+
+    # ------------------------------------------------------------------ acting
+    def _end_stage(self) -> None:
+        if self.search.done:
+            return
+        total, count = self._global_stage_metric()
+        record = None
+        if self.is_world_process_zero():
+            start = time.perf_counter()
+            record = self.search.end_stage(self.state.global_step, total / max(count, 1))
+            self.search_seconds["agent"] += time.perf_counter() - start
+        if _distributed():
+            payload = [record]
+            dist.broadcast_object_list(payload, src=0)
+            record = payload[0]
+            if not self.is_world_process_zero():
+                self.search.mirror(record)
+        start = time.perf_counter()
+        self._apply_ranks(record["changes"])
+        self.search_seconds["redecompose"] += time.perf_counter() - start
+        self.rank_history.append((self.state.global_step, dict(record["ranks"])))
+        self._log_decision(record)
+
+    def _apply_ranks(self, changes: dict[str, int]) -> None:
+        """Re-decompose each changed layer and keep optimizer, scheduler, config and DDP wrapper valid."""
+        if not changes:
+            return
+        replaced: dict[nn.Parameter, nn.Parameter] = {}
+        for group_name, rank in changes.items():
+            for name in self.search.by_name[group_name].modules:
+                layer = self.model.get_submodule(name)
+                if "n_iter" in inspect.signature(layer.set_rank).parameters:
+                    replaced.update(layer.set_rank(rank, n_iter=self.search_config.als_iterations))
+                else:
+                    replaced.update(layer.set_rank(rank))
+        if self.optimizer is not None:
+            # the accelerate wrapper forwards param_groups/state to the torch optimizer; the scheduler holds
+            # the same optimizer object, so it keeps stepping the learning rate of the new factors too
+            replace_parameters_in_optimizer(getattr(self.optimizer, "optimizer", self.optimizer), replaced)
+        refresh_compression_config(self.model)
+        self._rewrap_ddp()
+
+    def _rewrap_ddp(self) -> None:
+        old = self.model_wrapped
+        if not isinstance(old, DistributedDataParallel):
+            return
+        handler = getattr(self.accelerator, "ddp_handler", None)
+        kwargs = handler.to_kwargs() if handler is not None else {}
+        new = DistributedDataParallel(self.model, device_ids=old.device_ids, output_device=old.output_device, **kwargs)
+        if handler is not None:
+            handler.register_comm_hook(new)
+        models = self.accelerator._models  # accelerate's registry of prepared models (used by save_state etc.)
+        for index, model in enumerate(models):
+            if model is old:
+                models[index] = new
+        self.model_wrapped = new
+
+    # ------------------------------------------------------------------ visibility
+    def _log_decision(self, record: dict) -> None:
+        logs = {"search/loss" if self.search_config.reward == "loss" else "search/accuracy": record["metric"]}
+        for key in ("layer", "layer_importance", "rank", "previous_rank", "reward", "epsilon", "decided_layer"):
+            if key in record:
+                logs[f"search/{key}"] = record[key]
+        logs["search/attention_rank_sum"] = sum(record["ranks"].values())
+        self.log(logs)
+        if self.is_world_process_zero() and self.search_config.trace_file:
+            os.makedirs(self.args.output_dir, exist_ok=True)
+            with open(os.path.join(self.args.output_dir, self.search_config.trace_file), "w", encoding="utf-8") as handle:
+                json.dump(self.search.trace, handle, indent=1)
+
+    def _write_plot(self) -> None:
+        if self.is_world_process_zero() and self.search_config.plot_file and self.search.trace:
+            os.makedirs(self.args.output_dir, exist_ok=True)
+            plot_trace(self.search.trace, os.path.join(self.args.output_dir, self.search_config.plot_file))
+
+    # ------------------------------------------------------------------ checkpoints
+    def _save_checkpoint(self, model, trial) -> None:
+        super()._save_checkpoint(model, trial)
+        # a checkpoint inside a stage keeps the stage's metric so far: all processes' sums go to the main one
+        total, count = self._global_stage_metric()
+        if self.is_world_process_zero():
+            self.search.metric_sum, self.search.metric_count = total, count
+        if self.args.should_save:
+            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            self.search.save(folder)
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
+        """Rebuild the model at the checkpoint's ranks, then load its weights and the search state."""
+        target = model if model is not None else self.model
+        with open(os.path.join(resume_from_checkpoint, "config.json"), encoding="utf-8") as handle:
+            saved = json.load(handle).get("compression_config") or {}
+        current = target.config.compression_config["modules"]
+        changed = {name: spec for name, spec in saved.get("modules", {}).items() if current.get(name) != spec}
+        install_layers(target, changed)
+        refresh_compression_config(target)
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        if os.path.exists(os.path.join(resume_from_checkpoint, STATE_FILE)):
+            self.search.load(resume_from_checkpoint)
+            if not self.is_world_process_zero():  # the stage's metric so far is counted once, on the main process
+                self.search.metric_sum, self.search.metric_count = 0.0, 0

@@ -1,0 +1,53 @@
+"""Run by tests/test_distributed.py under ``accelerate launch --multi_gpu --num_processes 2`` (CPU, gloo).
+
+Trains a tiny PatchTST with the search, then writes, per process, the ranks it held after every stage, a
+fingerprint of its final parameters and the gradients of one backward pass on process-specific data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+from transformers import TrainingArguments
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from smartformer_fixtures import sines, tiny_patchtst  # noqa: E402
+
+from hf_tensorcompress.search import SearchConfig  # noqa: E402
+from hf_tensorcompress.trainer import SmartformerTrainer  # noqa: E402
+
+
+def main(output_dir: str) -> None:
+    model = tiny_patchtst(layers=2)
+    search = SearchConfig(interval=3, consecutive_actions=2, max_actions_per_layer=4, param_budget=0.45, epsilon_start=0.9, seed=2)
+    args = TrainingArguments(
+        output_dir, max_steps=36, per_device_train_batch_size=8, learning_rate=2e-3, report_to=[],
+        save_strategy="no", logging_steps=100, disable_tqdm=True, seed=0, use_cpu=True,  # MULTI_CPU, gloo
+    )
+    trainer = SmartformerTrainer(model=model, args=args, train_dataset=sines(), search=search)
+    trainer.train()
+
+    # one more backward through the current (rebuilt) DDP wrapper, with different data on each process
+    rank = dist.get_rank()
+    torch.manual_seed(100 + rank)
+    wrapped = trainer.model_wrapped
+    wrapped.zero_grad()
+    wrapped(past_values=torch.randn(4, 32, 3), future_values=torch.randn(4, 8, 3)).loss.backward()
+    result = {
+        "world_size": dist.get_world_size(),
+        "ddp": type(wrapped).__name__,
+        "rank_history": trainer.rank_history,
+        "trace_steps": [record["step"] for record in trainer.search.trace],
+        "params": {name: p.detach().double().sum().item() for name, p in model.named_parameters()},
+        "grads": {name: p.grad.double().sum().item() for name, p in model.named_parameters() if p.grad is not None},
+    }
+    with open(os.path.join(output_dir, f"process-{rank}.json"), "w", encoding="utf-8") as handle:
+        json.dump(result, handle)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,61 @@
+"""Tiny PatchTST models and small data sets shared by the search / trainer / distributed tests."""
+
+from __future__ import annotations
+
+import torch
+from transformers import PatchTSTConfig, PatchTSTForPrediction
+
+from hf_tensorcompress import CompressionConfig, apply_compression
+
+CONTEXT, HORIZON, CHANNELS = 32, 8, 3
+
+
+def tiny_patchtst(method: str = "cp", rank: int | float = 1.0, layers: int = 2, seed: int = 0) -> PatchTSTForPrediction:
+    torch.manual_seed(seed)
+    config = PatchTSTConfig(
+        num_input_channels=CHANNELS,
+        context_length=CONTEXT,
+        patch_length=8,
+        patch_stride=8,
+        d_model=16,
+        num_attention_heads=4,
+        num_hidden_layers=layers,
+        ffn_dim=32,
+        prediction_length=HORIZON,
+    )
+    return apply_compression(PatchTSTForPrediction(config), CompressionConfig(method=method, rank=rank))
+
+
+class Windows(torch.utils.data.Dataset):
+    """(past, future) windows of a (time, channels) series, as PatchTST's ``past_values`` / ``future_values``."""
+
+    def __init__(self, series: torch.Tensor, stride: int = 1) -> None:
+        self.series = series.float()
+        self.starts = list(range(0, len(series) - CONTEXT - HORIZON + 1, stride))
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        start = self.starts[index]
+        window = self.series[start : start + CONTEXT + HORIZON]
+        return {"past_values": window[:CONTEXT], "future_values": window[CONTEXT:]}
+
+
+def sines(length: int = 600, seed: int = 0) -> Windows:
+    generator = torch.Generator().manual_seed(seed)
+    t = torch.arange(length).float()[:, None]
+    frequency = torch.rand(1, CHANNELS, generator=generator) * 0.4 + 0.1
+    phase = torch.rand(1, CHANNELS, generator=generator) * 6
+    return Windows(torch.sin(t * frequency + phase) + 0.05 * torch.randn(length, CHANNELS, generator=generator))
+
+
+def appliances(rows: int = 1200) -> Windows:
+    """The first rows of the real UCI Appliances Energy data (3 channels: Appliances, lights, T1), standardised."""
+    import pandas as pd
+
+    from hf_tensorcompress.assets import appliances_energy_csv
+
+    frame = pd.read_csv(appliances_energy_csv(), usecols=["Appliances", "lights", "T1"], nrows=rows)
+    values = torch.tensor(frame.to_numpy(), dtype=torch.float32)
+    return Windows((values - values.mean(0)) / values.std(0).clamp_min(1e-6), stride=2)
