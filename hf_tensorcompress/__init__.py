@@ -2,6 +2,7 @@
 
 from .compress import apply_compression, refresh_compression_config
 from .config import CompressionConfig
+from .hub import CardInfo, PushError, model_card, push_to_hub
 from .layers.biprop import BipropLinear
 from .layers.cp import CPLinear
 from .layers.lowrank import LowRankLinear
@@ -25,5 +26,9 @@ __all__ = [
     "LowRankLinear",
     "CompressedCheckpointError",
     "UnsupportedModelError",
+    "CardInfo",
+    "PushError",
+    "model_card",
+    "push_to_hub",
 ]
 __version__ = "0.1.0"

@@ -21,12 +21,29 @@ class CompressedModelMixin:
     """Re-installs the compressed layers after the base model's ``__init__`` and checks what was loaded."""
 
     _auto_class = "AutoModel"
+    #: ``card_writer(model, folder, repo_id=None)`` writes the model card; hf_tensorcompress sets it on import.
+    #: Where only this shipped code is loaded it stays None and transformers' own card handling applies.
+    card_writer = None
 
     def __init__(self, config, *args, **kwargs) -> None:
         super().__init__(config, *args, **kwargs)
         compression = getattr(config, "compression_config", None) or {}
         install_layers(self, compression.get("modules", {}))
         install_model_options(self, compression)
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """``PreTrainedModel.save_pretrained``, plus the model card when hf_tensorcompress is installed."""
+        result = super().save_pretrained(save_directory, *args, **kwargs)
+        if self.card_writer is not None and kwargs.get("is_main_process", True):
+            self.card_writer(self, save_directory)
+        return result
+
+    def _upload_modified_files(self, working_dir, repo_id, *args, **kwargs):
+        # push_to_hub replaces the saved README.md with transformers' generic card just before this upload step;
+        # write ours again, now knowing the repo id.
+        if self.card_writer is not None:
+            self.card_writer(self, working_dir, repo_id=repo_id)
+        return super()._upload_modified_files(working_dir, repo_id, *args, **kwargs)
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):

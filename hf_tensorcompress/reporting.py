@@ -1,0 +1,145 @@
+"""``compression_report`` as rows and tables (model cards, ``hf-tensorcompress report``), with an energy estimate.
+
+Energy follows TensorSLM's estimate (papers/tensorslm.txt §2.2, Eq. 2–5): every stored weight is read from memory
+once per forward (ν per float32 word) and every FLOP costs τ, with ν/τ = 5. Values are in units of τ, so only
+ratios between dense and compressed are meaningful. Where a layer's report already carries ``energy`` figures
+(a method that models its own memory traffic), those are used instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Memory energy per float32 word over compute energy per FLOP (TensorSLM App. "Energy Consumption").
+NU_OVER_TAU = 5.0
+
+
+def estimated_energy(bits: int, flops: int, nu_over_tau: float = NU_OVER_TAU) -> float:
+    """ν·(32-bit words read) + τ·FLOPs, in units of τ."""
+    return nu_over_tau * bits / 32 + flops
+
+
+@dataclass(frozen=True)
+class CostRow:
+    """One line of a cost table: a compressed module, or the total over them."""
+
+    name: str
+    kind: str
+    dense_params: int
+    params: int
+    dense_bits: int
+    bits: int
+    dense_flops: int
+    flops: int
+    dense_energy: float
+    energy: float
+
+
+def _row(name: str, kind: str, entry: dict) -> CostRow:
+    energy = entry.get("energy", estimated_energy(entry["bits"], entry["flops"]))
+    dense_energy = entry.get("dense_energy", estimated_energy(entry["dense_bits"], entry["dense_flops"]))
+    keys = ("dense_params", "params", "dense_bits", "bits", "dense_flops", "flops")
+    return CostRow(name, kind, *(int(entry[key]) for key in keys), float(dense_energy), float(energy))
+
+
+def cost_rows(report: dict) -> list[CostRow]:
+    """Per-module rows of a ``compression_report``, then a ``total`` row over the compressed modules."""
+    rows = [_row(entry["name"], entry["type"], entry) for entry in report["modules"]]
+    total = {key: sum(getattr(row, key) for row in rows) for key in CostRow.__dataclass_fields__ if key not in ("name", "kind")}
+    return rows + [CostRow("total", report["method"], **total)]
+
+
+def ratio(before: float, after: float) -> str:
+    return f"{after / before:.3f}" if before else "-"
+
+
+def human_bytes(bits: float) -> str:
+    value, unit = bits / 8, "B"
+    for bigger in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
+def summary_rows(report: dict) -> list[tuple[str, str, str, str]]:
+    """(quantity, dense, compressed, compressed/dense) for the totals: the table a model card shows."""
+    total = cost_rows(report)[-1]
+    model = report["model"]
+    return [
+        ("parameters, whole model", f"{model['dense_params']:,}", f"{model['params']:,}",
+         ratio(model["dense_params"], model["params"])),
+        ("parameters, compressed modules", f"{total.dense_params:,}", f"{total.params:,}",
+         ratio(total.dense_params, total.params)),
+        ("storage, compressed modules", human_bytes(total.dense_bits), human_bytes(total.bits),
+         ratio(total.dense_bits, total.bits)),
+        (f"FLOPs per forward of {report['tokens']} token(s)/row(s), compressed modules", f"{total.dense_flops:,}",
+         f"{total.flops:,}", ratio(total.dense_flops, total.flops)),
+        (f"estimated energy (ν/τ = {NU_OVER_TAU:g}, units of τ)", f"{total.dense_energy:,.0f}", f"{total.energy:,.0f}",
+         ratio(total.dense_energy, total.energy)),
+    ]
+
+
+def text_table(headers: list[str], rows: list[list[str]]) -> str:
+    """A plain aligned table for terminals."""
+    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows)]
+    lines = ["  ".join(str(cell).ljust(width) for cell, width in zip(line, widths)) for line in [headers, *rows]]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+COST_HEADERS = ["module", "type", "params", "dense params", "storage bits", "dense bits", "FLOPs", "dense FLOPs",
+                "energy", "dense energy"]
+
+
+def cost_table_rows(report: dict) -> list[list[str]]:
+    """Every module and the total, with before/after for each quantity (``hf-tensorcompress report``)."""
+    return [
+        [row.name, row.kind, f"{row.params:,}", f"{row.dense_params:,}", f"{row.bits:,}", f"{row.dense_bits:,}",
+         f"{row.flops:,}", f"{row.dense_flops:,}", f"{row.energy:,.0f}", f"{row.dense_energy:,.0f}"]
+        for row in cost_rows(report)
+    ]
+
+
+def _run_metrics(run: dict) -> dict[str, float]:
+    """A run's metrics: its ``metrics`` dict, else its numeric top-level fields (the TensorSLM recipe's layout)."""
+    source = run.get("metrics") if isinstance(run.get("metrics"), dict) else run
+    return {
+        key: float(value)
+        for key, value in source.items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "seed"
+    }
+
+
+def results_table(results: dict, highlight: str | None = None) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of a recipe's ``results.json``: one row per run name, metrics averaged over seeds.
+
+    Recipes write ``{"dataset", "runs": [{"name", "seed", "metrics": {...}, ...}]}``; the dense baseline is the
+    run named ``dense``. ``highlight`` marks the run the card is about.
+    """
+    grouped: dict[str, list[dict[str, float]]] = {}
+    for run in results.get("runs", []):
+        grouped.setdefault(str(run.get("name", "run")), []).append(_run_metrics(run))
+    metrics = sorted({key for runs in grouped.values() for metrics in runs for key in metrics})
+    rows = []
+    for name in sorted(grouped, key=lambda n: (n != "dense", n)):
+        runs = grouped[name]
+        cells = []
+        for metric in metrics:
+            values = [m[metric] for m in runs if metric in m]
+            cells.append(f"{sum(values) / len(values):.4g}" if values else "")
+        label = f"**{name}** (this model)" if name == highlight else name
+        rows.append([label, str(len(runs)), *cells])
+    return ["run", "runs averaged", *metrics], rows
+
+
+def metric_names(results: dict) -> list[str]:
+    """Names of the metrics a ``results.json`` reports (for the card's ``metrics`` metadata)."""
+    names = {key for run in results.get("runs", []) for key in (run.get("metrics") or {})}
+    return sorted(names)
