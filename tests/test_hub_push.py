@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import ModelCard
-from transformers import PatchTSTConfig, PatchTSTForPrediction
+from transformers import LlamaConfig, LlamaForCausalLM, PatchTSTConfig, PatchTSTForPrediction
 
 import hf_tensorcompress
 from hf_tensorcompress import CardInfo, CompressionConfig, PushError, apply_compression, push_to_hub
@@ -21,6 +21,8 @@ ROUND_TRIPS = {
     "svd": CompressionConfig(method="svd", rank=4),
     "biprop": CompressionConfig(method="biprop", keep_ratio=0.5),
 }
+#: Methods for causal LMs, round-tripped on a small Llama (the SmolLM2 architecture).
+LM_ROUND_TRIPS = {"tt": CompressionConfig(method="tt", tt_shape=[4, 4, 4], tt_ranks=3)}
 #: The shipped layer code (every file of hf_tensorcompress/layers/) must reach the repo.
 CODE_FILES = {path.name for path in (Path(hf_tensorcompress.__file__).parent / "layers").glob("*.py")}
 
@@ -44,7 +46,8 @@ def small_patchtst() -> PatchTSTForPrediction:
 
 
 def test_every_method_has_a_round_trip_test():
-    assert set(METHODS) <= set(ROUND_TRIPS), f"add a ROUND_TRIPS entry for {set(METHODS) - set(ROUND_TRIPS)}"
+    covered = set(ROUND_TRIPS) | set(LM_ROUND_TRIPS)
+    assert set(METHODS) <= covered, f"add a ROUND_TRIPS entry for {set(METHODS) - covered}"
 
 
 @pytest.mark.parametrize("method", sorted(ROUND_TRIPS))
@@ -98,6 +101,42 @@ def test_push_then_load_without_the_library(hub, repo_id, method, tmp_path):
     again = hub.files(f"{repo_id}-again")
     # the code files survive a re-push from a model loaded with remote code
     assert {name: again.get(name) for name in CODE_FILES} == {name: files[name] for name in CODE_FILES}
+
+
+@pytest.mark.parametrize("method", sorted(LM_ROUND_TRIPS))
+def test_causal_lm_push_then_load_without_the_library(hub, repo_id, method, tmp_path):
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=96, hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=True,
+    )
+    model = apply_compression(LlamaForCausalLM(config).eval(), LM_ROUND_TRIPS[method])
+    prompt = torch.tensor([[1, 5, 9, 17, 33]])
+    torch.save(prompt, tmp_path / "prompt.pt")
+    with torch.no_grad():
+        expected_logits = model(prompt).logits
+    expected_tokens = model.generate(prompt, max_new_tokens=6, do_sample=False)
+
+    push_to_hub(model, repo_id)
+
+    files = hub.files(repo_id)
+    assert {"config.json", "model.safetensors", "README.md", *CODE_FILES} <= set(files)
+    card = ModelCard.load(repo_id)
+    card.validate()
+    assert card.data.pipeline_tag == "text-generation" and method in card.data.tags
+    result = run_without_library(f"""
+        import torch
+        from transformers import AutoModelForCausalLM
+        model = AutoModelForCausalLM.from_pretrained("{repo_id}", trust_remote_code=True).eval()
+        prompt = torch.load("{tmp_path / 'prompt.pt'}")
+        with torch.no_grad():
+            logits = model(prompt).logits
+        tokens = model.generate(prompt, max_new_tokens=6, do_sample=False)
+        torch.save({{"logits": logits, "tokens": tokens}}, "{tmp_path / 'outputs.pt'}")
+    """, cwd=tmp_path)
+    outputs = torch.load(tmp_path / "outputs.pt")
+    torch.testing.assert_close(outputs["logits"], expected_logits, atol=1e-6, rtol=0)
+    assert torch.equal(outputs["tokens"], expected_tokens)
 
 
 def _snapshot(model):
