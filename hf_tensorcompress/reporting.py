@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: Memory energy per float32 word over compute energy per FLOP (TensorSLM App. "Energy Consumption").
-NU_OVER_TAU = 5.0
+from .tensorslm import NU_OVER_TAU
 
 
 def estimated_energy(bits: int, flops: int, nu_over_tau: float = NU_OVER_TAU) -> float:
