@@ -9,7 +9,8 @@ Compares, with the same data, steps and seed: the dense model, Smartformer (cp +
 (svd + search) and CP at fixed ranks (the paper's Table 8 grid: parameter ratios 0.1 … 1.0; a subset by default).
 Writes ``results.json``, ``results.md`` (a table like the paper's Tables 3–8), the search trace and its plot, and
 the Smartformer model (``save_pretrained``: config with compression_config, safetensors, remote code, model card).
-Autoformer/Informer are trained on the MSE of their forecast mean, like the original Autoformer (the HF models'
+Every run is scored on the test windows with the weights of its best validation MSE (checked every few steps;
+``--keep-last`` scores the final weights). Autoformer/Informer are trained on the MSE of their forecast mean, like the original Autoformer (the HF models'
 default is a Student-t likelihood, whose negative values would break the paper's loss-ratio reward).
 """
 
@@ -31,11 +32,13 @@ from transformers import (
     PatchTSTConfig,
     PatchTSTForPrediction,
     Trainer,
+    TrainerCallback,
     TrainingArguments,
 )
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
 from hf_tensorcompress.data import NUM_TIME_FEATURES, forecasting_windows, load_forecasting_dataset, standardization_of
+from hf_tensorcompress.evaluation import evaluate_forecaster
 from hf_tensorcompress.search import SearchConfig, attention_groups
 from hf_tensorcompress.targets import attention_projections
 from hf_tensorcompress.trainer import SmartformerTrainer
@@ -60,10 +63,11 @@ class Size:
     consecutive_actions: int
     max_actions_per_layer: int
     grid: tuple[float, ...]
+    validate_every: int
 
 
-SMALL = Size(32, 4, 2, 1, 64, 300, 32, 8, 16, 8, 3, 6, (0.3, 0.6, 1.0))
-FULL = Size(512, 8, 2, 1, 2048, 3000, 32, 1, 1, 100, 5, 15, tuple(k / 10 for k in range(1, 11)))
+SMALL = Size(32, 4, 2, 1, 64, 600, 32, 8, 16, 8, 3, 6, (0.3, 0.6, 1.0), 25)
+FULL = Size(512, 8, 2, 1, 2048, 3000, 32, 1, 1, 100, 5, 15, tuple(k / 10 for k in range(1, 11)), 100)
 
 
 CLASSES = {"autoformer": AutoformerForPrediction, "patchtst": PatchTSTForPrediction, "informer": InformerForPrediction}
@@ -95,15 +99,9 @@ def build_model(family: str, channels: int, context: int, horizon: int, size: Si
     return InformerForPrediction(InformerConfig(attention_type="full", num_parallel_samples=20, **common))
 
 
-def point_forecast(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """(batch, horizon, channels) forecast. Autoformer's decoder sees only the context, so one forward gives the
-    forecast mean without leakage; Informer's decoder is teacher-forced, so it forecasts with ``generate``."""
-    model_type = model.config.model_type
-    if model_type == "patchtst":
-        return model(past_values=batch["past_values"], past_observed_mask=batch.get("past_observed_mask")).prediction_outputs
-    if model_type == "informer" and not model.training:
-        inputs = {k: v for k, v in batch.items() if k not in ("future_values", "future_observed_mask")}
-        return model.generate(**inputs).sequences.mean(dim=1)
+def training_forecast(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Mean of the forecast distribution from one forward: the training target of Autoformer and Informer (whose
+    decoder is teacher-forced in training; at evaluation ``evaluation.point_forecast`` makes it generate)."""
     outputs = model(**batch)
     return model.output_distribution(outputs.params, loc=outputs.loc, scale=outputs.scale).mean
 
@@ -114,7 +112,7 @@ class PointLossMixin:
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         if self.model.config.model_type == "patchtst":
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        forecast = point_forecast(model.module if hasattr(model, "module") else model, inputs)
+        forecast = training_forecast(model.module if hasattr(model, "module") else model, inputs)
         observed = inputs.get("future_observed_mask", torch.ones_like(inputs["future_values"])).float()
         loss = ((forecast - inputs["future_values"]).square() * observed).sum() / observed.sum().clamp_min(1)
         return (loss, {"forecast": forecast}) if return_outputs else loss
@@ -128,19 +126,34 @@ class ForecastSmartformerTrainer(PointLossMixin, SmartformerTrainer):
     pass
 
 
-@torch.no_grad()
-def evaluate(model: torch.nn.Module, windows, batch_size: int) -> dict[str, float]:
-    model.eval()
-    loader = torch.utils.data.DataLoader(windows, batch_size=batch_size)
-    squared = absolute = count = 0.0
-    for batch in loader:
-        batch = {k: v.to(model.device) for k, v in batch.items()}
-        error = point_forecast(model, batch) - batch["future_values"]
-        observed = batch.get("future_observed_mask", torch.ones_like(error)).float()
-        squared += float((error.square() * observed).sum())
-        absolute += float((error.abs() * observed).sum())
-        count += float(observed.sum())
-    return {"mse": squared / count, "mae": absolute / count}
+class BestValidation(TrainerCallback):
+    """Keeps the weights with the lowest validation MSE and restores them when training ends (the early-stopping
+    model selection of the Autoformer code the paper builds on), judged every ``every`` steps.
+
+    Not the Trainer's ``load_best_model_at_end``: that reloads a disk checkpoint into the final model, and a
+    Smartformer run changes layer shapes while its search runs. Here a search run only competes once every
+    layer's rank is decided, so the kept weights always fit the final model.
+    """
+
+    def __init__(self, trainer: Trainer, windows, every: int, batch_size: int) -> None:
+        self.trainer, self.windows, self.every, self.batch_size = trainer, windows, every, batch_size
+        self.best: tuple[float, int, dict[str, torch.Tensor]] | None = None
+
+    def _architecture_final(self) -> bool:
+        search = getattr(self.trainer, "search", None)
+        return search is None or search.done
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.every and state.global_step != state.max_steps or not self._architecture_final():
+            return
+        model = self.trainer.model
+        mse = evaluate_forecaster(model, self.windows, batch_size=self.batch_size, metrics=("mse",), progress=False)["mse"]
+        if self.best is None or mse < self.best[0]:
+            self.best = (mse, state.global_step, {k: v.detach().clone() for k, v in model.state_dict().items()})
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.best is not None:
+            self.trainer.model.load_state_dict(self.best[2])
 
 
 def attention_params(model: torch.nn.Module) -> int:
@@ -158,7 +171,7 @@ def projection_flops(model: torch.nn.Module) -> int:
 
 
 def run_one(name: str, method: str | None, rank: float, search: SearchConfig | None, seed: int, args, size: Size, data):
-    train, test = data
+    train, validation, test = data
     model = build_model(args.model, args.channels, args.context, args.horizon, size, seed, args.model_path)
     if method is not None:
         apply_compression(model, CompressionConfig(method=method, rank=rank))
@@ -172,6 +185,10 @@ def run_one(name: str, method: str | None, rank: float, search: SearchConfig | N
         trainer = ForecastSmartformerTrainer(model=model, args=training, train_dataset=train, search=search)
     else:
         trainer = ForecastTrainer(model=model, args=training, train_dataset=train)
+    selection = None
+    if not args.keep_last:
+        selection = BestValidation(trainer, validation, size.validate_every, size.batch_size)
+        trainer.add_callback(selection)
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
@@ -182,7 +199,9 @@ def run_one(name: str, method: str | None, rank: float, search: SearchConfig | N
     result = {
         "name": name,
         "seed": seed,
-        "metrics": evaluate(model, test, size.batch_size),
+        "metrics": evaluate_forecaster(model, test, batch_size=size.batch_size, progress=False),
+        "validation_mse": None if selection is None or selection.best is None else selection.best[0],
+        "selected_step": size.steps if selection is None or selection.best is None else selection.best[1],
         "params": sum(p.numel() for p in model.parameters()),
         "attention_params": attention_params(model),
         "flops": projection_flops(model),
@@ -243,6 +262,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=None, help="optimizer steps of every run (default by size)")
     parser.add_argument("--grid", type=float, nargs="*", default=None, help="fixed-rank CP parameter ratios (default by size)")
     parser.add_argument("--runs", nargs="*", default=None, help="only these run names (e.g. dense smartformer)")
+    parser.add_argument(
+        "--keep-last", action="store_true",
+        help="score the final weights instead of those with the best validation MSE (checked every few steps)",
+    )
     parser.add_argument("--full", action="store_true", help="the paper's size: d_model 512, 8 heads, 3000 steps, full grid")
     parser.add_argument("--output-dir", default="smartformer-output")
     return parser.parse_args(argv)
@@ -258,6 +281,7 @@ def main(argv=None) -> dict:
     shape_model = build_model(args.model, args.channels, args.context, args.horizon, size, 0, args.model_path)
     data = (
         forecasting_windows(dataset["train"], shape_model.config, stride=size.train_stride),
+        forecasting_windows(dataset["validation"], shape_model.config, stride=size.eval_stride),
         forecasting_windows(dataset["test"], shape_model.config, stride=size.eval_stride),
     )
     search = lambda: SearchConfig(  # noqa: E731  (a fresh config per run: the trainer keeps it)

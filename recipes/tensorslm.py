@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hf_tensorcompress import CompressionConfig
 from hf_tensorcompress.causal_lm import WEIGHTS_NOTE, smollm2_dir
+from hf_tensorcompress.healing import heal_tt_embedding
 from hf_tensorcompress.layers.tt_embedding import TTTiedHead
 from hf_tensorcompress.methods.tt import apply_tt
 from hf_tensorcompress.lm_eval import perplexity, split_documents, text_dataset, token_ids
@@ -35,7 +36,8 @@ from hf_tensorcompress.tensorslm import (
     svd_rank_for,
 )
 
-#: (name, tt_shape, tt_ranks, tt_eps, untied output, tt_basis[, tt_exact_tokens]) — hidden size 576 (SmolLM2); ratios are per token train.
+#: (name, tt_shape, tt_ranks, tt_eps, untied output, tt_basis[, tt_exact_tokens[, healed]]) — hidden size 576
+#: (SmolLM2); ratios are per token train. ``healed`` runs ``heal_tt_embedding`` (--heal-steps) after compressing.
 SWEEPS = {
     "smollm2": [
         ("tt3-r7", [8, 8, 9], [7, 7], None, False, "identity"),  # 511 params/token, 1.13x
@@ -56,9 +58,11 @@ SWEEPS = {
     "exact8000": [("tt3-r4-output-exact8000", [8, 8, 9], [4, 4], None, False, "output", 8000)],
     "exact14000": [("tt3-r3-output-exact14000", [8, 8, 9], [3, 3], None, False, "output", 14000)],  # 1.96x
     # every token seen in the calibration text dense (14,434 for Moby Dick's first 75%), the rest at ranks 3,2
-    "exact-seen": [
-        ("tt3-r32-output-exact-seen", [8, 8, 9], [3, 2], None, False, "output", 10**9),  # 2.17x
-        ("tt3-r42-output-exact-seen", [8, 8, 9], [4, 2], None, False, "output", 10**9),  # 1.99x
+    # the most frequent tokens dense (calibration counts, then token id order), the rest at rank 1; then healed
+    "healed": [
+        ("tt3-r11-output-exact21500", [8, 8, 9], [1, 1], None, False, "output", 21500),  # 2.03x
+        ("tt3-r11-output-exact21500-healed", [8, 8, 9], [1, 1], None, False, "output", 21500, True),
+        ("tt3-r5-healed", [8, 8, 9], [5, 5], None, False, "identity", 0, True),  # 2.02x, plain TT healed
     ],
     "orders": [
         ("tt2-r6", [24, 24], [6], None, False, "identity"),  # 288, 2.0x
@@ -69,6 +73,7 @@ SWEEPS = {
         ("tt3-r5", None, [5, 5], None, False, "identity"),
         ("tt3-r5-untied", None, [5, 5], None, True, "identity"),
         ("tt3-r5-output", None, [5, 5], None, False, "output"),
+        ("tt3-r5-output-exact64-healed", None, [5, 5], None, False, "output", 64, True),
     ],
 }
 
@@ -115,6 +120,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--stride", type=int, default=256)
     parser.add_argument("--energy-length", type=int, default=100, help="query length l of the energy estimate")
     parser.add_argument("--no-svd", action="store_true", help="skip the SVD baselines")
+    parser.add_argument("--heal-steps", type=int, default=40, help="distillation steps of the runs marked healed")
+    parser.add_argument("--heal-tokens", type=int, default=16384, help="calibration tokens whose hidden states heal")
+    parser.add_argument("--heal-lr", type=float, default=3e-3)
     args = parser.parse_args(argv)
 
     accelerator = Accelerator()
@@ -145,13 +153,20 @@ def main(argv: list[str] | None = None) -> dict:
              "perplexity": dense["perplexity"], "delta_ln_ppl": 0.0, "energy_ratio": 1.0, "compress_seconds": 0.0}]
     svd_done: set[int] = set()
     for name, shape, ranks, eps, untied, basis, *extra in SWEEPS[args.sweep]:
-        exact = extra[0] if extra else 0
+        exact, healed = (list(extra) + [0, False])[:2]
         model = load()
         start = time.perf_counter()
         config = CompressionConfig(method="tt", tt_shape=shape, tt_ranks=ranks, tt_eps=eps, tt_untie_output=untied,
                                    tt_basis=basis, tt_exact_tokens=exact)
         apply_tt(model, config, calibration_ids if basis == "output" or exact else None)
         seconds = time.perf_counter() - start
+        heal_seconds = 0.0
+        if healed:
+            start, teacher = time.perf_counter(), load()
+            heal_tt_embedding(model, teacher, calibration_ids[: args.heal_tokens], steps=args.heal_steps,
+                              learning_rate=args.heal_lr)
+            heal_seconds = time.perf_counter() - start
+            del teacher
         layer = model.get_input_embeddings()
         params = layer.effective_parameters()
         result = evaluate_model(model, ids, args)
@@ -165,6 +180,7 @@ def main(argv: list[str] | None = None) -> dict:
             "perplexity": result["perplexity"],
             "delta_ln_ppl": result["ln_perplexity"] - dense["ln_perplexity"],
             "energy_ratio": energy["tt"]["ratio"], "compress_seconds": seconds,
+            "heal_steps": args.heal_steps if healed else 0, "heal_seconds": heal_seconds,
         })
         accelerator.print(json.dumps(runs[-1]))
         del model
@@ -215,14 +231,15 @@ def plot(results: dict, path: Path) -> None:
     tt = [r for r in runs if r["method"] == "tt"]
     tied = [r for r in tt if r["output_layer"] == "tt (tied)"]
     groups = {
-        "TT plain (tied, output from cores)": [r for r in tied if r["tt_basis"] == "identity"],
+        "TT plain (tied, output from cores)": [r for r in tied if r["tt_basis"] == "identity" and not r.get("heal_steps")],
         "TT PCA basis (tied)": [r for r in tied if r["tt_basis"] == "pca"],
         "TT output-aware basis (tied)": [r for r in tied if r["tt_basis"] == "output" and not r["tt_exact_tokens"]],
-        "TT output-aware + frequent tokens dense (tied)": [r for r in tied if r["tt_exact_tokens"]],
+        "TT output-aware + frequent tokens dense (tied)": [r for r in tied if r["tt_exact_tokens"] and not r.get("heal_steps")],
+        "TT healed by distillation (tied)": [r for r in tied if r.get("heal_steps")],
         "TT plain, dense untied output": [r for r in tt if r["output_layer"] != "tt (tied)"],
         "matrix SVD (tied)": [r for r in runs if r["method"] == "svd"],
     }
-    for (label, group), marker in zip(groups.items(), "o^DPsx"):
+    for (label, group), marker in zip(groups.items(), "o^DP*sx"):
         group = sorted(group, key=lambda r: r["compression_ratio"])
         if group:
             ax.plot([r["compression_ratio"] for r in group], [math.log(r["perplexity"]) for r in group],

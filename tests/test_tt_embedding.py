@@ -364,3 +364,54 @@ def test_exact_tokens_are_served_dense_in_lookup_logits_and_vocabulary_edits(tmp
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path, trust_remote_code=True).eval()
     assert loaded.config.compression_config["modules"]["transformer.wte"]["exact_tokens"] == 3
     assert torch.equal(loaded(IDS - 1).logits, model(IDS - 1).logits)
+
+
+def test_exact_tokens_beyond_the_calibration_text_follow_token_id_order():
+    from hf_tensorcompress.methods.tt import exact_token_ids
+
+    counts = torch.zeros(10, dtype=torch.long)
+    counts[[7, 3]] = torch.tensor([5, 2])
+    assert exact_token_ids(counts, 5).tolist() == [7, 3, 0, 1, 2]
+    assert len(exact_token_ids(counts, 50)) == 10
+
+
+# ---------------------------------------------------------------------------------------------- healing
+def test_healing_lowers_the_output_kl_and_trains_only_the_cores(tmp_path):
+    import torch.nn.functional as F
+
+    from hf_tensorcompress.healing import final_hidden_states, heal_tt_embedding
+    from hf_tensorcompress.methods.tt import apply_tt
+
+    def peaked_llama():  # larger embeddings: logits far from uniform, so there is something to distil
+        model = tiny("llama")
+        with torch.no_grad():
+            model.get_input_embeddings().weight.mul_(20)
+        return model
+
+    teacher = peaked_llama()
+    calibration = torch.randint(3, VOCAB, (512,), generator=torch.Generator().manual_seed(3))
+    with pytest.raises(ValueError, match="method='tt'"):
+        heal_tt_embedding(tiny("llama"), teacher, calibration)
+    untied = apply_compression(tiny("llama"), CompressionConfig(method="tt", tt_order=3, tt_ranks=1, tt_untie_output=True))
+    with pytest.raises(ValueError, match="TTTiedHead"):
+        heal_tt_embedding(untied, teacher, calibration)
+    student = apply_tt(peaked_llama(), CompressionConfig(method="tt", tt_order=3, tt_ranks=1, tt_basis="output",
+                                                        tt_exact_tokens=8), calibration)
+    hidden = final_hidden_states(teacher, IDS.reshape(-1), window=12)
+    target = F.log_softmax(teacher.lm_head(hidden), dim=-1).detach()
+
+    def held_out_kl() -> float:
+        with torch.no_grad():
+            logits = student.get_input_embeddings().logits(hidden)
+            return float(F.kl_div(F.log_softmax(logits, -1), target, log_target=True, reduction="batchmean"))
+
+    frozen = {name: p.detach().clone() for name, p in student.named_parameters() if ".cores." not in name}
+    before = held_out_kl()
+    losses = heal_tt_embedding(student, teacher, calibration, steps=60, tokens_per_step=128, learning_rate=1e-2,
+                               progress=False)
+    assert held_out_kl() < 0.8 * before
+    assert sum(losses[-10:]) < sum(losses[:10])
+    assert all(torch.equal(p, frozen[name]) for name, p in student.named_parameters() if name in frozen)
+    student.save_pretrained(tmp_path)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, trust_remote_code=True).eval()
+    assert torch.equal(loaded(IDS).logits, student(IDS).logits)

@@ -129,6 +129,13 @@ def apply_tt(
         _CALIBRATION.reset(token)
 
 
+def exact_token_ids(counts: torch.Tensor, number: int) -> torch.Tensor:
+    """The ``number`` tokens kept exact: most frequent in the calibration text first, then the tokens it never
+    used in id order. BPE vocabularies (GPT-2, OPT, SmolLM2) number tokens by merge order, i.e. roughly by
+    frequency in the tokenizer's training corpus, so low ids are the common tokens any text is likely to need."""
+    return counts.argsort(descending=True, stable=True)[: min(number, len(counts))]
+
+
 @torch.no_grad()
 def build(model: nn.Module, name: str, embedding: nn.Embedding, config: CompressionConfig) -> TTEmbedding:
     if type(embedding) is not nn.Embedding:
@@ -149,9 +156,7 @@ def build(model: nn.Module, name: str, embedding: nn.Embedding, config: Compress
     weight = embedding.weight.detach()
     layer = TTEmbedding.from_weight(weight, shape, ranks, config.tt_eps, None if basis is None else basis.to(weight))
     if config.tt_exact_tokens:
-        counts = calibration["counts"]
-        seen = int((counts > 0).sum())
-        frequent = counts.argsort(descending=True, stable=True)[: min(config.tt_exact_tokens, seen)]
+        frequent = exact_token_ids(calibration["counts"], config.tt_exact_tokens)
         layer.keep_exact(frequent, weight[frequent.to(weight.device)])
     if not config.tt_untie_output:
         layer.tied_output = tied_output_name(model, embedding)

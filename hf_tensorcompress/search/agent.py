@@ -10,6 +10,10 @@ from torch import nn
 from .encoder import StateEncoder
 
 
+#: Rewards (13) and (14) are ratios: 1 for a stage whose loss (or accuracy) did not change.
+NEUTRAL_REWARD = 1.0
+
+
 def mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, outputs))
 
@@ -24,6 +28,12 @@ class ActorCritic(nn.Module):
 
     ``A = R + γ v(s') − v(s)``; ``L_actor = −log π(a|s) · A`` (A treated as a constant), ``L_critic = A²`` with
     ``v(s')`` as a fixed target (semi-gradient TD(0)). The encoder learns through both losses.
+
+    The critic starts at the value of a neutral stage, ``1/(1−γ)`` for rewards (13)/(14) that are 1 when nothing
+    changed. From the usual zero start every early advantage is ≈ +R > 0, so whichever rank the untrained actor
+    picked first was reinforced and kept (in our runs: the smallest rank, for every layer and seed); from the
+    neutral value the first advantages are ≈ R − 1, positive when the loss fell after the action, negative when
+    it rose, which is the comparison the search is meant to learn from.
     """
 
     def __init__(self, encoder: StateEncoder, actions: int, hidden: int = 40, gamma: float = 0.95, lr: float = 1e-3) -> None:
@@ -31,6 +41,7 @@ class ActorCritic(nn.Module):
         self.encoder = encoder
         self.actor = mlp(encoder.state_dim, hidden, actions)
         self.critic = mlp(encoder.state_dim, hidden, 1)
+        nn.init.constant_(self.critic[-1].bias, NEUTRAL_REWARD / (1.0 - gamma) if gamma < 1 else 0.0)
         self.gamma = gamma
         self.optimizer = torch.optim.Adam(self.parameters(), lr=lr)
 
