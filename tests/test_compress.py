@@ -135,3 +135,16 @@ def test_report_counts_flops_of_the_cheaper_path():
     assert row["dense_flops"] == 2 * 100 * 32 * 32
     assert row["params"] == 2 * (4 + 8 + 32) + 32 and row["dense_params"] == 32 * 32 + 32
     assert row["bits"] == 32 * row["params"] and layer.rank == 2
+
+
+def test_cp_factors_do_not_depend_on_the_global_numpy_generator():
+    """Ranks above a mode size make tensorly pad its SVD init with random columns: they must be seeded."""
+    import numpy as np
+
+    factors = []
+    for state in (1, 2):
+        model = tiny_models()["AutoformerForPrediction"]
+        np.random.seed(state)
+        apply_compression(model, CompressionConfig(method="cp", rank=1.0))
+        factors.append([p.detach().clone() for n, p in model.named_parameters() if "factor" in n])
+    assert factors[0] and all(torch.equal(a, b) for a, b in zip(*factors))
