@@ -10,8 +10,9 @@ Compares, with the same data, steps and seed: the dense model, Smartformer (cp +
 Writes ``results.json``, ``results.md`` (a table like the paper's Tables 3–8), the search trace and its plot, and
 the Smartformer model (``save_pretrained``: config with compression_config, safetensors, remote code, model card).
 Every run is scored on the test windows with the weights of its best validation MSE (checked every few steps;
-``--keep-last`` scores the final weights). Autoformer/Informer are trained on the MSE of their forecast mean, like the original Autoformer (the HF models'
-default is a Student-t likelihood, whose negative values would break the paper's loss-ratio reward).
+``--keep-last`` scores the final weights). Autoformer/Informer are trained on the MSE of their forecast mean,
+like the original Autoformer (the HF models' default is a Student-t likelihood, whose negative values would break
+the paper's loss-ratio reward).
 """
 
 from __future__ import annotations
@@ -144,7 +145,8 @@ class BestValidation(TrainerCallback):
         return search is None or search.done
 
     def on_step_end(self, args, state, control, **kwargs):
-        if state.global_step % self.every and state.global_step != state.max_steps or not self._architecture_final():
+        check_step = state.global_step % self.every == 0 or state.global_step == state.max_steps
+        if not check_step or not self._architecture_final():
             return
         model = self.trainer.model
         mse = evaluate_forecaster(model, self.windows, batch_size=self.batch_size, metrics=("mse",), progress=False)["mse"]

@@ -41,6 +41,8 @@ def test_recipe_runs_on_a_csv_and_writes_results_trace_and_model(tmp_path):
         assert np.isfinite(run["metrics"]["mse"]) and np.isfinite(run["metrics"]["mae"])
     dense, smart = results["runs"]
     assert smart["attention_params"] <= dense["attention_params"]
+    # model selection: the dense run is checked on validation at its last step (24 < every 25 steps)
+    assert dense["selected_step"] == 24 and np.isfinite(dense["validation_mse"])
     assert (out / "results.md").read_text().count("|") > 10
     assert (out / "smartformer_trace.png").stat().st_size > 0
     assert json.loads((out / "smartformer_trace.json").read_text())  # at least one decision traced
