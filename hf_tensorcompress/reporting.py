@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .metrics import ModuleCost
 from .tensorslm import NU_OVER_TAU
 
 
@@ -18,33 +19,29 @@ def estimated_energy(bits: int, flops: int, nu_over_tau: float = NU_OVER_TAU) ->
     return nu_over_tau * bits / 32 + flops
 
 
-@dataclass(frozen=True)
-class CostRow:
-    """One line of a cost table: a compressed module, or the total over them."""
+@dataclass
+class CostRow(ModuleCost):
+    """One line of a cost table: a compressed module (``type``: its layer type), or the total over them (``type``:
+    the method), with the energy estimate beside the costs ``metrics.ModuleCost`` holds."""
 
-    name: str
-    kind: str
-    dense_params: int
-    params: int
-    dense_bits: int
-    bits: int
-    dense_flops: int
-    flops: int
     dense_energy: float
     energy: float
 
 
-def _row(name: str, kind: str, entry: dict) -> CostRow:
+#: the integer cost fields a report entry carries for every module
+_COUNTS = tuple(name for name in ModuleCost.__dataclass_fields__ if name not in ("name", "type"))
+
+
+def _row(name: str, layer_type: str, entry: dict) -> CostRow:
     energy = entry.get("energy", estimated_energy(entry["bits"], entry["flops"]))
     dense_energy = entry.get("dense_energy", estimated_energy(entry["dense_bits"], entry["dense_flops"]))
-    keys = ("dense_params", "params", "dense_bits", "bits", "dense_flops", "flops")
-    return CostRow(name, kind, *(int(entry[key]) for key in keys), float(dense_energy), float(energy))
+    return CostRow(name, layer_type, *(int(entry[key]) for key in _COUNTS), float(dense_energy), float(energy))
 
 
 def cost_rows(report: dict) -> list[CostRow]:
     """Per-module rows of a ``compression_report``, then a ``total`` row over the compressed modules."""
     rows = [_row(entry["name"], entry["type"], entry) for entry in report["modules"]]
-    total = {key: sum(getattr(row, key) for row in rows) for key in CostRow.__dataclass_fields__ if key not in ("name", "kind")}
+    total = {key: sum(getattr(row, key) for row in rows) for key in (*_COUNTS, "dense_energy", "energy")}
     return rows + [CostRow("total", report["method"], **total)]
 
 
@@ -100,7 +97,7 @@ COST_HEADERS = ["module", "type", "params", "dense params", "storage bits", "den
 def cost_table_rows(report: dict) -> list[list[str]]:
     """Every module and the total, with before/after for each quantity (``hf-tensorcompress report``)."""
     return [
-        [row.name, row.kind, f"{row.params:,}", f"{row.dense_params:,}", f"{row.bits:,}", f"{row.dense_bits:,}",
+        [row.name, row.type, f"{row.params:,}", f"{row.dense_params:,}", f"{row.bits:,}", f"{row.dense_bits:,}",
          f"{row.flops:,}", f"{row.dense_flops:,}", f"{row.energy:,.0f}", f"{row.dense_energy:,.0f}"]
         for row in cost_rows(report)
     ]
