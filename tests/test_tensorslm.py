@@ -72,7 +72,8 @@ def test_recipe_smoke_writes_results_and_plot(tmp_path):
                      ).save_pretrained(model_dir)
     results = tensorslm.main(["--model", str(model_dir), "--dataset", str(assets.sotu_dir()), "--sweep", "smoke",
                               "--output-dir", str(tmp_path / "out"), "--eval-tokens", "300", "--window", "64",
-                              "--stride", "32", "--heal-steps", "3", "--heal-tokens", "128"])
+                              "--stride", "32", "--heal-steps", "3", "--heal-tokens", "128",
+                              "--tt-solver", "power"])
     written = json.loads((tmp_path / "out" / "results.json").read_text())
     assert written == json.loads(json.dumps(results))
     names = [run["name"] for run in written["runs"]]
@@ -83,6 +84,7 @@ def test_recipe_smoke_writes_results_and_plot(tmp_path):
     assert output["tt_basis"] == "output" and output["embedding_params"] == tt["embedding_params"] + 72 * 72  # + basis
     assert set(tt) >= {"name", "tt_shape", "tt_ranks", "embedding_params", "compression_ratio", "perplexity",
                        "delta_ln_ppl", "energy_ratio", "compress_seconds"}
+    assert tt["tt_solver"] == "power"
     assert tt["tt_shape"] == [3, 4, 6] and tt["tt_ranks"] == [3, 5]  # balanced 72 = 3x4x6; ranks capped at 3, 6
     assert tt["compression_ratio"] == pytest.approx(97 * 72 / tt["embedding_params"])
     healed = next(run for run in written["runs"] if run["name"] == "tt3-r5-output-exact64-healed")

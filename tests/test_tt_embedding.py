@@ -23,7 +23,8 @@ from transformers import (
 )
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.layers.tt_embedding import TTEmbedding, TTTiedHead, balanced_shape, tt_svd
+from hf_tensorcompress.layers import tt_embedding as tt_module
+from hf_tensorcompress.layers.tt_embedding import TTEmbedding, TTTiedHead, balanced_shape, tt_reconstruct, tt_svd
 
 VOCAB, HIDDEN = 120, 24
 
@@ -96,6 +97,61 @@ def test_eps_mode_bounds_every_token_error_and_pads_ragged_ranks_with_zeros():
     assert tighter.effective_parameters() > layer.effective_parameters()
 
 
+def _spread_rows(count: int, size: int, seed: int) -> torch.Tensor:
+    """Rows with a decaying spectrum, like an embedding's: a few strong directions, a long weak tail."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(count, size, generator=generator) * torch.linspace(2, 0.2, size)
+
+
+def test_blocks_over_threads_give_what_one_batch_gives(monkeypatch):
+    """Large vocabularies go through fixed blocks on a thread pool; the result must not depend on either."""
+    weight = _spread_rows(700, 72, seed=0)
+    eps = torch.linspace(0.2, 0.6, 700)  # per-token budgets, so blocks store different ranks
+    whole = {mode: tt_svd(weight, [4, 3, 6], **kwargs) for mode, kwargs in
+             {"fixed": {"max_ranks": [3, 2]}, "eps": {"eps": eps}}.items()}
+    monkeypatch.setattr(tt_module, "DECOMPOSE_BLOCK", 128)
+    threads = torch.get_num_threads()
+    try:
+        for count in (1, 3):
+            torch.set_num_threads(count)
+            for mode, kwargs in {"fixed": {"max_ranks": [3, 2]}, "eps": {"eps": eps}}.items():
+                cores, ranks = tt_svd(weight, [4, 3, 6], **kwargs)
+                assert torch.equal(ranks, whole[mode][1])
+                assert [c.shape for c in cores] == [c.shape for c in whole[mode][0]]
+                torch.testing.assert_close(tt_reconstruct(cores), tt_reconstruct(whole[mode][0]), atol=1e-5, rtol=1e-5)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_power_solver_stays_within_one_percent_of_exact_tt_svd_and_is_thread_independent(monkeypatch):
+    weight = _spread_rows(1500, 72, seed=1)
+    weight[7] = 0  # no dominant subspace at all
+    weight[8] = torch.einsum("i,j,k->ijk", torch.randn(4), torch.randn(3), torch.randn(6)).reshape(-1)  # ranks 1, 1
+    monkeypatch.setattr(tt_module, "DECOMPOSE_BLOCK", 512)
+    exact, _ = tt_svd(weight, [4, 3, 6], [3, 2])
+    power, ranks = tt_svd(weight, [4, 3, 6], [3, 2], solver="power")
+    assert bool((ranks == torch.tensor([3, 2], dtype=torch.int32)).all())
+    error = lambda cores: float((tt_reconstruct(cores) - weight).norm() / weight.norm())
+    assert error(exact) <= error(power) <= 1.01 * error(exact)
+    rebuilt = tt_reconstruct(power)
+    assert bool(torch.isfinite(rebuilt).all())
+    assert float(rebuilt[7].abs().max()) == 0.0
+    torch.testing.assert_close(rebuilt[8], weight[8], atol=1e-5, rtol=1e-4)  # Gram matrices of rank 1: solved by eigh, exact
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        torch.testing.assert_close(tt_reconstruct(tt_svd(weight, [4, 3, 6], [3, 2], solver="power")[0]), rebuilt)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_power_solver_refuses_the_eps_mode():
+    with pytest.raises(ValueError, match="fixed dimension"):
+        tt_svd(torch.randn(4, 24), [2, 3, 4], eps=0.3, solver="power")
+    with pytest.raises(ValueError, match="choose one of"):
+        tt_svd(torch.randn(4, 24), [2, 3, 4], [2, 2], solver="svd")
+
+
 def test_cores_are_trainable_parameters():
     layer = TTEmbedding.from_weight(torch.randn(10, 24), [2, 3, 4], max_ranks=[2, 2])
     layer(torch.tensor([1, 2, 2])).sum().backward()
@@ -138,6 +194,8 @@ def test_a_new_token_is_compressed_like_the_vocabulary():
         ({"tt_eps": 1.5}, "tt_eps"),
         ({"tt_ranks": 2, "tt_order": 1}, "tt_order"),
         ({"tt_ranks": 2, "tt_shape": [2, 3, 4], "tt_order": 2}, "contradicts"),
+        ({"tt_ranks": 2, "tt_solver": "svd"}, "tt_solver"),
+        ({"tt_ranks": 2, "tt_eps": 0.3, "tt_solver": "power"}, "no tt_eps"),
     ],
 )
 def test_config_errors_say_what_would_be_right(kwargs, message):

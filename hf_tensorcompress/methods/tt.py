@@ -154,7 +154,9 @@ def build(model: nn.Module, name: str, embedding: nn.Embedding, config: Compress
     elif config.tt_basis == "pca":
         basis = output_basis(embedding.weight)
     weight = embedding.weight.detach()
-    layer = TTEmbedding.from_weight(weight, shape, ranks, config.tt_eps, None if basis is None else basis.to(weight))
+    layer = TTEmbedding.from_weight(
+        weight, shape, ranks, config.tt_eps, None if basis is None else basis.to(weight), config.tt_solver
+    )
     if config.tt_exact_tokens:
         frequent = exact_token_ids(calibration["counts"], config.tt_exact_tokens)
         layer.keep_exact(frequent, weight[frequent.to(weight.device)])
