@@ -5,7 +5,7 @@
 1. whole-vocabulary TT-SVD (``tt_svd``, batched, with each solver: exact ``eigh`` and block ``power`` iteration)
    against a per-token loop of tensorly's ``tensor_train`` at the same shape and ranks, with the relative
    reconstruction error of both (over the tokens the loop covered);
-2. lookup of 32k random token ids: ``TTEmbedding`` against ``nn.Embedding``;
+2. lookup of 32k random token ids: ``TTEmbedding`` against ``nn.Embedding`` (alternating; median of the paired ratios);
 3. the tied output layer (logits over the whole vocabulary): ``TTTiedHead`` (rebuilds the matrix per forward)
    against the dense ``F.linear``, time and peak memory (each in a fresh process importing only torch and the
    layer file; the peak RSS is reset via /proc/self/clear_refs after setup, so it is weights + forward).
@@ -75,12 +75,21 @@ def decomposition(weight: torch.Tensor, shape: list[int], ranks: list[int], loop
 
 
 def lookup(weight: torch.Tensor, layer: TTEmbedding, count: int, repeats: int) -> dict:
+    """Dense and TT lookups alternate, so both see the same machine load; the ratio is the median of the pairs'."""
     dense = torch.nn.Embedding.from_pretrained(weight)
     ids = torch.randint(0, weight.shape[0], (count,), generator=torch.Generator().manual_seed(0))
+    pairs = []
     with torch.no_grad():
-        dense_s = best_of(lambda: dense(ids), repeats)
-        tt_s = best_of(lambda: layer(ids), repeats)
-    return {"ids": count, "dense_seconds": dense_s, "tt_seconds": tt_s, "ratio": tt_s / dense_s}
+        dense(ids), layer(ids)  # warm-up
+        for _ in range(repeats):
+            timed = []
+            for forward in (dense, layer):
+                start = time.perf_counter()
+                forward(ids)
+                timed.append(time.perf_counter() - start)
+            pairs.append(timed)
+    return {"ids": count, "pairs": repeats, "dense_seconds": statistics.median(p[0] for p in pairs),
+            "tt_seconds": statistics.median(p[1] for p in pairs), "ratio": statistics.median(t / d for d, t in pairs)}
 
 
 HEAD_PROBE = """
@@ -152,9 +161,9 @@ def main() -> None:
         print(f"decomposition, solver {solver}: {row['seconds']:.2f}s vs tensorly loop "
               f"{decomp['tensorly_loop_seconds']:.2f}s = {row['speedup']:.1f}x faster; error {row['error']:.5f} vs "
               f"{decomp['tensorly_error']:.5f} ({row['error_ratio']:.4f}x)")
-    look = lookup(weight, layer, args.lookup_ids, args.repeats)
+    look = lookup(weight, layer, args.lookup_ids, 3 * args.repeats)
     print(f"lookup of {look['ids']} ids: TT {look['tt_seconds'] * 1e3:.1f} ms vs nn.Embedding "
-          f"{look['dense_seconds'] * 1e3:.1f} ms = {look['ratio']:.2f}x")
+          f"{look['dense_seconds'] * 1e3:.1f} ms; median of {look['pairs']} paired ratios {look['ratio']:.2f}x")
     head = tied_head(weight, layer, args.head_tokens, args.repeats)
     print(f"tied output layer, {args.head_tokens} tokens: TT {head['tt']['seconds'] * 1e3:.1f} ms vs dense "
           f"{head['dense']['seconds'] * 1e3:.1f} ms = {head['time_ratio']:.2f}x; resident "

@@ -70,9 +70,9 @@ TT_SOLVERS = ("eigh", "power")
 #: conditioning past what one Cholesky QR in float64 survives (benchmarks/tt_embedding.py).
 POWER_SQUARINGS = 3
 
-#: Rows decomposed together. Blocks keep every intermediate small (whole-vocabulary intermediates are fresh
-#: 20-70 MB allocations whose page faults cost more than the products written into them) and are spread over
-#: ``torch.get_num_threads()`` threads. Fixed, so results do not depend on the number of threads.
+#: Rows decomposed together: blocks keep every intermediate a few MB (whole-vocabulary ones are fresh 20-70 MB
+#: allocations per product) and are spread over ``torch.get_num_threads()`` threads. Fixed, so results do not
+#: depend on the number of threads.
 DECOMPOSE_BLOCK = 4096
 
 
