@@ -58,19 +58,21 @@ def decomposition(weight: torch.Tensor, shape: list[int], ranks: list[int], loop
     ``tensor_train`` called once per token (only the decompositions timed, their reconstruction afterwards)."""
     subset = weight[:loop_tokens].numpy()
     start = time.perf_counter()
-    trains = [tensor_train(v.reshape(shape), [1, *ranks, 1]) for v in tqdm(subset, desc="tensorly loop", leave=False, mininterval=2)]
+    vectors = tqdm(subset, desc="tensorly loop", leave=False, mininterval=2)
+    trains = [tensor_train(v.reshape(shape), [1, *ranks, 1]) for v in vectors]
     loop_seconds = (time.perf_counter() - start) * weight.shape[0] / loop_tokens
     loop_error = relative_error(np.stack([tl.tt_to_tensor(train).reshape(-1) for train in trains]), subset)
     result = {"tokens": weight.shape[0], "loop_tokens_timed": loop_tokens, "torch_threads": torch.get_num_threads(),
               "tensorly_loop_seconds": loop_seconds, "tensorly_error": loop_error, "solvers": {}}
     for solver in TT_SOLVERS:
-        cores, _ = tt_svd(weight, shape, ranks, solver=solver)
+        cores, token_ranks = tt_svd(weight, shape, ranks, solver=solver)
+        if solver == "eigh":  # the exact trains serve the lookup and head measurements
+            layer = TTEmbedding(weight.shape[0], shape, [core.shape[-1] for core in cores[:-1]])
+            layer._load(cores, token_ranks)
         seconds = best_of(lambda: tt_svd(weight, shape, ranks, solver=solver), 3)
         error = relative_error(tt_reconstruct([core[:loop_tokens] for core in cores]).numpy(), subset)
         result["solvers"][solver] = {"seconds": seconds, "speedup": loop_seconds / seconds, "error": error,
                                      "error_ratio": error / loop_error}
-    layer = TTEmbedding(weight.shape[0], shape, ranks)
-    layer._load(tt_svd(weight, shape, ranks)[0], torch.tensor(ranks).repeat(weight.shape[0], 1))
     return {**result, "layer": layer}
 
 

@@ -177,7 +177,8 @@ def main(argv: list[str] | None = None) -> dict:
         energy = energy_report(vocab, hidden, args.energy_length, tt_per_token=params / vocab)
         runs.append({
             "name": name, "method": "tt", "tt_shape": layer.shape, "tt_ranks": layer.ranks, "tt_eps": eps,
-            "tt_basis": basis, "tt_solver": config.tt_solver, "tt_exact_tokens": 0 if layer.exact_rows is None else layer.exact_rows.shape[0],
+            "tt_basis": basis, "tt_solver": config.tt_solver,
+            "tt_exact_tokens": 0 if layer.exact_rows is None else layer.exact_rows.shape[0],
             "output_layer": "dense (untied copy)" if untied else "tt (tied)",
             "embedding_params": params, "stored_params": layer.stored_parameters(),
             "compression_ratio": compression_ratio(vocab * hidden, params), "eta": eta(vocab * hidden, params),

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -103,6 +104,17 @@ def _spread_rows(count: int, size: int, seed: int) -> torch.Tensor:
     return torch.randn(count, size, generator=generator) * torch.linspace(2, 0.2, size)
 
 
+@contextmanager
+def torch_threads(count: int):
+    """torch's intra-op thread count set for the block, restored after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_blocks_over_threads_give_what_one_batch_gives(monkeypatch):
     """Large vocabularies go through fixed blocks on a thread pool; the result must not depend on either."""
     weight = _spread_rows(700, 72, seed=0)
@@ -110,17 +122,13 @@ def test_blocks_over_threads_give_what_one_batch_gives(monkeypatch):
     whole = {mode: tt_svd(weight, [4, 3, 6], **kwargs) for mode, kwargs in
              {"fixed": {"max_ranks": [3, 2]}, "eps": {"eps": eps}}.items()}
     monkeypatch.setattr(tt_module, "DECOMPOSE_BLOCK", 128)
-    threads = torch.get_num_threads()
-    try:
-        for count in (1, 3):
-            torch.set_num_threads(count)
+    for count in (1, 3):
+        with torch_threads(count):
             for mode, kwargs in {"fixed": {"max_ranks": [3, 2]}, "eps": {"eps": eps}}.items():
                 cores, ranks = tt_svd(weight, [4, 3, 6], **kwargs)
                 assert torch.equal(ranks, whole[mode][1])
                 assert [c.shape for c in cores] == [c.shape for c in whole[mode][0]]
                 torch.testing.assert_close(tt_reconstruct(cores), tt_reconstruct(whole[mode][0]), atol=1e-5, rtol=1e-5)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def test_power_solver_stays_within_one_percent_of_exact_tt_svd_and_is_thread_independent(monkeypatch):
@@ -136,13 +144,9 @@ def test_power_solver_stays_within_one_percent_of_exact_tt_svd_and_is_thread_ind
     rebuilt = tt_reconstruct(power)
     assert bool(torch.isfinite(rebuilt).all())
     assert float(rebuilt[7].abs().max()) == 0.0
-    torch.testing.assert_close(rebuilt[8], weight[8], atol=1e-5, rtol=1e-4)  # Gram matrices of rank 1: solved by eigh, exact
-    threads = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
+    torch.testing.assert_close(rebuilt[8], weight[8], atol=1e-5, rtol=1e-4)  # rank-1 Grams: eigh, exact
+    with torch_threads(1):
         torch.testing.assert_close(tt_reconstruct(tt_svd(weight, [4, 3, 6], [3, 2], solver="power")[0]), rebuilt)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def test_power_solver_refuses_the_eps_mode():

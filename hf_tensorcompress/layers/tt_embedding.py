@@ -329,8 +329,9 @@ class TTEmbedding(nn.Module):
         ``basis`` (``(d, d)``, invertible) decomposes the rows of ``W P⁻¹`` instead of ``W`` and stores ``P``:
         vectors are ``train @ P``. With ``P⁻¹ = C^{1/2} Q`` (``C`` the covariance of the hidden states the tied
         output layer sees, ``Q`` the principal axes of ``W C^{1/2}``) truncation minimises the logit error
-        ``E‖h·(w − ŵ)‖²`` rather than ``‖w − ŵ‖²``: see ``methods.tt.output_basis``. ``solver``: see ``tt_svd``
-        (tokens added later always use the exact ``"eigh"``: a handful of vectors gains nothing from ``"power"``).
+        ``E‖h·(w − ŵ)‖²`` rather than ``‖w − ŵ‖²``: see ``methods.tt.output_basis``. ``solver``: see
+        ``tt_svd`` (tokens added later always use the exact ``"eigh"``: a handful of vectors gains nothing from
+        ``"power"``).
         """
         if max_ranks is None and eps is None:
             raise ValueError("give max_ranks, eps, or both: without either TT-SVD keeps every vector exactly")
