@@ -21,7 +21,7 @@ from torch import nn
 from transformers import PatchTSTConfig, PatchTSTForClassification
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.layers.biprop import BipropLinear
+from hf_tensorcompress.methods.biprop.layer import BipropLinear
 
 
 def best_time(function, repeats: int) -> float:

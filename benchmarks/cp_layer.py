@@ -21,12 +21,12 @@ import torch
 from tensorly.decomposition import parafac
 from torch import nn
 
-from hf_tensorcompress.layers.cp import CPLinear, cp_reconstruct
-from hf_tensorcompress.methods.cp import decompose
+from hf_tensorcompress.methods.cp.layer import CPLinear, cp_reconstruct
+from hf_tensorcompress.methods.cp.apply import decompose
 
 
 def action_space_ranks(fan_in: int, fan_out: int, heads: int) -> list[int]:
-    """DESIGN.md §3.1: every rank if ≤ 10 candidates, else the ranks at parameter ratios 0.1 … 1.0 of dense."""
+    """every rank if ≤ 10 candidates, else the ranks at parameter ratios 0.1 … 1.0 of dense."""
     per_rank = heads + fan_in // heads + fan_out
     largest = fan_in * fan_out // per_rank
     if largest <= 10:
@@ -69,7 +69,7 @@ def main() -> None:
     layer.load_factors(decompose(layer.folded_weight(linear.weight.detach()), start_rank, 30))
     layer.bias.data.copy_(linear.bias.data)
     start_factors = [f.detach().clone() for f in layer.factors]
-    # What a rank change decomposes: the tensor the current factors represent (DESIGN.md §3.1).
+    # What a rank change decomposes: the tensor the current factors represent.
     target = cp_reconstruct([f.double() for f in start_factors])
     print(f"d_model={args.d_model} heads={args.heads} tokens={args.tokens} action-space ranks={ranks}")
     print("rank | params % | infer ratio | train-fwd ratio | path | warm s | cold s | warm/cold | err warm | err cold")

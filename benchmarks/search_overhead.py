@@ -23,7 +23,7 @@ from transformers import PatchTSTConfig, PatchTSTForPrediction, Trainer, Trainin
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.assets import appliances_energy_csv
 from hf_tensorcompress.search import SearchConfig
-from hf_tensorcompress.trainer import SmartformerTrainer
+from hf_tensorcompress.search.trainer import SmartformerTrainer
 
 
 class Windows(torch.utils.data.Dataset):

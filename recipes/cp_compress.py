@@ -38,7 +38,7 @@ from transformers import (
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
 from hf_tensorcompress.data import forecasting_windows, load_forecasting_dataset, standardization_of
-from hf_tensorcompress.evaluation import evaluate_forecaster
+from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
 
 MODEL_CLASSES = {"patchtst": PatchTSTForPrediction, "autoformer": AutoformerForPrediction, "informer": InformerForPrediction}
 

@@ -38,8 +38,8 @@ from tqdm.auto import tqdm
 from transformers import PatchTSTConfig, PatchTSTForClassification, PatchTSTForPretraining
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.methods.biprop import apply_attention
-from hf_tensorcompress.metrics import nonzero_flops, storage_bits
+from hf_tensorcompress.methods.biprop.apply import apply_attention
+from hf_tensorcompress.core.metrics import nonzero_flops, storage_bits
 
 
 # ---------------------------------------------------------------------- data

@@ -39,10 +39,10 @@ from transformers import (
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
 from hf_tensorcompress.data import NUM_TIME_FEATURES, forecasting_windows, load_forecasting_dataset, standardization_of
-from hf_tensorcompress.evaluation import evaluate_forecaster
+from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
 from hf_tensorcompress.search import SearchConfig, attention_groups
-from hf_tensorcompress.targets import attention_projections
-from hf_tensorcompress.trainer import SmartformerTrainer
+from hf_tensorcompress.core.targets import attention_projections
+from hf_tensorcompress.search.trainer import SmartformerTrainer
 
 FAMILIES = ("autoformer", "patchtst", "informer")
 

@@ -23,12 +23,13 @@ from accelerate import Accelerator
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hf_tensorcompress import CompressionConfig
-from hf_tensorcompress.causal_lm import WEIGHTS_NOTE, smollm2_dir
-from hf_tensorcompress.healing import heal_tt_embedding
-from hf_tensorcompress.layers.tt_embedding import TT_SOLVERS, TTTiedHead
-from hf_tensorcompress.methods.tt import apply_tt
-from hf_tensorcompress.lm_eval import perplexity, split_documents, text_dataset, token_ids
-from hf_tensorcompress.tensorslm import (
+from hf_tensorcompress.data.causal_lm import WEIGHTS_NOTE, smollm2_dir
+from hf_tensorcompress.methods.tt.healing import heal_tt_embedding
+from hf_tensorcompress.methods.tt.layer import TT_SOLVERS, TTTiedHead
+from hf_tensorcompress.methods.tt.apply import apply_tt
+from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
+from hf_tensorcompress.evaluation.perplexity import perplexity
+from hf_tensorcompress.methods.tt.energy import (
     apply_svd_embedding,
     compression_ratio,
     energy_report,

@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from smartformer_fixtures import sines, tiny_patchtst  # noqa: E402
 
 from hf_tensorcompress.search import SearchConfig  # noqa: E402
-from hf_tensorcompress.trainer import SmartformerTrainer  # noqa: E402
+from hf_tensorcompress.search.trainer import SmartformerTrainer  # noqa: E402
 
 
 def main(output_dir: str) -> None:

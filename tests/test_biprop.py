@@ -23,9 +23,9 @@ from transformers import (
 )
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.layers.attention import sbt_attention, step_t_allowed
-from hf_tensorcompress.layers.biprop import BipropLinear, pack_bits, seeded_signs, unpack_bits
-from hf_tensorcompress.metrics import attention_multiply_adds, compression_report, nonzero_flops, storage_bits
+from hf_tensorcompress.methods.biprop.attention import sbt_attention, step_t_allowed
+from hf_tensorcompress.methods.biprop.layer import BipropLinear, pack_bits, seeded_signs, unpack_bits
+from hf_tensorcompress.core.metrics import attention_multiply_adds, compression_report, nonzero_flops, storage_bits
 
 
 def patchtst_classifier(**overrides) -> PatchTSTForClassification:
@@ -106,7 +106,7 @@ def test_bit_packing_and_seeded_signs():
 def test_config_rejects_bad_biprop_options(kwargs, message):
     with pytest.raises(ValueError, match=message):
         CompressionConfig(method="biprop", **kwargs)
-    with pytest.raises(ValueError, match="biprop option"):
+    with pytest.raises(ValueError, match="'attention' is an option of BipropConfig"):
         CompressionConfig(method="cp", attention="step_t")
 
 

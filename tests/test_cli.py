@@ -59,10 +59,10 @@ def compressed_folder(dense_folder, tmp_path_factory) -> Path:
 def test_compress_saves_a_self_contained_checkpoint_with_card(dense_folder, compressed_folder):
     config = json.loads((compressed_folder / "config.json").read_text())
     assert config["compression_config"]["method"] == "svd" and config["compression_config"]["rank"] == 4
-    assert {"modeling_tensorcompress.py", "lowrank.py", "model.safetensors"} <= {p.name for p in compressed_folder.iterdir()}
+    assert {"modeling_tensorcompress.py", "svd_layer.py", "model.safetensors"} <= {p.name for p in compressed_folder.iterdir()}
     card = ModelCard((compressed_folder / "README.md").read_text())
     assert card.data.tags[:3] == ["hf_tensorcompress", "compressed", "svd"]
-    from hf_tensorcompress.loading import load_model
+    from hf_tensorcompress.core.loading import load_model
 
     dense, compressed = load_model(dense_folder).eval(), load_model(compressed_folder).eval()
     inputs = torch.randn(2, 32, 3)

@@ -12,7 +12,8 @@ import torch
 from transformers import PatchTSTConfig, PatchTSTForPrediction
 
 from hf_tensorcompress.data import forecasting_windows, load_appliances_energy
-from hf_tensorcompress.evaluation import evaluate_forecaster, load_metric, metric_path
+from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
+from hf_tensorcompress.evaluation.metrics import load_metric, metric_path
 
 
 def test_metric_modules_compute_mse_and_mae():

@@ -6,6 +6,7 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel
 
 from hf_tensorcompress import CompressedCheckpointError, CompressionConfig, apply_compression
+from hf_tensorcompress.core.export import SHIPPED_FILES
 from helpers import first_output, run_without_library, tiny_inputs, tiny_models
 
 CLASSES = ["PatchTSTForPrediction", "PatchTSTForClassification", "AutoformerForPrediction", "InformerForPrediction", "InformerForPrediction-full"]
@@ -24,7 +25,8 @@ def saved(tmp_path_factory):
     cases = [(name, "cp") for name in CLASSES] + [("PatchTSTForPrediction", "svd")]
     for name, method in cases:
         model = tiny_models()[name]
-        apply_compression(model, CompressionConfig(method=method, rank=0.5, cp_iterations=20))
+        options = {"cp_iterations": 20} if method == "cp" else {}
+        apply_compression(model, CompressionConfig(method=method, rank=0.5, **options))
         folder = root / f"{name}-{method}"
         model.save_pretrained(folder)
         torch.save({"inputs": tiny_inputs(name, model), "output": _forward(name, model)}, folder / "io.pt")
@@ -36,7 +38,7 @@ def test_folder_holds_config_weights_and_self_contained_code(saved):
     config = json.loads((folder / "config.json").read_text())
     assert config["auto_map"]["AutoModel"] == "modeling_tensorcompress.CompressedPatchTSTForPrediction"
     assert config["compression_config"]["method"] == "cp" and len(config["compression_config"]["modules"]) == 6
-    assert {"modeling_tensorcompress.py", "structure.py", "cp.py", "lowrank.py", "model.safetensors"} <= {p.name for p in folder.iterdir()}
+    assert {*SHIPPED_FILES.values(), "model.safetensors"} <= {p.name for p in folder.iterdir()}
     for code in folder.glob("*.py"):
         imports = [line for line in code.read_text().splitlines() if line.strip().startswith(("import ", "from "))]
         assert not [line for line in imports if "hf_tensorcompress" in line or line.split()[1] in ("tensorly", "numpy")]
@@ -77,7 +79,7 @@ def test_loads_with_the_library_installed_too(saved):
 def test_loaded_model_saves_again_with_its_code(saved, tmp_path):
     model = AutoModel.from_pretrained(saved / "PatchTSTForClassification-cp", trust_remote_code=True)
     model.save_pretrained(tmp_path / "again")
-    assert (tmp_path / "again" / "cp.py").exists()
+    assert (tmp_path / "again" / "cp_layer.py").exists()
     reloaded = AutoModel.from_pretrained(tmp_path / "again", trust_remote_code=True).eval()
     io = torch.load(saved / "PatchTSTForClassification-cp" / "io.pt")
     torch.testing.assert_close(_forward("PatchTSTForClassification", reloaded), io["output"], atol=1e-5, rtol=1e-5)

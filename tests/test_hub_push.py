@@ -12,10 +12,11 @@ from transformers import LlamaConfig, LlamaForCausalLM, PatchTSTConfig, PatchTST
 
 import hf_tensorcompress
 from hf_tensorcompress import CardInfo, CompressionConfig, PushError, apply_compression, push_to_hub
-from hf_tensorcompress.config import METHODS
+from hf_tensorcompress.core.export import SHIPPED_FILES
+from hf_tensorcompress.core.registry import registered_methods
 from helpers import run_without_library
 
-#: A small compressed model per method whose round trip is tested here (every method in METHODS needs one).
+#: A small compressed model per method whose round trip is tested here (every registered method needs one).
 ROUND_TRIPS = {
     "cp": CompressionConfig(method="cp", rank=3, cp_iterations=5),
     "svd": CompressionConfig(method="svd", rank=4),
@@ -23,8 +24,8 @@ ROUND_TRIPS = {
 }
 #: Methods for causal LMs, round-tripped on a small Llama (the SmolLM2 architecture).
 LM_ROUND_TRIPS = {"tt": CompressionConfig(method="tt", tt_shape=[4, 4, 4], tt_ranks=3)}
-#: The shipped layer code (every file of hf_tensorcompress/layers/) must reach the repo.
-CODE_FILES = {path.name for path in (Path(hf_tensorcompress.__file__).parent / "layers").glob("*.py")}
+#: The shipped modeling code (every file of SHIPPED_FILES, under its checkpoint name) must reach the repo.
+CODE_FILES = set(SHIPPED_FILES.values())
 
 RESULTS = {
     "dataset": "appliances_energy",
@@ -47,7 +48,8 @@ def small_patchtst() -> PatchTSTForPrediction:
 
 def test_every_method_has_a_round_trip_test():
     covered = set(ROUND_TRIPS) | set(LM_ROUND_TRIPS)
-    assert set(METHODS) <= covered, f"add a ROUND_TRIPS entry for {set(METHODS) - covered}"
+    methods = set(registered_methods())
+    assert methods <= covered, f"add a ROUND_TRIPS entry for {methods - covered}"
 
 
 @pytest.mark.parametrize("method", sorted(ROUND_TRIPS))

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from hf_tensorcompress import assets
-from hf_tensorcompress.lm_eval import PERPLEXITY_METRIC, perplexity, split_documents, text_dataset, window_nll
+from hf_tensorcompress.data.text import split_documents, text_dataset
+from hf_tensorcompress.evaluation.perplexity import PERPLEXITY_METRIC, perplexity, window_nll
 
 
 def test_metric_module_combines_windows_exactly():

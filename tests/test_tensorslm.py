@@ -11,7 +11,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.tensorslm import (
+from hf_tensorcompress.methods.tt.energy import (
     apply_svd_embedding,
     compression_ratio,
     energy_report,

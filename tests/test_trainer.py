@@ -10,7 +10,7 @@ import torch
 from transformers import TrainerCallback, TrainingArguments
 
 from hf_tensorcompress.search import SearchConfig
-from hf_tensorcompress.trainer import SmartformerTrainer
+from hf_tensorcompress.search.trainer import SmartformerTrainer
 from smartformer_fixtures import appliances, sines, tiny_patchtst
 
 

@@ -1,46 +1,18 @@
-"""Method registry: how each compression method builds its replacement layer from a target module."""
+"""The compression methods, one package each: ``config.py`` (its options), ``layer.py`` (the replacement layer,
+shipped inside checkpoints) and ``apply.py`` (how the layer is built from a target module; registers the method).
+
+A method package's ``__init__`` exports its config and layer only; ``apply`` modules are imported by
+``load_builtin`` when the registry is first asked, so importing a layer never pulls in the application code.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Callable
+import importlib
 
-from torch import nn
-
-from ..config import CompressionConfig
+BUILTIN = ("biprop", "cp", "svd", "tt")
 
 
-@dataclass(frozen=True)
-class Method:
-    """One compression method.
-
-    ``default_targets(model)`` lists full module names to compress when the config names none;
-    ``build(model, name, module, config)`` returns the replacement layer (it must not modify ``model``);
-    ``accepts`` are the module types the method can replace; ``keywords`` maps a one-word ``target_modules``
-    (e.g. ``"all-linear"``) to a function listing its targets; ``model_options(model, config)`` validates and
-    resolves model-level options (recorded in ``compression_config``) without touching the model.
-    """
-
-    name: str
-    default_targets: Callable[[nn.Module], list[str]]
-    build: Callable[[nn.Module, str, nn.Module, CompressionConfig], nn.Module]
-    accepts: tuple[type[nn.Module], ...] = (nn.Linear,)
-    keywords: dict[str, Callable[[nn.Module], list[str]]] = field(default_factory=dict)
-    model_options: Callable[[nn.Module, CompressionConfig], dict] | None = None
-
-
-METHODS: dict[str, Method] = {}
-
-
-def register_method(method: Method) -> Method:
-    METHODS[method.name] = method
-    return method
-
-
-def get_method(name: str) -> Method:
-    if name not in METHODS:
-        raise ValueError(f"no compression method {name!r}; registered: {sorted(METHODS)}")
-    return METHODS[name]
-
-
-from . import biprop, cp, svd, tt  # noqa: E402,F401  (register the built-in methods)
+def load_builtin() -> None:
+    """Register the built-in methods (importing ``methods/<name>/apply.py`` registers ``<name>``)."""
+    for name in BUILTIN:
+        importlib.import_module(f"{__name__}.{name}.apply")

@@ -1,4 +1,4 @@
-"""The Smartformer reinforcement-learning rank search (DESIGN.md §3.2, paper §4 and Algorithm 1)."""
+"""The Smartformer reinforcement-learning rank search (paper §4 and Algorithm 1)."""
 
 from .agent import ActorCritic
 from .config import SearchConfig

@@ -1,4 +1,4 @@
-"""``SearchConfig``: every knob of the Smartformer rank search (DESIGN.md §3.2), validated, with a JSON round trip."""
+"""``SearchConfig``: every knob of the Smartformer rank search, validated, with a JSON round trip."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class SearchConfig:
         interval: length of a stage (the paper's E): optimizer steps or epochs between two actions.
         interval_unit: ``"steps"`` (optimizer steps) or ``"epochs"``.
         max_candidates: the action space holds every rank when a layer has at most this many candidate ranks,
-            otherwise this many ranks at evenly spaced parameter ratios 1/n … 1 of the dense layer (DESIGN.md §3.1).
+            otherwise this many ranks at evenly spaced parameter ratios 1/n … 1 of the dense layer.
         reward: ``"loss"`` (paper eq. 14, for forecasting) or ``"accuracy"`` (eq. 13, for classification; the
             accuracy of the training batches' ``logits`` against ``labels``).
         tolerance: ε of the reward; ``None`` takes the paper's value (1.125 for loss, 0.1 for accuracy).

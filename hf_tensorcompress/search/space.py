@@ -2,7 +2,7 @@
 
 The paper decomposes "a Multi-head Attention layer" as a whole, so the q/k/v projections of one attention module
 (those that were compressed) form one group and always hold the same rank. The action space of a group follows
-DESIGN.md §3.1: every rank when there are at most ``max_candidates``, else ranks at parameter ratios 0.1 … 1.0.
+every rank when there are at most ``max_candidates``, else ranks at parameter ratios 0.1 … 1.0.
 """
 
 from __future__ import annotations

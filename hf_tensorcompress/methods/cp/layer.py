@@ -1,4 +1,4 @@
-"""CP-decomposed linear projection (Smartformer's CPAC-Attention, DESIGN.md §3.1).
+"""CP-decomposed linear projection (Smartformer's CPAC-Attention).
 
 This file ships inside every saved checkpoint (``trust_remote_code``): it imports torch only.
 """
@@ -10,6 +10,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ...core.contract import CompressedLinear
 
 
 #: Two thin matmuls plus the Khatri-Rao product run below the speed of one square matmul of equal multiply-adds
@@ -69,7 +71,7 @@ def _balance(factors: list[torch.Tensor]) -> list[torch.Tensor]:
     return [f * torch.where(live, scale / n.clamp_min(1e-30), torch.ones_like(n)) for f, n in zip(factors, norms)]
 
 
-class CPLinear(nn.Module):
+class CPLinear(CompressedLinear):
     """``y = x Wᵀ + b`` with ``Wᵀ`` folded to (heads, head_dim, out) and stored as rank-R CP factors.
 
     Parameters ``R·(h + d + out)`` instead of ``h·d·out`` (paper Table 1). Forward picks, for the input at hand,
@@ -187,10 +189,6 @@ class CPLinear(nn.Module):
             new_factors = [torch.cat([f, g], dim=1) for f, g in zip(factors, grown)]
         self.load_factors(new_factors)
         return dict(zip(old_params, self.factors))
-
-    def dense_parameters(self) -> int:
-        """Parameters of the ``nn.Linear`` this layer replaces."""
-        return self.in_features * self.out_features + (self.out_features if self.bias is not None else 0)
 
     # ----------------------------------------------------------------- forward
     @property

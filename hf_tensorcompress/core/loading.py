@@ -13,7 +13,7 @@ from pathlib import Path
 import transformers
 from torch import nn
 
-from .layers.modeling_tensorcompress import CLASS_PREFIX, compressed_class
+from .modeling_tensorcompress import CLASS_PREFIX, compressed_class
 
 
 class ModelLoadError(ValueError):

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from .layers.tt_embedding import TTEmbedding, TTTiedHead
+from .layer import TTEmbedding, TTTiedHead
 
 
 @torch.no_grad()

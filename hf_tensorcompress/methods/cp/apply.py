@@ -1,20 +1,18 @@
-"""``method="cp"``: attention projections become CP factors (Smartformer's CPAC-Attention, DESIGN.md §3.1)."""
+"""``method="cp"``: attention projections become CP factors (Smartformer's CPAC-Attention); registers the method."""
 
 from __future__ import annotations
 
 import math
 import warnings
 
-import tensorly as tl
 import torch
-from tensorly.decomposition import parafac
 from torch import nn
 
-from ..config import CompressionConfig
-from ..layers.cp import CPLinear
-from ..targets import attention_projections, parent_of
-from . import Method, register_method
-from .ranks import resolve_rank
+from ...core.ranks import resolve_rank
+from ...core.registry import Method, register_method
+from ...core.targets import attention_projections, parent_of
+from .config import CPConfig
+from .layer import CPLinear
 
 
 def heads_of(model: nn.Module, name: str, linear: nn.Linear) -> int:
@@ -40,6 +38,9 @@ def decompose(tensor: torch.Tensor, rank: int, iterations: int) -> list[torch.Te
     When the rank exceeds a mode size tensorly pads the SVD init with random columns, drawn from numpy's global
     generator unless told otherwise; a fixed ``random_state`` makes the same weights give the same factors
     whatever ran before (seen: one recipe seed's test MSE moved 0.85 → 0.92 with the order of its runs)."""
+    import tensorly as tl  # imported here: only the initial decomposition needs it
+    from tensorly.decomposition import parafac
+
     with tl.backend_context("pytorch"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tensorly warns when the rank exceeds a mode size and pads the SVD init
         _, factors = parafac(
@@ -48,7 +49,7 @@ def decompose(tensor: torch.Tensor, rank: int, iterations: int) -> list[torch.Te
     return factors
 
 
-def build(model: nn.Module, name: str, linear: nn.Linear, config: CompressionConfig) -> CPLinear:
+def build(model: nn.Module, name: str, linear: nn.Linear, config: CPConfig, calibration: None = None) -> CPLinear:
     heads, rank = cp_rank(model, name, linear, config.rank_for(name))
     weight = linear.weight
     layer = CPLinear(linear.in_features, linear.out_features, heads, rank, bias=linear.bias is not None)
@@ -59,4 +60,4 @@ def build(model: nn.Module, name: str, linear: nn.Linear, config: CompressionCon
     return layer.to(device=weight.device, dtype=weight.dtype)
 
 
-register_method(Method("cp", attention_projections, build))
+register_method(Method("cp", CPConfig, attention_projections, build))

@@ -1,4 +1,4 @@
-"""Biprop sparse-binary linear layer (Sparse Binary Transformers, DESIGN.md §3.3).
+"""Biprop sparse-binary linear layer (Sparse Binary Transformers).
 
 Frozen random weights ``W``, learned scores ``S``; the forward keeps the top ``keep_ratio`` fraction of ``|S|``
 (mask ``M``) and uses the weight ``α · sign(W) ⊙ M`` with ``α = ‖M ⊙ W‖₁ / ‖M‖₁``.
@@ -19,6 +19,8 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ...core.contract import CompressedLinear
 
 WEIGHT_INITS = ("kaiming_normal", "signed_constant")
 _MASK32 = 0xFFFFFFFF
@@ -93,7 +95,7 @@ class _ScaledMask(torch.autograd.Function):
         return grad * weight.abs(), None, None
 
 
-class BipropLinear(nn.Module):
+class BipropLinear(CompressedLinear):
     """``y = x (α · sign(W) ⊙ M)ᵀ``: frozen random ``W``, learned scores choose ``M``; no bias (as in SBT).
 
     Args:
@@ -238,7 +240,7 @@ class BipropLinear(nn.Module):
         """Parameters of the ``nn.Linear`` (with bias) this layer replaces."""
         return self.in_features * self.out_features + self.out_features
 
-    def binary_parameters(self) -> int:
+    def stored_parameters(self) -> int:
         """Non-zero binary weights plus α: what inference needs (the paper's "Params (Binary)")."""
         return self.keep + 1
 

@@ -20,10 +20,10 @@ CLASS_PREFIX = "Compressed"
 class CompressedModelMixin:
     """Re-installs the compressed layers after the base model's ``__init__`` and checks what was loaded."""
 
-    _auto_class = "AutoModel"
-    #: ``card_writer(model, folder, repo_id=None)`` writes the model card; hf_tensorcompress sets it on import.
-    #: Where only this shipped code is loaded it stays None and transformers' own card handling applies.
-    card_writer = None
+    #: ``save_hook(model, folder, repo_id=None)`` writes the modeling code and the model card next to the weights;
+    #: hf_tensorcompress sets it on import. Where only this shipped code is loaded (``trust_remote_code``) it stays
+    #: None: transformers registers the class for its Auto class then, and copies these files itself.
+    save_hook = None
 
     def __init__(self, config, *args, **kwargs) -> None:
         super().__init__(config, *args, **kwargs)
@@ -32,17 +32,18 @@ class CompressedModelMixin:
         install_model_options(self, compression)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """``PreTrainedModel.save_pretrained``, plus the model card when hf_tensorcompress is installed."""
+        """``PreTrainedModel.save_pretrained``, plus the modeling code and model card when hf_tensorcompress is
+        installed."""
         result = super().save_pretrained(save_directory, *args, **kwargs)
-        if self.card_writer is not None and kwargs.get("is_main_process", True):
-            self.card_writer(self, save_directory)
+        if self.save_hook is not None and kwargs.get("is_main_process", True):
+            self.save_hook(self, save_directory)
         return result
 
     def _upload_modified_files(self, working_dir, repo_id, *args, **kwargs):
         # push_to_hub replaces the saved README.md with transformers' generic card just before this upload step;
         # write ours again, now knowing the repo id.
-        if self.card_writer is not None:
-            self.card_writer(self, working_dir, repo_id=repo_id)
+        if self.save_hook is not None:
+            self.save_hook(self, working_dir, repo_id=repo_id)
         return super()._upload_modified_files(working_dir, repo_id, *args, **kwargs)
 
     @classmethod

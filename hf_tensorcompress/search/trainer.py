@@ -13,7 +13,6 @@ start, so after a rebuild gradients are all-reduced at every micro-batch: correc
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import time
@@ -26,13 +25,13 @@ from transformers import Trainer, TrainerCallback
 from transformers.utils import logging
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from .compress import refresh_compression_config
-from .layers.structure import install_layers
+from ..compress import refresh_compression_config
+from ..core.structure import install_layers
+from .config import SearchConfig
+from .mdp import STATE_FILE, RankSearch
 from .optim import replace_parameters_in_optimizer
-from .search.config import SearchConfig
-from .search.mdp import STATE_FILE, RankSearch
-from .search.plot import plot_trace
-from .search.space import attention_groups, current_rank
+from .plot import plot_trace
+from .space import attention_groups, current_rank
 
 logger = logging.get_logger(__name__)
 
@@ -169,10 +168,7 @@ class SmartformerTrainer(Trainer):
         for group_name, rank in changes.items():
             for name in self.search.by_name[group_name].modules:
                 layer = self.model.get_submodule(name)
-                if "n_iter" in inspect.signature(layer.set_rank).parameters:
-                    replaced.update(layer.set_rank(rank, n_iter=self.search_config.als_iterations))
-                else:
-                    replaced.update(layer.set_rank(rank))
+                replaced.update(layer.set_rank(rank, n_iter=self.search_config.als_iterations))
         if self.optimizer is not None:
             # the accelerate wrapper forwards param_groups/state to the torch optimizer; the scheduler holds
             # the same optimizer object, so it keeps stepping the learning rate of the new factors too

@@ -1,22 +1,22 @@
 """Rebuilds a compressed model's structure from the per-module specs recorded in ``config.compression_config``.
 
-Ships inside saved checkpoints: imports torch and its siblings only. Every replacement layer type is listed in
-``LAYER_TYPES`` and offers ``spec()`` / ``from_spec(spec)``.
+Ships inside saved checkpoints (the file list is ``core.export.SHIPPED_FILES``). Importing the layer files
+registers their types with ``CompressedLayer.types``.
 """
 
 from __future__ import annotations
 
 from torch import nn
 
-from .attention import install_attention
-from .biprop import BipropLinear
-from .cp import CPLinear
-from .lowrank import LowRankLinear
-from .tt_embedding import TTEmbedding
+from ..methods.biprop.attention import install_attention
+from ..methods.biprop.layer import BipropLinear
+from ..methods.cp.layer import CPLinear
+from ..methods.svd.layer import LowRankLinear
+from ..methods.tt.layer import TTEmbedding
+from .contract import CompressedLayer
 
-LAYER_TYPES: dict[str, type[nn.Module]] = {
-    cls.layer_type: cls for cls in (CPLinear, LowRankLinear, BipropLinear, TTEmbedding)
-}
+#: The layer types a checkpoint may name (importing them registered each with ``CompressedLayer.types``).
+SHIPPED_LAYERS = (CPLinear, LowRankLinear, BipropLinear, TTEmbedding)
 
 
 class CompressedCheckpointError(ValueError):
@@ -26,12 +26,12 @@ class CompressedCheckpointError(ValueError):
 def build_layer(spec: dict) -> nn.Module:
     """An empty layer of the type and shape ``spec`` describes (weights are loaded afterwards)."""
     layer_type = spec.get("type")
-    if layer_type not in LAYER_TYPES:
+    if layer_type not in CompressedLayer.types:
         raise CompressedCheckpointError(
             f"compression_config names layer type {layer_type!r}, which this code does not know; "
-            f"known types: {sorted(LAYER_TYPES)}. The checkpoint was written by a newer hf_tensorcompress."
+            f"known types: {sorted(CompressedLayer.types)}. The checkpoint was written by a newer hf_tensorcompress."
         )
-    return LAYER_TYPES[layer_type].from_spec(spec)
+    return CompressedLayer.types[layer_type].from_spec(spec)
 
 
 def install_layers(model: nn.Module, module_specs: dict[str, dict]) -> None:
@@ -57,7 +57,7 @@ def bind_layers(model: nn.Module, names) -> None:
     e.g. a TT embedding installs the tied output head that reads its cores and switches off weight tying."""
     for name in names:
         layer = model.get_submodule(name)
-        if hasattr(layer, "bind"):
+        if isinstance(layer, CompressedLayer):
             layer.bind(model)
 
 

@@ -1,17 +1,17 @@
-"""``method="svd"``: attention projections become ``U Vᵀ`` (the paper's "SVD-Smartformer" baseline)."""
+"""``method="svd"``: attention projections become ``U Vᵀ`` (the paper's "SVD-Smartformer" baseline); registers it."""
 
 from __future__ import annotations
 
 from torch import nn
 
-from ..config import CompressionConfig
-from ..layers.lowrank import LowRankLinear, truncated_svd
-from ..targets import attention_projections
-from . import Method, register_method
-from .ranks import resolve_rank
+from ...core.ranks import resolve_rank
+from ...core.registry import Method, register_method
+from ...core.targets import attention_projections
+from .config import SVDConfig
+from .layer import LowRankLinear, truncated_svd
 
 
-def build(model: nn.Module, name: str, linear: nn.Linear, config: CompressionConfig) -> LowRankLinear:
+def build(model: nn.Module, name: str, linear: nn.Linear, config: SVDConfig, calibration: None = None) -> LowRankLinear:
     fan_in, fan_out = linear.in_features, linear.out_features
     rank = resolve_rank(config.rank_for(name), fan_in + fan_out, fan_in * fan_out, min(fan_in, fan_out), name)
     layer = LowRankLinear(fan_in, fan_out, rank, bias=linear.bias is not None)
@@ -22,4 +22,4 @@ def build(model: nn.Module, name: str, linear: nn.Linear, config: CompressionCon
     return layer.to(device=linear.weight.device, dtype=linear.weight.dtype)
 
 
-register_method(Method("svd", attention_projections, build))
+register_method(Method("svd", SVDConfig, attention_projections, build))

@@ -1,4 +1,4 @@
-"""Tensor-train token embeddings (TensorSLM, DESIGN.md §3.4): every token's vector is its own tensor train.
+"""Tensor-train token embeddings (TensorSLM): every token's vector is its own tensor train.
 
 Ships inside saved checkpoints: torch only.
 
@@ -20,6 +20,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ...core.contract import CompressedLayer
 
 
 def balanced_shape(size: int, order: int) -> list[int]:
@@ -268,7 +270,7 @@ def tt_reconstruct(cores: list[torch.Tensor], ids: torch.Tensor | None = None) -
     return out
 
 
-class TTEmbedding(nn.Module):
+class TTEmbedding(CompressedLayer):
     """Drop-in for ``nn.Embedding``: token ``t``'s vector is the tensor train ``G_1[t] G_2[t] … G_N[t]``.
 
     ``forward(ids)`` reconstructs only the requested tokens. ``weight`` reconstructs the whole ``(V, d)`` matrix

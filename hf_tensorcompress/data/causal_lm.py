@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import assets
+from .. import assets
 
 WEIGHTS_NOTE = "SmolLM2-135M-Instruct, Q4_1 GGUF dequantised to float32 by transformers (4-bit weights)"
 

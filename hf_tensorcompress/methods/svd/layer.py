@@ -1,4 +1,4 @@
-"""Truncated-SVD linear projection: the "SVD-Smartformer" baseline (DESIGN.md §3.1).
+"""Truncated-SVD linear projection: the "SVD-Smartformer" baseline.
 
 Ships inside saved checkpoints: torch only.
 """
@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...core.contract import CompressedLinear
+
 
 def truncated_svd(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``W ≈ U Vᵀ`` with the singular values split evenly (√σ on each side), so both factors train alike."""
@@ -19,7 +21,7 @@ def truncated_svd(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.
     return (u[:, :rank] * root).to(weight.dtype), (vh[:rank].T * root).to(weight.dtype)
 
 
-class LowRankLinear(nn.Module):
+class LowRankLinear(CompressedLinear):
     """``y = x (U Vᵀ)ᵀ + b`` with ``U ∈ R^{out×R}``, ``V ∈ R^{in×R}``: ``R·(in + out)`` parameters."""
 
     layer_type = "svd"
@@ -84,8 +86,9 @@ class LowRankLinear(nn.Module):
             setattr(self, name, nn.Parameter(value.detach().to(old.device, old.dtype).contiguous(), old.requires_grad))
 
     @torch.no_grad()
-    def set_rank(self, rank: int) -> dict[nn.Parameter, nn.Parameter]:
-        """Re-truncate the current product at ``rank`` (exact best approximation, so no warm start is needed).
+    def set_rank(self, rank: int, n_iter: int | None = None) -> dict[nn.Parameter, nn.Parameter]:
+        """Re-truncate the current product at ``rank`` (exact best approximation, so no warm start is needed and
+        ``n_iter``, the refit sweeps of an iterative layer, is not used).
 
         Returns ``{old: new}`` parameters for ``replace_parameters_in_optimizer``.
         """
@@ -101,10 +104,6 @@ class LowRankLinear(nn.Module):
             v = torch.cat([v, v.new_zeros(v.shape[0], rank - limit)], dim=1)
         self.load_factors([u, v])
         return dict(zip(old_params, self.factors))
-
-    def dense_parameters(self) -> int:
-        """Parameters of the ``nn.Linear`` this layer replaces."""
-        return self.in_features * self.out_features + (self.out_features if self.bias is not None else 0)
 
     def multiply_adds(self, tokens: int, cached: bool = False) -> tuple[int, str]:
         """Multiply-adds of the forward path for ``tokens`` input rows, and that path's name."""

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from .contract import CompressedLayer
+
 
 @dataclass
 class ModuleCost:
@@ -22,25 +24,18 @@ class ModuleCost:
     flops: int
 
 
-def tensor_bits(module: nn.Module) -> int:
-    """Bits of a module's own parameters and persistent buffers as stored."""
-    tensors = list(module.parameters()) + [b for _, b in module.named_buffers()]
-    return sum(t.numel() * t.element_size() * 8 for t in tensors)
-
-
-def module_cost(name: str, layer: nn.Module, tokens: int) -> ModuleCost:
-    """Costs of a compressed layer; a layer may override storage with ``storage_bits()`` (e.g. packed bits)."""
+def module_cost(name: str, layer: CompressedLayer, tokens: int) -> ModuleCost:
+    """Costs of a compressed layer against the dense module it replaced, through the layer contract."""
     reference = next(t for t in [*layer.parameters(), *layer.buffers()] if t.is_floating_point())
     dense_params = layer.dense_parameters()
-    dense_flops = 2 * tokens * (layer.in_features * layer.out_features) if hasattr(layer, "in_features") else 0
     return ModuleCost(
         name=name,
         type=layer.layer_type,
         dense_params=dense_params,
-        params=layer.binary_parameters() if hasattr(layer, "binary_parameters") else sum(p.numel() for p in layer.parameters()),
+        params=layer.stored_parameters(),
         dense_bits=dense_params * reference.element_size() * 8,
-        bits=layer.storage_bits() if hasattr(layer, "storage_bits") else tensor_bits(layer),
-        dense_flops=dense_flops,
+        bits=layer.storage_bits(),
+        dense_flops=2 * layer.dense_multiply_adds(tokens),
         flops=2 * layer.multiply_adds(tokens, cached=True)[0],
     )
 
@@ -91,7 +86,7 @@ def attention_multiply_adds(kind: str | None, steps: int, head_dim: int, heads: 
 def nonzero_flops(model: nn.Module, **inputs) -> dict:
     """Non-zero FLOPs (2 per multiply-add) of one forward on ``inputs``, measured with hooks.
 
-    Every ``nn.Linear`` counts ``rows·in·out``, a layer with ``multiply_adds`` (e.g. biprop: only kept weights) its
+    Every ``nn.Linear`` counts ``rows·in·out``, a compressed layer its ``multiply_adds`` (e.g. biprop: only kept weights) its
     own count, and every attention module with ``head_dim``/``num_heads`` the Table 5 count of the SBT option it
     runs (``sbt_attention`` flag; canonical otherwise). Q-scaling, softmax, norms and the embedding are left out,
     as in the paper's table.
@@ -100,7 +95,7 @@ def nonzero_flops(model: nn.Module, **inputs) -> dict:
 
     def linear_hook(module, args, output):
         rows = args[0].numel() // args[0].shape[-1]
-        if hasattr(module, "multiply_adds"):
+        if isinstance(module, CompressedLayer):
             totals["linear"] += module.multiply_adds(rows, cached=True)[0]
         else:
             totals["linear"] += rows * module.in_features * module.out_features
@@ -115,7 +110,7 @@ def nonzero_flops(model: nn.Module, **inputs) -> dict:
 
     handles = []
     for module in model.modules():
-        if isinstance(module, nn.Linear) or hasattr(module, "multiply_adds"):
+        if isinstance(module, (nn.Linear, CompressedLayer)):
             handles.append(module.register_forward_hook(linear_hook))
         elif hasattr(module, "head_dim") and hasattr(module, "num_heads") and hasattr(module, "q_proj"):
             handles.append(module.register_forward_hook(attention_hook, with_kwargs=True))
@@ -129,10 +124,10 @@ def nonzero_flops(model: nn.Module, **inputs) -> dict:
 
 
 def storage_bits(model: nn.Module) -> int:
-    """Bits a model's inference state takes: ``storage_bits()`` of layers that define it, stored size of the rest."""
+    """Bits a model's inference state takes: ``storage_bits()`` of the compressed layers, stored size of the rest."""
     total, covered = 0, set()
     for module in model.modules():
-        if hasattr(module, "storage_bits") and not any(id(t) in covered for t in module.buffers()):
+        if isinstance(module, CompressedLayer) and not any(id(t) in covered for t in module.buffers()):
             total += module.storage_bits()
             covered.update(id(t) for t in [*module.parameters(), *module.buffers()])
     for tensor in [*model.parameters(), *model.buffers()]:

@@ -1,4 +1,4 @@
-"""``method="biprop"``: Sparse Binary Transformers (frozen random weights, learned masks, ``α·sign``)."""
+"""``method="biprop"``: Sparse Binary Transformers (frozen random weights, learned masks, ``α·sign``); registers it."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import zlib
 import torch
 from torch import nn
 
-from ..config import CompressionConfig
-from ..layers.attention import install_attention
-from ..layers.biprop import BipropLinear
-from ..targets import attention_projections, family_of
-from . import Method, register_method
+from ...core.registry import Method, register_method
+from ...core.targets import attention_projections, family_of
+from .attention import install_attention
+from .config import BipropConfig
+from .layer import BipropLinear
 
 #: q/k/v and the attention output projection: the attention modules' Linear layers.
 BIPROP_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
@@ -44,7 +44,7 @@ def sign_seed(weight_seed: int, name: str) -> int:
     return (weight_seed * 1_000_003 + zlib.crc32(name.encode())) & 0xFFFFFFFF
 
 
-def build(model: nn.Module, name: str, linear: nn.Linear, config: CompressionConfig) -> BipropLinear:
+def build(model: nn.Module, name: str, linear: nn.Linear, config: BipropConfig, calibration: None = None) -> BipropLinear:
     seed = sign_seed(config.weight_seed, name)
     layer = BipropLinear(
         linear.in_features,
@@ -58,7 +58,7 @@ def build(model: nn.Module, name: str, linear: nn.Linear, config: CompressionCon
     return layer.to(device=linear.weight.device, dtype=linear.weight.dtype)
 
 
-def attention_length(model: nn.Module, config: CompressionConfig) -> int:
+def attention_length(model: nn.Module, config: BipropConfig) -> int:
     """Longest sequence the encoder attention sees (PatchTST: patches (+ CLS), Informer: ``context_length``)."""
     if config.attention_length is not None:
         return config.attention_length
@@ -71,7 +71,7 @@ def attention_length(model: nn.Module, config: CompressionConfig) -> int:
     return int(model_config.context_length)
 
 
-def model_options(model: nn.Module, config: CompressionConfig) -> dict:
+def model_options(model: nn.Module, config: BipropConfig) -> dict:
     """Resolve the SBT attention option: which encoder attention modules, mask length and keep ratio."""
     if config.attention is None:
         return {}
@@ -102,7 +102,14 @@ def model_options(model: nn.Module, config: CompressionConfig) -> dict:
 
 
 register_method(
-    Method("biprop", default_targets, build, keywords={"all-linear": encoder_linears}, model_options=model_options)
+    Method(
+        "biprop",
+        BipropConfig,
+        default_targets,
+        build,
+        keywords={"all-linear": encoder_linears},
+        model_options=model_options,
+    )
 )
 
 
@@ -113,8 +120,6 @@ def apply_attention(
 
     Not recorded in ``config.compression_config``: a dense model saved afterwards loads with plain attention.
     """
-    config = CompressionConfig(
-        method="biprop", attention=attention, keep_ratio=keep_ratio, weight_seed=seed, attention_length=length
-    )
+    config = BipropConfig(attention=attention, keep_ratio=keep_ratio, weight_seed=seed, attention_length=length)
     install_attention(model, {**config.to_dict(), **model_options(model, config)})
     return model

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .metrics import ModuleCost
-from .tensorslm import NU_OVER_TAU
+from ..core.metrics import ModuleCost
+from ..methods.tt.energy import NU_OVER_TAU
 
 
 def estimated_energy(bits: int, flops: int, nu_over_tau: float = NU_OVER_TAU) -> float:

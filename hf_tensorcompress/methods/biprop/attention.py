@@ -1,4 +1,4 @@
-"""SBT attention options (DESIGN.md §3.3) as transformers attention functions, not forked attention code.
+"""SBT attention options as transformers attention functions, not forked attention code.
 
 * ``step_t``: earlier time steps attend only to themselves; the last step attends to every earlier step and not to
   itself (paper §3.3.2, Fig. 2).

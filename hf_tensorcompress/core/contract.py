@@ -1,0 +1,75 @@
+"""The contract every replacement layer implements, and the registry of layer types that checkpoints name.
+
+Ships inside saved checkpoints (imports torch only). A subclass with a ``layer_type`` registers itself, so
+``CompressedLayer.types[spec["type"]]`` rebuilds any recorded layer without a hand-kept list.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from torch import nn
+
+
+class CompressedLayer(nn.Module):
+    """A module that replaces a dense one. What the library relies on:
+
+    - ``spec()`` / ``from_spec(spec)``: the JSON-able structure (type, shapes, ranks) recorded in
+      ``config.compression_config["modules"]``, and an empty layer of that structure to load weights into;
+    - ``dense_parameters()`` / ``dense_multiply_adds(tokens)``: the cost of the module it replaced;
+    - ``stored_parameters()`` / ``storage_bits()`` / ``multiply_adds(tokens, cached)``: its own cost as stored and
+      as run at inference (``(count, path)``, the path naming how the forward computes it);
+    - ``bind(model)``: a hook run once every layer of a model is installed (for layers that act beyond their
+      own module, e.g. a TT embedding that also serves a tied output layer).
+    Layers whose rank can change also offer ``set_rank(rank, n_iter=None) -> {old: new parameter}`` (``n_iter``:
+    refit sweeps for layers that refit iteratively; the rank search passes it to every layer).
+    """
+
+    layer_type: ClassVar[str] = ""
+    #: Every layer class with a ``layer_type``, by that type (filled by ``__init_subclass__``).
+    types: ClassVar[dict[str, type["CompressedLayer"]]] = {}
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.layer_type:
+            CompressedLayer.types[cls.layer_type] = cls
+
+    def spec(self) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} must describe its structure in spec()")
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "CompressedLayer":
+        raise NotImplementedError(f"{cls.__name__} must build itself from a spec in from_spec()")
+
+    def dense_parameters(self) -> int:
+        raise NotImplementedError
+
+    def dense_multiply_adds(self, tokens: int) -> int:
+        return 0
+
+    def multiply_adds(self, tokens: int, cached: bool = False) -> tuple[int, str]:
+        raise NotImplementedError
+
+    def stored_parameters(self) -> int:
+        return sum(parameter.numel() for parameter in self.parameters())
+
+    def storage_bits(self) -> int:
+        tensors = list(self.parameters()) + [buffer for _, buffer in self.named_buffers()]
+        return sum(t.numel() * t.element_size() * 8 for t in tensors)
+
+    def bind(self, model: nn.Module) -> None:
+        """Nothing to do for a layer that only replaces its own module."""
+
+
+class CompressedLinear(CompressedLayer):
+    """A replacement for ``nn.Linear(in_features, out_features)``: the dense costs follow from the two sizes."""
+
+    in_features: int
+    out_features: int
+
+    def dense_parameters(self) -> int:
+        bias = getattr(self, "bias", None)
+        return self.in_features * self.out_features + (self.out_features if bias is not None else 0)
+
+    def dense_multiply_adds(self, tokens: int) -> int:
+        return tokens * self.in_features * self.out_features

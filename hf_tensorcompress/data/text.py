@@ -1,0 +1,46 @@
+"""Text corpora as ``datasets.Dataset``: folders of JSON documents, document-level splits, token streams."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import datasets
+import torch
+
+
+def _natural_key(path: Path) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+def text_dataset(folder: str | Path) -> datasets.Dataset:
+    """Every ``*.json`` file of ``folder`` holding an object with a ``"text"`` field, in natural file order
+    (Moby Dick: chapter_1 … chapter_135; State of the Union: by year), as columns ``source`` and ``text``."""
+    rows = []
+    for path in sorted(Path(folder).glob("*.json"), key=_natural_key):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(record, dict) and isinstance(record.get("text"), str) and record["text"].strip():
+            rows.append({"source": path.stem, "text": record["text"]})
+    if not rows:
+        raise ValueError(f"{folder} holds no JSON file with a 'text' field")
+    return datasets.Dataset.from_list(rows)
+
+
+def split_documents(dataset: datasets.Dataset, held_out_fraction: float) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """(build, held-out): the last ``held_out_fraction`` of the documents are held out (never used to build or
+    calibrate a compression), keeping the order, so held-out text is later text."""
+    cut = int(round(len(dataset) * (1.0 - held_out_fraction)))
+    if not 0 < cut < len(dataset):
+        raise ValueError(f"held_out_fraction={held_out_fraction} leaves an empty split of {len(dataset)} documents")
+    return dataset.select(range(cut)), dataset.select(range(cut, len(dataset)))
+
+
+def token_ids(tokenizer, dataset: datasets.Dataset, max_tokens: int | None = None) -> torch.Tensor:
+    """The documents joined by blank lines and tokenized as one stream, cut at ``max_tokens``."""
+    ids: list[int] = []
+    for text in dataset["text"]:
+        ids.extend(tokenizer(text + "\n\n", add_special_tokens=False)["input_ids"])
+        if max_tokens is not None and len(ids) >= max_tokens:
+            break
+    return torch.tensor(ids[:max_tokens], dtype=torch.long)

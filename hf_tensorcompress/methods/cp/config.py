@@ -1,0 +1,30 @@
+"""Options of ``method="cp"`` (Smartformer's CP attention)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...config import RankedConfig, check_int
+
+
+@dataclass
+class CPConfig(RankedConfig):
+    """Each target projection becomes rank-R CP factors of its ``heads × head_dim × out`` folded weight.
+
+    Args:
+        rank: an int (the rank of every target) or a float in (0, 1]: the fraction of each dense layer's weight
+            parameters the compressed layer may keep (rank rounded down, at least 1).
+        ranks: per-module overrides, ``{name or suffix: rank}``, same rules as ``rank``; the longest key wins.
+        init: ``"decompose"`` (factors from the existing dense weights) or ``"random"``.
+        cp_iterations: ALS iterations of the initial CP decomposition (tensorly ``parafac``, SVD init).
+    """
+
+    method: str = "cp"
+    cp_iterations: int = 100
+
+    method_name: ClassVar[str] = "cp"
+
+    def validate(self) -> None:
+        super().validate()
+        check_int(self.cp_iterations, "cp_iterations", 1)

@@ -1,0 +1,104 @@
+"""``method="tt"``: the token embedding becomes per-token tensor trains (TensorSLM); registers the method.
+
+Targets ``model.get_input_embeddings()`` by default. A tied output layer (GPT-2, OPT, SmolLM2) is taken over by
+``TTTiedHead`` (logits read from the cores; the tied matrix is stored once, compressed) unless
+``tt_untie_output=True`` keeps a dense copy.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ...compress import apply_compression
+from ...core.registry import Method, register_method
+from .calibration import TTCalibration, check_calibration, exact_token_ids, output_basis
+from .config import TTConfig
+from .layer import TTEmbedding, balanced_shape
+
+DEFAULT_ORDER = 3
+
+
+def input_embedding_name(model: nn.Module) -> list[str]:
+    """The full name of ``model.get_input_embeddings()``."""
+    getter = getattr(model, "get_input_embeddings", None)
+    embedding = getter() if getter is not None else None
+    names = [name for name, module in model.named_modules() if module is embedding and name]
+    if not names:
+        raise ValueError(
+            f"{type(model).__name__} has no input embedding reachable by get_input_embeddings(); "
+            "pass target_modules naming an nn.Embedding"
+        )
+    return names[:1]
+
+
+def tied_output_name(model: nn.Module, embedding: nn.Module) -> str | None:
+    """The name of the output layer sharing ``embedding``'s weight, if the model ties them."""
+    getter = getattr(model, "get_output_embeddings", None)
+    head = getter() if getter is not None else None
+    if head is None or getattr(head, "weight", None) is not embedding.weight:
+        return None
+    return next(name for name, module in model.named_modules() if module is head)
+
+
+def tt_settings(config: TTConfig, hidden: int) -> tuple[list[int], list[int] | None]:
+    """(shape, max ranks) from the config, checked against the hidden size."""
+    shape = config.tt_shape or balanced_shape(hidden, config.tt_order or DEFAULT_ORDER)
+    product = 1
+    for factor in shape:
+        product *= factor
+    if product != hidden:
+        raise ValueError(
+            f"tt_shape={shape} multiplies to {product}, but the embedding size is {hidden}; "
+            f"e.g. tt_shape={balanced_shape(hidden, len(shape))}"
+        )
+    ranks = config.tt_ranks
+    if isinstance(ranks, int):
+        ranks = [ranks] * (len(shape) - 1)
+    elif ranks is not None and len(ranks) != len(shape) - 1:
+        raise ValueError(f"tt_ranks={ranks} needs {len(shape) - 1} entries for tt_shape={shape}")
+    return list(shape), ranks
+
+
+@torch.no_grad()
+def build(
+    model: nn.Module, name: str, embedding: nn.Embedding, config: TTConfig, calibration: TTCalibration | None
+) -> TTEmbedding:
+    if type(embedding) is not nn.Embedding:
+        raise ValueError(
+            f"method 'tt' replaces plain nn.Embedding modules; {name} is {type(embedding).__name__}, whose forward "
+            "may do more than a lookup (e.g. scaling), so replacing it would change the model"
+        )
+    shape, ranks = tt_settings(config, embedding.embedding_dim)
+    basis = None
+    if config.tt_basis == "output":
+        basis = output_basis(embedding.weight, calibration.covariance)
+    elif config.tt_basis == "pca":
+        basis = output_basis(embedding.weight)
+    weight = embedding.weight.detach()
+    layer = TTEmbedding.from_weight(
+        weight, shape, ranks, config.tt_eps, None if basis is None else basis.to(weight), config.tt_solver
+    )
+    if config.tt_exact_tokens:
+        frequent = exact_token_ids(calibration.counts, config.tt_exact_tokens)
+        layer.keep_exact(frequent, weight[frequent.to(weight.device)])
+    if not config.tt_untie_output:
+        layer.tied_output = tied_output_name(model, embedding)
+    return layer
+
+
+register_method(
+    Method("tt", TTConfig, input_embedding_name, build, accepts=(nn.Embedding,), prepare=check_calibration)
+)
+
+
+def apply_tt(
+    model: nn.Module, config: TTConfig, calibration_ids: torch.Tensor | None = None, covariance_tokens: int = 4096
+) -> nn.Module:
+    """``apply_compression`` for ``method="tt"`` with calibration text for ``tt_basis="output"`` and
+    ``tt_exact_tokens`` (text that must not overlap the evaluation text). The basis and the exact rows end up in
+    the checkpoint; loading needs no calibration."""
+    calibration = None
+    if calibration_ids is not None:
+        calibration = TTCalibration.from_ids(model, config, calibration_ids, covariance_tokens)
+    return apply_compression(model, config, calibration=calibration)

@@ -1,0 +1,93 @@
+"""Calibration of ``method="tt"``: statistics of text the model should serve, computed once before the layers are
+built and passed to them explicitly (``apply_compression(..., calibration=TTCalibration.from_ids(...))``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .config import TTConfig
+
+
+@dataclass
+class TTCalibration:
+    """What the calibration text tells the TT method: token counts (``tt_exact_tokens``) and the covariance of the
+    hidden states entering the output layer (``tt_basis="output"``)."""
+
+    counts: torch.Tensor
+    covariance: torch.Tensor | None = None
+
+    @classmethod
+    def from_ids(
+        cls, model: nn.Module, config: TTConfig, calibration_ids: torch.Tensor, covariance_tokens: int = 4096
+    ) -> "TTCalibration":
+        """Token frequencies over all ``calibration_ids``; the hidden-state covariance (only if the config's basis
+        needs it) over the first ``covariance_tokens`` (forward passes are the expensive part)."""
+        vocab = model.get_input_embeddings().num_embeddings
+        counts = torch.bincount(calibration_ids.reshape(-1).cpu(), minlength=vocab)[:vocab]
+        covariance = None
+        if config.tt_basis == "output":
+            covariance = hidden_covariance(model, calibration_ids.reshape(-1)[:covariance_tokens])
+        return cls(counts=counts, covariance=covariance)
+
+
+def needs_calibration(config: TTConfig) -> bool:
+    return config.tt_basis == "output" or config.tt_exact_tokens > 0
+
+
+def check_calibration(model: nn.Module, config: TTConfig, calibration: object) -> TTCalibration | None:
+    """``Method.prepare`` of tt: the calibration the config needs, of the right kind, else a clear error."""
+    if not needs_calibration(config):
+        return None
+    if not isinstance(calibration, TTCalibration) or (config.tt_basis == "output" and calibration.covariance is None):
+        raise ValueError(
+            "tt_basis='output' and tt_exact_tokens need calibration text: call "
+            "apply_tt(model, config, calibration_ids) with token ids of text the model should serve, or pass "
+            "calibration=TTCalibration.from_ids(model, config, ids) to apply_compression"
+        )
+    return calibration
+
+
+@torch.no_grad()
+def hidden_covariance(model: nn.Module, token_ids: torch.Tensor, window: int = 512) -> torch.Tensor:
+    """``E[h hᵀ]`` (float64, ``d×d``) of the hidden states entering the output layer, over calibration tokens."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    window = min(window, getattr(model.config, "max_position_embeddings", None) or window)
+    total, count = None, 0
+    for start in range(0, len(token_ids), window):
+        chunk = token_ids[start : start + window].to(device)[None]
+        hidden = model(input_ids=chunk, output_hidden_states=True).hidden_states[-1][0].double()
+        total = hidden.T @ hidden if total is None else total + hidden.T @ hidden
+        count += hidden.shape[0]
+    model.train(was_training)
+    return (total / count).cpu()
+
+
+def output_basis(weight: torch.Tensor, covariance: torch.Tensor | None = None) -> torch.Tensor:
+    """``P`` with ``P⁻¹ = C^{1/2} Q``: whiten by the hidden-state covariance ``C`` (identity if None, giving the
+    principal axes of ``W``), then rotate onto the principal axes ``Q`` of ``W C^{1/2}`` so that each row's energy
+    sits in its leading coordinates, which is what per-token TT truncation keeps. Minimising ``‖(w − ŵ) C^{1/2}‖``
+    is minimising the expected logit error ``E (h·(w − ŵ))²`` of a tied output layer."""
+    weight = weight.detach().double().cpu()
+    size = weight.shape[1]
+    if covariance is None:
+        root, inverse_root = torch.eye(size, dtype=torch.float64), torch.eye(size, dtype=torch.float64)
+    else:
+        values, vectors = torch.linalg.eigh(covariance.double())
+        values = values.clamp(min=float(values.max()) * 1e-8)
+        root = (vectors * values.sqrt()) @ vectors.T
+        inverse_root = (vectors / values.sqrt()) @ vectors.T
+    _, _, vh = torch.linalg.svd(weight @ root, full_matrices=False)
+    return vh @ inverse_root
+
+
+
+def exact_token_ids(counts: torch.Tensor, number: int) -> torch.Tensor:
+    """The ``number`` tokens kept exact: most frequent in the calibration text first, then the tokens it never
+    used in id order. BPE vocabularies (GPT-2, OPT, SmolLM2) number tokens by merge order, i.e. roughly by
+    frequency in the tokenizer's training corpus, so low ids are the common tokens any text is likely to need."""
+    return counts.argsort(descending=True, stable=True)[: min(number, len(counts))]
