@@ -126,3 +126,12 @@ def test_an_unsupported_pair_names_what_is_supported():
     model = torch.nn.Sequential(torch.nn.Linear(4, 4))
     with pytest.raises(UnsupportedModelError, match="GPT2LMHeadModel.*pass target_modules"):
         apply_compression(model, CompressionConfig(method="svd"))
+
+
+def test_the_readme_lists_the_family_table():
+    from pathlib import Path
+
+    from hf_tensorcompress.core.targets import families_table
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    assert families_table() in readme, "README's family table differs from core/targets.py: paste families_table()"

@@ -118,6 +118,18 @@ def dense_projection(module: nn.Module) -> DenseProjection:
     return DenseProjection(weight.detach(), None if module.bias is None else module.bias.detach())
 
 
+def families_table() -> str:
+    """The README's table of supported families per method, made from ``FAMILIES`` (a test keeps them equal)."""
+    rows = ["| family (`model_type`) | classes | cp / svd / biprop targets | tt |", "|---|---|---|---|"]
+    for family in FAMILIES.values():
+        targets = ", ".join(f"`{name}`" for name in family.projections)
+        if family.output_projection:
+            targets += f" (+ `{family.output_projection}` for biprop)"
+        classes = ", ".join(f"`{name}`" for name in family.classes)
+        rows.append(f"| {family.model_type} | {classes} | {targets} | {'yes' if family.token_embedding else '—'} |")
+    return "\n".join(rows)
+
+
 def supported_classes() -> list[str]:
     return [name for family in FAMILIES.values() for name in family.classes]
 
