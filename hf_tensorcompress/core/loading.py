@@ -13,6 +13,7 @@ from pathlib import Path
 import transformers
 from torch import nn
 
+from ..extras import require
 from .modeling_tensorcompress import CLASS_PREFIX, compressed_class
 
 
@@ -43,6 +44,7 @@ def load_model(path: str | Path) -> nn.Module:
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ModelLoadError(f"GGUF file {path} does not exist")
+        require("gguf", "loading a GGUF file")
         # Dequantise every weight to a plain tensor and drop the GGUF quantizer: compressed layers replace
         # float weights, and transformers refuses to save a model that still carries the (unserialisable) quantizer.
         model = transformers.AutoModelForCausalLM.from_pretrained(
@@ -59,7 +61,8 @@ def load_model(path: str | Path) -> nn.Module:
 
 def gguf_provenance(path: str | Path) -> tuple[str | None, str]:
     """(best-guess Hub id of the original model, one-line note on the quantisation) from a GGUF file's metadata."""
-    from gguf import GGUFReader, LlamaFileType
+    gguf = require("gguf", "reading a GGUF file")
+    GGUFReader, LlamaFileType = gguf.GGUFReader, gguf.LlamaFileType
 
     reader = GGUFReader(str(path))
 
