@@ -101,7 +101,7 @@ def test_push_uploads_model_code_and_card(hub, repo_id, compressed_folder, tmp_p
                  "--run", "compressed", "--dataset-note", "UCI Appliances Energy (a substitute for ETTh1)")
     assert f"/{repo_id}/commit/" in result.stdout
     files = hub.files(repo_id)
-    assert {"config.json", "model.safetensors", "modeling_tensorcompress.py", "lowrank.py", "README.md"} <= set(files)
+    assert {"config.json", "model.safetensors", "modeling_tensorcompress.py", "svd_layer.py", "README.md"} <= set(files)
     card = ModelCard(files["README.md"].decode())
     assert "| **compressed** (this model) | 1 | 0.571 | 0.655 |" in card.text
     assert f'AutoModel.from_pretrained("{repo_id}", trust_remote_code=True)' in card.text

@@ -73,7 +73,7 @@ def _slug(text: str) -> str:
 GROUPS = chains(python_blocks(README.read_text(encoding="utf-8")))
 PARAMS = [
     pytest.param(group, id=f"{_slug(group[0].section)}-line{group[0].line}",
-                 marks=[pytest.mark.slow] if any("slow" in b.flags for b in group) else [])
+                 marks=[pytest.mark.slow, pytest.mark.timeout(3600)] if any("slow" in b.flags for b in group) else [])
     for group in GROUPS
 ]
 

@@ -14,6 +14,7 @@ import transformers
 from torch import nn
 
 from ..extras import require
+from . import export  # noqa: F401  (sets CompressedModelMixin.save_hook: saving writes the code and card)
 from .modeling_tensorcompress import CLASS_PREFIX, compressed_class
 
 
