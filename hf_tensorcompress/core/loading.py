@@ -13,6 +13,7 @@ from pathlib import Path
 import transformers
 from torch import nn
 
+from ..config import CompressionConfig
 from ..extras import require
 from . import export  # noqa: F401  (sets CompressedModelMixin.save_hook: saving writes the code and card)
 from .modeling_tensorcompress import CLASS_PREFIX, compressed_class
@@ -57,7 +58,11 @@ def load_model(path: str | Path) -> nn.Module:
         return model
     if not path.is_dir():
         raise ModelLoadError(f"{path} does not exist; pass a model folder (with config.json) or a .gguf file")
-    return model_class(path).from_pretrained(str(path))
+    model = model_class(path).from_pretrained(str(path))
+    recorded = getattr(model.config, "compression_config", None)
+    if recorded:  # an older version's config reads as the method's own config, and saves as the current version
+        model.config.compression_config = CompressionConfig.from_dict(recorded).to_dict()
+    return model
 
 
 def gguf_provenance(path: str | Path) -> tuple[str | None, str]:
