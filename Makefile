@@ -21,7 +21,7 @@ install: $(BIN)/python
 demo: install
 	$(BIN)/accelerate launch recipes/smartformer.py --output-dir $(OUTPUT)
 
-# The fast tier: every method, the command line, checkpoints, the fast README examples (about 5 minutes on 2 cores).
+# The fast tier: every method and family, the command line, checkpoints, the fast README examples.
 test: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
