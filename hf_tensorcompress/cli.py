@@ -126,7 +126,8 @@ def list_value(item: Field, values: list[str]):
         if item.name == "target_modules" and any(c in text for c in REGEX_CHARACTERS):
             return text
         alternatives = [part.strip() for part in str(item.type).split("|")]
-        if "," not in text and any(not a.startswith("list[") and a != "None" for a in alternatives):
+        scalar_too = any(not a.startswith("list[") and a not in ("None", "str") for a in alternatives)
+        if "," not in text and scalar_too:  # a string target_modules means a regex: one plain name stays a list
             return _scalar(text)  # e.g. --tt-ranks 5 (one rank for every bond)
     parts = [part.strip() for value in values for part in value.split(",")]
     if not all(parts):

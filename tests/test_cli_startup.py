@@ -69,6 +69,7 @@ def test_list_flags_accept_spaces_commas_and_json(shape):
 
 def test_list_flags_keep_scalars_and_regexes_where_the_field_takes_them():
     assert config_from("--method", "tt", "--tt-shape", "8", "8", "9", "--tt-ranks", "5").tt_ranks == 5
+    assert config_from("--target-modules", "q_proj").target_modules == ["q_proj"]
     for names in (["q_proj", "k_proj"], ["q_proj,k_proj"], ['["q_proj", "k_proj"]']):
         assert config_from("--method", "svd", "--target-modules", *names).target_modules == ["q_proj", "k_proj"]
     assert config_from("--target-modules", r".*\.(q|k)_proj").target_modules == r".*\.(q|k)_proj"
