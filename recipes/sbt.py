@@ -40,6 +40,7 @@ from transformers import PatchTSTConfig, PatchTSTForClassification, PatchTSTForP
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.methods.biprop.apply import apply_attention
 from hf_tensorcompress.core.metrics import nonzero_flops, storage_bits
+from hf_tensorcompress.extras import require
 
 
 # ---------------------------------------------------------------------- data
@@ -60,7 +61,7 @@ def standardise(train: np.ndarray, observed: np.ndarray, *others: np.ndarray) ->
 
 def load_classification(name: str, length: int | None, validation: float, seed: int) -> tuple[Split, Split, Split, int]:
     """A UEA dataset from aeon, padded (at the end) to a common length; a stratified validation split of train."""
-    from aeon.datasets import load_classification as aeon_load
+    aeon_load = require("aeon.datasets", "the UEA classification data").load_classification
 
     raw = {split: aeon_load(name, split=split) for split in ("train", "test")}
     steps = length or max(s.shape[1] for series, _ in raw.values() for s in series)
@@ -126,7 +127,7 @@ def load_anomaly(path: str | None, window: int, validation: float) -> tuple[Spli
     half of the stretch before the first labelled anomaly (a third of the series if it starts with one).
     """
     if path is None:
-        from aeon.datasets import load_kdd_tsad_135
+        load_kdd_tsad_135 = require("aeon.datasets", "the KDD-TSAD anomaly data").load_kdd_tsad_135
 
         benign, _ = load_kdd_tsad_135(split="train")
         series, labels = load_kdd_tsad_135(split="test")
