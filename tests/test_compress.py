@@ -1,7 +1,7 @@
 import pytest
 import torch
 from torch import nn
-from transformers import BertConfig, BertModel
+from transformers import DistilBertConfig, DistilBertModel
 
 from hf_tensorcompress import (
     CompressionConfig,
@@ -84,17 +84,17 @@ def test_per_module_ranks_and_explicit_targets():
 
 
 def test_regex_targets_on_a_model_outside_the_family_table():
-    model = BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=32, vocab_size=50))
-    apply_compression(model, CompressionConfig(method="svd", target_modules=r".*attention\.self\.(query|key)", rank=4))
+    model = DistilBertModel(DistilBertConfig(dim=32, n_layers=1, n_heads=4, hidden_dim=32, vocab_size=50))
+    apply_compression(model, CompressionConfig(method="svd", target_modules=r".*attention\.(q|k)_lin", rank=4))
     assert len(model.config.compression_config["modules"]) == 2
 
 
 def test_unsupported_model_names_the_supported_ones_and_is_untouched():
-    model = BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=32, vocab_size=50))
+    model = DistilBertModel(DistilBertConfig(dim=32, n_layers=1, n_heads=4, hidden_dim=32, vocab_size=50))
     before = _snapshot(model)
     with pytest.raises(UnsupportedModelError, match="PatchTSTForPrediction.*AutoformerForPrediction|AutoformerForPrediction.*PatchTSTForPrediction"):
         apply_compression(model, CompressionConfig(method="cp"))
-    assert type(model) is BertModel and not hasattr(model.config, "compression_config")
+    assert type(model) is DistilBertModel and not hasattr(model.config, "compression_config")
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
 
 
@@ -104,7 +104,7 @@ def test_unsupported_model_names_the_supported_ones_and_is_untouched():
         (CompressionConfig(method="svd", rank=33), "rank 33 is impossible.*at most 32"),
         (CompressionConfig(method="cp", rank=10**6), "impossible"),
         (CompressionConfig(method="cp", target_modules=["no_such_module"]), "matches no module"),
-        (CompressionConfig(method="cp", target_modules=["self_attn"]), "replaces Linear modules"),
+        (CompressionConfig(method="cp", target_modules=["self_attn"]), "replaces Linear, Conv1D modules"),
         # the last target is impossible: the earlier ones must not have been swapped either
         (CompressionConfig(method="svd", rank=4, ranks={"layers.1.self_attn.v_proj": 99}), "impossible"),
     ],
