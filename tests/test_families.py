@@ -22,7 +22,14 @@ EXACT = {
     "biprop": {"keep_ratio": 0.5},
     "tt": {"tt_shape": [4, 8], "tt_ranks": 4},
 }
-PAIRS = [(m, f) for f in FAMILIES for m in ("cp", "svd", "biprop")] + [("tt", f) for f in LANGUAGE_MODELS]
+#: The fast tier runs one pair per structure (q/k/v Linear, fused Conv1D, fused Linear, BERT, scaled and untied
+#: embeddings); every other pair runs in the slow tier (``make test-slow``).
+FAST = {("cp", "llama"), ("svd", "gpt2"), ("biprop", "bert"), ("svd", "phi3"), ("tt", "gemma"), ("tt", "gpt_neox"),
+        ("biprop", "whisper")}
+PAIRS = [
+    pytest.param(m, f, marks=() if (m, f) in FAST else pytest.mark.slow)
+    for m, f in [(m, f) for f in FAMILIES for m in ("cp", "svd", "biprop")] + [("tt", f) for f in LANGUAGE_MODELS]
+]
 
 
 def _forward(model, family):
@@ -85,7 +92,10 @@ def test_a_scaled_embedding_keeps_its_scale_exactly(family, tmp_path):
     assert load_model(tmp_path).get_input_embeddings().embed_scale == layer.embed_scale
 
 
-@pytest.mark.parametrize("family", sorted(set(LANGUAGE_MODELS) - {"bert"}))
+@pytest.mark.parametrize(
+    "family",
+    [pytest.param(f, marks=() if f in ("gpt2", "gemma") else pytest.mark.slow) for f in sorted(set(LANGUAGE_MODELS) - {"bert"})],
+)
 def test_generate_gives_the_dense_tokens_at_full_rank(family):
     prompt = tiny_inputs(family)["input_ids"][:1]
     dense = tiny(family)
