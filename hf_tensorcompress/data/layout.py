@@ -53,7 +53,8 @@ class Tidy:
 
 
 def timestamp_column(frame: pd.DataFrame, requested: str | None) -> str | None:
-    """The requested column, or with ``"auto"`` the first datetime column or one with a usual date name."""
+    """The requested column, or with ``"auto"`` the first datetime column, one with a usual date name, or the first
+    text column of dates (the printed data summary names the column taken)."""
     if requested is None:
         return None
     if requested != "auto":
@@ -66,7 +67,18 @@ def timestamp_column(frame: pd.DataFrame, requested: str | None) -> str | None:
     for name in frame.columns:
         if pd.api.types.is_datetime64_any_dtype(frame[name]) or str(name).lower() in TIMESTAMP_NAMES:
             return name
-    return None
+    return next((name for name in frame.columns if _holds_dates(frame[name])), None)
+
+
+def _holds_dates(series: pd.Series) -> bool:
+    """A text column whose first values all parse as dates (a CSV stores timestamps as text)."""
+    if not (pd.api.types.is_object_dtype(series) or pd.api.types.is_string_dtype(series)):
+        return False
+    sample = series.dropna().head(20)
+    try:
+        return len(sample) > 0 and pd.to_datetime(sample, format="mixed").notna().all()
+    except (ValueError, TypeError):
+        return False
 
 
 def parse_timestamps(frame: pd.DataFrame, column: str) -> pd.DataFrame:
