@@ -10,8 +10,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-#: Exceptions the library raises for inputs it cannot use (each message names what to pass instead).
-USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, NotADirectoryError, KeyError)
+#: Exceptions raised for inputs that cannot be used (missing files and folders are OSErrors; messages name the fix).
+USER_ERRORS = (ValueError, OSError, KeyError)
 
 
 @contextmanager

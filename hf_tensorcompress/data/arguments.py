@@ -47,16 +47,20 @@ def load_forecasting_from_args(args: argparse.Namespace) -> datasets.DatasetDict
     return load_forecasting_dataset(args.dataset, **forecasting_options(args))
 
 
-def add_classification_arguments(parser: argparse.ArgumentParser, default: str) -> None:
+def add_classification_arguments(parser: argparse.ArgumentParser, default: str | None = "JapaneseVowels",
+                                 with_forecasting: bool = False) -> None:
+    """``with_forecasting``: the parser already has the forecasting flags (a script with both kinds of task), whose
+    ``--dataset`` and ``--id-column`` (the series id of long data) serve classification too."""
     group = parser.add_argument_group("data (classification)")
-    group.add_argument("--dataset", default=default,
-                       help="a UEA/UCR name (aeon), a .ts/.arff file, a CSV/Parquet table, or a datasets folder/id")
+    if not with_forecasting:
+        group.add_argument("--dataset", default=default,
+                           help="a UEA/UCR name (aeon), a .ts/.arff file, a CSV/Parquet table, or a datasets folder/id")
+        group.add_argument("--id-column", default=None,
+                           help="long tables (one row per time step): the series id column; without it a table is "
+                           "wide (one row per series, one column per step)")
     group.add_argument("--test-dataset", default=None,
                        help="the test data in the same form (default: the source's own test split, else a stratified 25%%)")
     group.add_argument("--label-column", default="label", help="tables: the class column")
-    group.add_argument("--id-column", default=None,
-                       help="long tables (one row per time step): the series id column; without it a table is wide "
-                       "(one row per series, one column per step)")
     group.add_argument("--time-column", default=None, help="long tables: the column giving the order of the steps")
     group.add_argument("--validation", type=float, default=0.2, help="stratified share of train held out for model selection")
 

@@ -41,6 +41,21 @@ class TrainingOutcome:
     validation: tuple[float, ...]
 
 
+def _tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {**dict(model.named_parameters()), **dict(model.named_buffers())}
+
+
+def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of every parameter and buffer (not ``state_dict``: compressed layers may save a packed form)."""
+    return {name: tensor.detach().clone() for name, tensor in _tensors(model).items()}
+
+
+def restore(model: torch.nn.Module, saved: dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for name, tensor in _tensors(model).items():
+            tensor.copy_(saved[name])
+
+
 def parameter_groups(model: torch.nn.Module, budget: StepBudget) -> list[dict]:
     scores = [p for n, p in model.named_parameters() if n.endswith("scores")]
     weights = [p for n, p in model.named_parameters() if not n.endswith("scores")]
@@ -86,11 +101,11 @@ def train_for_steps(
                 score = tuple(validate(accelerator.unwrap_model(model)))
                 model.train()
                 if best is None or score > best[0]:
-                    best = (score, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
+                    best = (score, step, snapshot(model))
             if step >= budget.steps:
                 break
     bar.close()
     seconds = time.perf_counter() - start
-    model.load_state_dict(best[2])
+    restore(model, best[2])
     model.eval()
     return TrainingOutcome(budget.steps, seconds, best[1], best[0])
