@@ -34,11 +34,11 @@ def classification_scores(model: torch.nn.Module, split: datasets.Dataset, batch
 
 
 def classification_selection(split: datasets.Dataset):
-    """Validation criterion for ``train_for_steps``: accuracy first, lower loss breaks ties."""
+    """Validation criterion for ``train_for_steps``: accuracy. Not the loss: on a small validation split the loss
+    rises (over-confidence) while accuracy holds, and a loss tie-break would keep early, under-trained weights."""
 
-    def score(model: torch.nn.Module) -> tuple[float, float]:
-        scores = classification_scores(model, split)
-        return scores["accuracy"], -scores["loss"]
+    def score(model: torch.nn.Module) -> tuple[float]:
+        return (classification_scores(model, split)["accuracy"],)
 
     return score
 

@@ -76,7 +76,8 @@ def train_for_steps(
 ) -> TrainingOutcome:
     """AdamW with a one-cycle schedule for exactly ``budget.steps`` steps (cycling through ``data`` as often as
     needed); every ``validate_every`` steps and at the end, ``validate(model)`` (higher is better) decides which
-    weights are kept. The model ends with the selected weights, in eval mode."""
+    weights are kept: a later check replaces them unless it scores worse (ties go to the longer-trained weights).
+    The model ends with the selected weights, in eval mode."""
     optimizer = torch.optim.AdamW(parameter_groups(model, budget))
     loader = DataLoader(data, batch_size=budget.batch_size, shuffle=True, drop_last=len(data) > budget.batch_size)
     schedule = torch.optim.lr_scheduler.OneCycleLR(
@@ -100,7 +101,7 @@ def train_for_steps(
                 model.eval()
                 score = tuple(validate(accelerator.unwrap_model(model)))
                 model.train()
-                if best is None or score > best[0]:
+                if best is None or score >= best[0]:
                     best = (score, step, snapshot(model))
             if step >= budget.steps:
                 break
