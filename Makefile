@@ -1,4 +1,5 @@
-# Two commands for a fresh machine (README): `make demo` and `make test`. Both create .venv and install everything.
+# Two commands for a fresh machine (README): `make demo` and `make test`. Both create .venv and install everything
+# (the package with its `dev` extra, which includes every optional extra). `make test-slow`: the slow tier.
 PYTHON ?= python3
 VENV ?= .venv
 # The CPU wheel of torch 2.13 is what these machines carry; override (e.g. TORCH="torch==2.11.0") elsewhere.
@@ -6,7 +7,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 OUTPUT ?= outputs/demo
 
-.PHONY: install demo test bench
+.PHONY: install demo test test-slow test-all bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +21,15 @@ install: $(BIN)/python
 demo: install
 	$(BIN)/accelerate launch recipes/smartformer.py --output-dir $(OUTPUT)
 
+# The fast tier: every method and family, the command line, checkpoints, the fast README examples.
 test: install
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# The slow tier: real-model checks (SmolLM2), full recipes, the slow README examples.
+test-slow: install
+	$(BIN)/python -m pytest -q -m slow --durations=15
+
+test-all: install
 	$(BIN)/python -m pytest -q
 
 bench: install

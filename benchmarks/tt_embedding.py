@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from hf_tensorcompress.data.causal_lm import WEIGHTS_NOTE, smollm2_dir
 from hf_tensorcompress.methods.tt import layer as tt_module
-from hf_tensorcompress.methods.tt.layer import TT_SOLVERS, TTEmbedding, tt_reconstruct, tt_svd
+from hf_tensorcompress.methods.tt.layer import TTEmbedding, tt_reconstruct, tt_svd
 
 
 def smollm2_embedding() -> torch.Tensor:
@@ -64,7 +64,7 @@ def decomposition(weight: torch.Tensor, shape: list[int], ranks: list[int], loop
     loop_error = relative_error(np.stack([tl.tt_to_tensor(train).reshape(-1) for train in trains]), subset)
     result = {"tokens": weight.shape[0], "loop_tokens_timed": loop_tokens, "torch_threads": torch.get_num_threads(),
               "tensorly_loop_seconds": loop_seconds, "tensorly_error": loop_error, "solvers": {}}
-    for solver in TT_SOLVERS:
+    for solver in ("eigh", "power"):  # "auto" (the default) is "power" at fixed ranks
         cores, token_ranks = tt_svd(weight, shape, ranks, solver=solver)
         if solver == "eigh":  # the exact trains serve the lookup and head measurements
             layer = TTEmbedding(weight.shape[0], shape, [core.shape[-1] for core in cores[:-1]])
@@ -145,6 +145,54 @@ def tied_head(weight: torch.Tensor, layer: TTEmbedding, length: int, repeats: in
     return results
 
 
+SCALE_PROBE = """
+import importlib.util, json, math, time, torch
+spec = importlib.util.spec_from_file_location("tt_embedding", {layer_file!r})
+module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
+rows, dim, components = {rows}, {dim}, 256
+def rss_mib(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1]) / 1024
+# a stand-in with a decaying spectrum: 256 components with power-law singular values over a 5 % noise floor,
+# written block by block into the (rows, dim) float32 table
+generator = torch.Generator().manual_seed(0)
+basis = torch.linalg.qr(torch.randn(dim, components, generator=generator))[0].T.contiguous()
+decay = torch.arange(1, components + 1, dtype=torch.float32) ** -0.7
+table = torch.empty(rows, dim)
+for start in range(0, rows, 8192):
+    block = table[start : start + 8192]
+    torch.matmul(torch.randn(block.shape[0], components, generator=generator) * decay, basis, out=block)
+    block.add_(torch.randn(block.shape, generator=generator), alpha=0.05 / math.sqrt(dim))
+open("/proc/self/clear_refs", "w").write("5")
+before = rss_mib("VmRSS")
+start = time.perf_counter()
+cores, _ = module.tt_svd(table, {shape!r}, {ranks!r}, solver={solver!r})
+seconds = time.perf_counter() - start
+peak = rss_mib("VmHWM")
+sample = torch.arange(0, rows, max(1, rows // 4096))
+error = float((module.tt_reconstruct(cores, sample) - table[sample]).norm() / table[sample].norm())
+print(json.dumps({{"rows": rows, "dim": dim, "shape": {shape!r}, "ranks": {ranks!r}, "solver": {solver!r},
+                  "seconds": seconds, "table_mib": table.numel() * 4 / 2**20, "rss_before_mib": before,
+                  "peak_rss_mib": peak, "peak_over_table": (peak - before + table.numel() * 4 / 2**20)
+                  / (table.numel() * 4 / 2**20), "cores_mib": sum(c.numel() for c in cores) * 4 / 2**20,
+                  "relative_error_sampled": error, "threads": torch.get_num_threads()}}))
+"""
+
+
+def scale(rows: int, dim: int, ranks: list[int], solver: str) -> dict:
+    """TT-SVD of a random ``rows × dim`` stand-in (e.g. an 8B model's 128k × 4096) in a fresh process: time and
+    peak RSS while decomposing, relative to the table (``peak_over_table`` = (table + growth) / table)."""
+    from hf_tensorcompress.layers.tt_embedding import balanced_shape
+
+    code = SCALE_PROBE.format(layer_file=tt_module.__file__, rows=rows, dim=dim, shape=balanced_shape(dim, 3),
+                              ranks=ranks, solver=solver)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(out.stderr[-3000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shape", type=int, nargs="+", default=[8, 8, 9])
@@ -153,8 +201,19 @@ def main() -> None:
     parser.add_argument("--lookup-ids", type=int, default=32768)
     parser.add_argument("--head-tokens", type=int, default=128, help="hidden states per output-layer forward")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--scale", type=int, nargs=2, metavar=("ROWS", "DIM"),
+                        help="only decompose a random ROWS x DIM stand-in (e.g. 131072 4096), ranks --ranks")
+    parser.add_argument("--solver", default="auto", help="with --scale: the tt_svd solver")
     args = parser.parse_args()
 
+    if args.scale:
+        result = scale(*args.scale, args.ranks, args.solver)
+        print(f"TT-SVD of a random {args.scale[0]} x {args.scale[1]} table ({result['table_mib']:.0f} MiB), shape "
+              f"{result['shape']}, ranks {args.ranks}, solver {args.solver}, {result['threads']} threads: "
+              f"{result['seconds']:.1f} s, peak {result['peak_over_table']:.2f}x the table, "
+              f"error {result['relative_error_sampled']:.4f}")
+        print(json.dumps(result))
+        return
     weight = smollm2_embedding()
     print(f"SmolLM2 embedding {tuple(weight.shape)} ({WEIGHTS_NOTE}); torch threads {torch.get_num_threads()}")
     decomp = decomposition(weight, args.shape, args.ranks, min(args.loop_tokens, weight.shape[0]))

@@ -3,47 +3,76 @@
 Public entry points: ``CompressionConfig`` + ``apply_compression`` (every method), ``compression_report``,
 ``push_to_hub``. Each method's own config, layer and helpers live in ``hf_tensorcompress.methods.<method>``; the
 Smartformer rank search in ``hf_tensorcompress.search``.
+
+Names are imported on first use (PEP 562), so ``import hf_tensorcompress`` and the command line's ``--help`` do not
+import torch or transformers.
 """
 
-from .compress import apply_compression, refresh_compression_config
-from .config import CompressionConfig
-from .core.metrics import compression_report, nonzero_flops, storage_bits
-from .core.structure import CompressedCheckpointError
-from .core.targets import UnsupportedModelError
-from .hub import CardInfo, PushError, model_card, push_to_hub
-from .methods.biprop import BipropConfig, BipropLinear
-from .methods.biprop.apply import apply_attention
-from .methods.cp import CPConfig, CPLinear
-from .methods.svd import LowRankLinear, SVDConfig
-from .methods.tt import TTConfig, TTEmbedding
-from .methods.tt.apply import apply_tt
-from .methods.tt.calibration import TTCalibration
-from .search.optim import replace_parameters_in_optimizer
+from __future__ import annotations
 
-__all__ = [
-    "CompressionConfig",
-    "CPConfig",
-    "SVDConfig",
-    "BipropConfig",
-    "TTConfig",
-    "apply_compression",
-    "apply_tt",
-    "TTCalibration",
-    "refresh_compression_config",
-    "compression_report",
-    "nonzero_flops",
-    "storage_bits",
-    "apply_attention",
-    "BipropLinear",
-    "CPLinear",
-    "LowRankLinear",
-    "TTEmbedding",
-    "replace_parameters_in_optimizer",
-    "CompressedCheckpointError",
-    "UnsupportedModelError",
-    "CardInfo",
-    "PushError",
-    "model_card",
-    "push_to_hub",
-]
+import importlib
+from typing import TYPE_CHECKING
+
+#: public name -> module (relative to this package) that defines it
+_EXPORTS = {
+    "CompressionConfig": ".config",
+    "CPConfig": ".methods.cp.config",
+    "SVDConfig": ".methods.svd.config",
+    "BipropConfig": ".methods.biprop.config",
+    "TTConfig": ".methods.tt.config",
+    "apply_compression": ".compress",
+    "refresh_compression_config": ".compress",
+    "apply_tt": ".methods.tt.apply",
+    "TTCalibration": ".methods.tt.calibration",
+    "compression_report": ".core.metrics",
+    "nonzero_flops": ".core.metrics",
+    "storage_bits": ".core.metrics",
+    "apply_attention": ".methods.biprop.apply",
+    "BipropLinear": ".methods.biprop.layer",
+    "CPLinear": ".methods.cp.layer",
+    "LowRankLinear": ".methods.svd.layer",
+    "TTEmbedding": ".methods.tt.layer",
+    "replace_parameters_in_optimizer": ".search.optim",
+    "CompressedCheckpointError": ".core.structure",
+    "UnsupportedModelError": ".core.targets",
+    "CardInfo": ".hub",
+    "PushError": ".hub",
+    "model_card": ".hub",
+    "push_to_hub": ".hub",
+}
+
+__all__ = list(_EXPORTS)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
+
+if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
+    from .compress import apply_compression, refresh_compression_config
+    from .config import CompressionConfig
+    from .core.metrics import compression_report, nonzero_flops, storage_bits
+    from .core.structure import CompressedCheckpointError
+    from .core.targets import UnsupportedModelError
+    from .hub import CardInfo, PushError, model_card, push_to_hub
+    from .methods.biprop.apply import apply_attention
+    from .methods.biprop.config import BipropConfig
+    from .methods.biprop.layer import BipropLinear
+    from .methods.cp.config import CPConfig
+    from .methods.cp.layer import CPLinear
+    from .methods.svd.config import SVDConfig
+    from .methods.svd.layer import LowRankLinear
+    from .methods.tt.apply import apply_tt
+    from .methods.tt.calibration import TTCalibration
+    from .methods.tt.config import TTConfig
+    from .methods.tt.layer import TTEmbedding
+    from .search.optim import replace_parameters_in_optimizer

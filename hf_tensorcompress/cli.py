@@ -1,18 +1,21 @@
 """``hf-tensorcompress``: fetch the offline assets, compress a model, evaluate it, report its costs, push it.
 
 User mistakes (a missing folder, a wrong rank, a refused token) end with one ``error:`` line and exit code 2;
-only bugs show a traceback.
+only bugs show a traceback. Building the parser imports only the method configs (plain dataclasses): ``--help`` and
+argument errors never import torch or transformers; each command imports what it needs when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
-from dataclasses import fields
+from dataclasses import Field, fields
 from pathlib import Path
 
-from .config import CompressionConfig, _registered_configs
+from .config import CompressionConfig
+from .extras import MissingExtraError
 
 PROG = "hf-tensorcompress"
 
@@ -24,8 +27,10 @@ EXAMPLES = {
         f"  {PROG} compress SmolLM2-135M-Instruct.Q4_1.gguf ./smollm2-svd --method svd --rank 0.25 "
         "--target-modules q_proj k_proj\n"
         f"  {PROG} compress ./patchtst ./patchtst-svd --config compression.json\n\n"
-        "Every CompressionConfig field is a flag; values are read as JSON where they parse (0.5, 8, \"{...}\"),\n"
-        "otherwise as text. A --config file is read first and flags override its fields."
+        "Every CompressionConfig field is a flag; values are read as JSON where they parse (0.5, 8, '{...}'),\n"
+        "otherwise as text. List-valued flags (--target-modules, --tt-shape, --tt-ranks, --attention-modules)\n"
+        "take space-separated values, comma-separated values or one JSON list: --tt-shape 8 8 9, --tt-shape 8,8,9\n"
+        "and --tt-shape '[8, 8, 9]' are the same. A --config file is read first and flags override its fields."
     ),
     "evaluate": (
         "example (dense, then compressed, into one results file for the model card):\n"
@@ -60,27 +65,74 @@ def fetch_command(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- compress
-def config_flags() -> dict[str, tuple]:
+def config_classes() -> dict[str, type[CompressionConfig]]:
+    """Each method's config class, without importing torch: the built-in methods' ``config`` modules, plus any
+    method registered at run time (only if the registry is already loaded)."""
+    from .methods import BUILTIN
+
+    classes = {}
+    for name in BUILTIN:
+        module = importlib.import_module(f"{__package__}.methods.{name}.config")
+        classes.update({cls.method_name: cls for cls in vars(module).values()
+                        if isinstance(cls, type) and issubclass(cls, CompressionConfig) and cls.method_name == name})
+    registry = sys.modules.get(f"{__package__}.core.registry")
+    if registry is not None:
+        classes.update({name: method.config_class for name, method in registry._METHODS.items()})
+    return classes
+
+
+def config_flags() -> dict[str, tuple[Field, tuple[str, ...]]]:
     """Every user-settable field of every method's config, with the methods that take it: each becomes a flag, so a
     new method's options need no CLI change."""
     flags: dict[str, tuple] = {}
-    for method, cls in _registered_configs().items():
+    for method, cls in config_classes().items():
         for item in fields(cls):
             if item.name not in ("modules", "version"):
                 flags[item.name] = (item, flags.get(item.name, (None, ()))[1] + (method,))
     return flags
 
 
-def _value(text: str):
+def _is_list(item: Field) -> bool:
+    """Whether a config field holds a list (its annotation names ``list[...]``)."""
+    return "list[" in str(item.type)
+
+
+def _scalar(text: str):
     try:
         return json.loads(text)
     except json.JSONDecodeError:
         return text
 
 
-def _target_modules(values: list[str]) -> list[str] | str:
-    """Names, or a single value with regex characters taken as one regular expression."""
-    return values[0] if len(values) == 1 and any(c in values[0] for c in "*+?[](|\\^$") else values
+#: characters that make a single --target-modules value a regular expression rather than a module name
+REGEX_CHARACTERS = "*+?[](){}|\\^$"
+
+
+def list_value(item: Field, values: list[str]):
+    """A list-valued flag from the command line: ``8 8 9``, ``8,8,9`` and ``[8, 8, 9]`` all give ``[8, 8, 9]``.
+
+    One value that parses as JSON is taken as it is (a list, or a scalar where the field also takes one, like
+    ``--tt-ranks 5``); one ``--target-modules`` value with regex characters is a regular expression; otherwise every
+    value is split at commas and each element read as JSON where it parses (numbers), else as text.
+    """
+    if len(values) == 1:
+        text = values[0].strip()
+        if text.startswith("["):
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError:
+                if item.name != "target_modules":
+                    raise UsageError(f"--{item.name.replace('_', '-')} {text}: not a JSON list") from None
+        if item.name == "target_modules" and any(c in text for c in REGEX_CHARACTERS):
+            return text
+        alternatives = [part.strip() for part in str(item.type).split("|")]
+        scalar_too = any(not a.startswith("list[") and a not in ("None", "str") for a in alternatives)
+        if "," not in text and scalar_too:  # a string target_modules means a regex: one plain name stays a list
+            return _scalar(text)  # e.g. --tt-ranks 5 (one rank for every bond)
+    parts = [part.strip() for value in values for part in value.split(",")]
+    if not all(parts):
+        raise UsageError(f"--{item.name.replace('_', '-')} {' '.join(values)}: empty element in the list")
+    return [_scalar(part) if item.name != "target_modules" else part for part in parts]
 
 
 def compression_config(args: argparse.Namespace) -> CompressionConfig:
@@ -94,10 +146,16 @@ def compression_config(args: argparse.Namespace) -> CompressionConfig:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as error:
             raise UsageError(f"--config {path} is not valid JSON: {error}") from None
-    for name in config_flags():
+    given = []
+    for name, (item, _) in config_flags().items():
         value = getattr(args, name)
         if value is not None:
-            data[name] = _target_modules(value) if name == "target_modules" else _value(value)
+            data[name] = list_value(item, value) if _is_list(item) else _scalar(value)
+            given.append(name)
+    cls = config_classes().get(data.get("method", "cp"))
+    foreign = [name for name in given if cls is not None and name not in cls.field_names()]
+    if foreign:  # a flag of another method is a mistake (a --config file may hold version-1 fields of every method)
+        raise ValueError(cls._foreign_fields_message(foreign))
     return CompressionConfig.from_dict(data)
 
 
@@ -189,7 +247,11 @@ def report_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
-    print(text_table(COST_HEADERS, cost_table_rows(report)))
+    # the inference path of each module beside its type ("reconstruct": dense matmul with the rebuilt weight cached)
+    paths = [entry.get("path", "") for entry in report["modules"]] + [""]
+    headers = [*COST_HEADERS[:2], "path", *COST_HEADERS[2:]]
+    rows = [[*row[:2], path, *row[2:]] for row, path in zip(cost_table_rows(report), paths)]
+    print(text_table(headers, rows))
     print()
     print(text_table(["total", "dense", "compressed", "compressed / dense"], [list(r) for r in summary_rows(report)]))
     return 0
@@ -258,7 +320,12 @@ def build_parser() -> argparse.ArgumentParser:
         default = item.default if not callable(item.default_factory) else item.default_factory()
         if name == "target_modules":
             compress.add_argument(flag, nargs="+", metavar="NAME",
-                                  help="module names (or one regex) to compress (default: the method's targets)")
+                                  help="module names (space- or comma-separated, or a JSON list) or one regex to "
+                                  "compress (default: the method's targets)")
+        elif _is_list(item):
+            compress.add_argument(flag, nargs="+", metavar="VALUE",
+                                  help=f"{'/'.join(methods)}: {name}, a list: space- or comma-separated "
+                                  f"values or one JSON list (default: {default!r})")
         elif name == "method":
             compress.add_argument(flag, metavar="VALUE", help=f"one of {list(methods)} (default: 'cp')")
         else:
@@ -300,15 +367,29 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from .assets import AssetError
-    from .hub import PushError
-
     try:
         return args.handler(args)
-    except (UsageError, PushError, ValueError, FileNotFoundError, FileExistsError) as error:
-        return _fail(args.command, error, 2)
-    except AssetError as error:  # a registry download failed: not the user's mistake, but no traceback either
-        return _fail(args.command, error, 1)
+    except Exception as error:
+        code = exit_code(error)
+        if code is None:
+            raise
+        return _fail(args.command, error, code)
+
+
+def exit_code(error: Exception) -> int | None:
+    """2 for the user's mistakes, 1 for a failed download or a missing optional extra, None for bugs (traceback).
+    The modules defining the error types are only consulted if a command already imported them."""
+    assets = sys.modules.get(f"{__package__}.assets")
+    if assets is not None and isinstance(error, assets.AssetError):
+        return 1  # a registry download failed: not the user's mistake, but no traceback either
+    if isinstance(error, MissingExtraError):
+        return 1
+    hub = sys.modules.get(f"{__package__}.hub")
+    if isinstance(error, (UsageError, ValueError, FileNotFoundError, FileExistsError)) or (
+        hub is not None and isinstance(error, hub.PushError)
+    ):
+        return 2
+    return None
 
 
 def _fail(command: str, error: Exception, code: int) -> int:

@@ -19,6 +19,7 @@ from huggingface_hub import HfApi, ModelCard, ModelCardData
 from huggingface_hub.errors import HfHubHTTPError
 from torch import nn
 
+from .core import export  # noqa: F401  (sets CompressedModelMixin.save_hook: saving writes the code and card)
 from .core.metrics import compression_report
 from .core.modeling_tensorcompress import CLASS_PREFIX, CompressedModelMixin
 from .evaluation.reporting import markdown_table, metric_names, results_table, summary_rows

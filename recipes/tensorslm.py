@@ -24,6 +24,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hf_tensorcompress import CompressionConfig
 from hf_tensorcompress.data.causal_lm import WEIGHTS_NOTE, smollm2_dir
+from hf_tensorcompress.extras import require
 from hf_tensorcompress.methods.tt.healing import heal_tt_embedding
 from hf_tensorcompress.methods.tt.layer import TT_SOLVERS, TTTiedHead
 from hf_tensorcompress.methods.tt.apply import apply_tt
@@ -227,8 +228,7 @@ def main(argv: list[str] | None = None) -> dict:
 
 def plot(results: dict, path: Path) -> None:
     """ln PPL against compression ratio: TT tied, TT untied, SVD, with the dense model as a line."""
-    import matplotlib
-
+    matplotlib = require("matplotlib", "the TT recipe's figure")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 

@@ -86,9 +86,12 @@ def test_report_prints_every_module_and_the_totals(compressed_folder):
     table = cli("report", str(compressed_folder), "--tokens", "8").stdout
     lines = table.splitlines()
     assert sum(line.startswith("model.encoder.layers.") for line in lines) == 6
+    assert lines[0].split()[:3] == ["module", "type", "path"]  # the inference path of every module
+    assert all(line.split()[2] in ("factorized", "reconstruct") for line in lines if line.startswith("model."))
     assert any(line.startswith("total ") for line in lines) and "estimated energy" in table
     report = json.loads(cli("report", str(compressed_folder), "--tokens", "8", "--json").stdout)
     assert report["method"] == "svd" and report["tokens"] == 8 and len(report["modules"]) == 6
+    assert {module["path"] for module in report["modules"]} == {"factorized"}  # rank 4 of 16
     assert report["targets"]["params"] < report["targets"]["dense_params"]
 
 
@@ -98,7 +101,7 @@ def test_push_uploads_model_code_and_card(hub, repo_id, compressed_folder, tmp_p
                  "--run", "compressed", "--dataset-note", "UCI Appliances Energy (a substitute for ETTh1)")
     assert f"/{repo_id}/commit/" in result.stdout
     files = hub.files(repo_id)
-    assert {"config.json", "model.safetensors", "modeling_tensorcompress.py", "lowrank.py", "README.md"} <= set(files)
+    assert {"config.json", "model.safetensors", "modeling_tensorcompress.py", "svd_layer.py", "README.md"} <= set(files)
     card = ModelCard(files["README.md"].decode())
     assert "| **compressed** (this model) | 1 | 0.571 | 0.655 |" in card.text
     assert f'AutoModel.from_pretrained("{repo_id}", trust_remote_code=True)' in card.text

@@ -112,3 +112,33 @@ def test_checkpoint_missing_compressed_tensors_fails_clearly(saved, tmp_path):
     with pytest.raises(ValueError, match="missing_keys.*k_proj") as raised:
         AutoModel.from_pretrained(folder, trust_remote_code=True)
     assert type(raised.value).__name__ == CompressedCheckpointError.__name__
+
+
+#: Fields version 1 of the library wrote into every ``compression_config``, whatever the method (their defaults).
+VERSION_1_FIELDS = {
+    "target_modules": None, "rank": 0.5, "ranks": {}, "init": "decompose", "cp_iterations": 100, "keep_ratio": 0.5,
+    "weight_init": "kaiming_normal", "weight_seed": 0, "save_scores": False, "attention": None,
+    "attention_keep_ratio": None, "attention_length": None, "attention_modules": [], "tt_shape": None,
+    "tt_order": None, "tt_ranks": None, "tt_eps": None, "tt_basis": "identity", "tt_solver": "eigh",
+    "tt_exact_tokens": 0, "tt_untie_output": False, "version": 1,
+}
+
+
+@pytest.mark.parametrize("method, options", [("cp", {"rank": 3}), ("biprop", {"attention": "qkv_mask"})])
+def test_a_checkpoint_with_a_version_1_config_loads_unchanged(tmp_path, method, options):
+    """A folder whose config.json holds the flat version-1 ``compression_config`` (every method's fields) loads
+    to the same outputs through the library, and saves again as the method's own (version 2) config."""
+    from hf_tensorcompress.core.loading import load_model
+
+    model = apply_compression(tiny_models()["PatchTSTForPrediction"], CompressionConfig(method=method, **options))
+    expected = _forward("PatchTSTForPrediction", model.eval())
+    model.save_pretrained(tmp_path / "v1")
+    config_file = tmp_path / "v1" / "config.json"
+    config = json.loads(config_file.read_text())
+    config["compression_config"] = {**VERSION_1_FIELDS, **config["compression_config"], "version": 1}
+    config_file.write_text(json.dumps(config))
+    loaded = load_model(tmp_path / "v1").eval()
+    torch.testing.assert_close(_forward("PatchTSTForPrediction", loaded), expected)
+    loaded.save_pretrained(tmp_path / "v2")
+    saved_again = json.loads((tmp_path / "v2" / "config.json").read_text())["compression_config"]
+    assert saved_again["version"] == 2 and "tt_basis" not in saved_again

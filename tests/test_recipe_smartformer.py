@@ -7,12 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from helpers import run_without_library
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smartformer.py"
 
 
+@pytest.mark.slow  # the whole recipe (dense, Smartformer, SVD-Smartformer, fixed CP grid): the slow tier
 def test_recipe_runs_on_a_csv_and_writes_results_trace_and_model(tmp_path):
     steps = np.arange(600)
     rng = np.random.default_rng(0)

@@ -34,6 +34,7 @@ SHIPPED_FILES: dict[str, str] = {
     "methods/biprop/layer.py": "biprop_layer.py",
     "methods/biprop/attention.py": "biprop_attention.py",
     "methods/tt/layer.py": "tt_layer.py",
+    "methods/tt/scaled.py": "tt_scaled_layer.py",
 }
 
 _RELATIVE_IMPORT = re.compile(r"^(\s*)from (\.+)([\w.]*) import ", re.MULTILINE)

@@ -13,6 +13,9 @@ from pathlib import Path
 import transformers
 from torch import nn
 
+from ..config import CompressionConfig
+from ..extras import require
+from . import export  # noqa: F401  (sets CompressedModelMixin.save_hook: saving writes the code and card)
 from .modeling_tensorcompress import CLASS_PREFIX, compressed_class
 
 
@@ -43,6 +46,7 @@ def load_model(path: str | Path) -> nn.Module:
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ModelLoadError(f"GGUF file {path} does not exist")
+        require("gguf", "loading a GGUF file")
         # Dequantise every weight to a plain tensor and drop the GGUF quantizer: compressed layers replace
         # float weights, and transformers refuses to save a model that still carries the (unserialisable) quantizer.
         model = transformers.AutoModelForCausalLM.from_pretrained(
@@ -54,12 +58,17 @@ def load_model(path: str | Path) -> nn.Module:
         return model
     if not path.is_dir():
         raise ModelLoadError(f"{path} does not exist; pass a model folder (with config.json) or a .gguf file")
-    return model_class(path).from_pretrained(str(path))
+    model = model_class(path).from_pretrained(str(path))
+    recorded = getattr(model.config, "compression_config", None)
+    if recorded:  # an older version's config reads as the method's own config, and saves as the current version
+        model.config.compression_config = CompressionConfig.from_dict(recorded).to_dict()
+    return model
 
 
 def gguf_provenance(path: str | Path) -> tuple[str | None, str]:
     """(best-guess Hub id of the original model, one-line note on the quantisation) from a GGUF file's metadata."""
-    from gguf import GGUFReader, LlamaFileType
+    gguf = require("gguf", "reading a GGUF file")
+    GGUFReader, LlamaFileType = gguf.GGUFReader, gguf.LlamaFileType
 
     reader = GGUFReader(str(path))
 

@@ -40,15 +40,23 @@ def module_cost(name: str, layer: CompressedLayer, tokens: int) -> ModuleCost:
     )
 
 
+def layer_path(layer: CompressedLayer, tokens: int) -> str:
+    """The name of the path ``layer`` takes at inference for ``tokens`` input rows (``multiply_adds``' second item)."""
+    return layer.multiply_adds(tokens, cached=True)[1]
+
+
 def compression_report(model: nn.Module, tokens: int = 1) -> dict:
     """Per compressed module and in total: parameters, storage bits and FLOPs, dense (before) and now (after).
 
     ``tokens`` is the number of input rows one forward pushes through each module (batch × sequence length,
     times channels for channel-independent models like PatchTST). FLOPs count a multiply-add as 2 and follow
-    the path each layer actually takes at inference (see ``CPLinear.multiply_adds``).
+    the path each layer actually takes at inference, named in each module row's ``path`` (see
+    ``CPLinear.multiply_adds``: a CP layer whose factorized product would cost more than a dense matmul runs the
+    dense matmul with its rebuilt weight cached, ``"reconstruct"``, so its FLOPs equal the dense ones).
     """
     compression = getattr(model.config, "compression_config", None) or {}
-    rows = [module_cost(name, model.get_submodule(name), tokens) for name in compression.get("modules", {})]
+    layers = {name: model.get_submodule(name) for name in compression.get("modules", {})}
+    rows = [module_cost(name, layer, tokens) for name, layer in layers.items()]
     model_params = sum(p.numel() for p in model.parameters())
     total = {
         key: sum(getattr(row, key) for row in rows)
@@ -57,7 +65,9 @@ def compression_report(model: nn.Module, tokens: int = 1) -> dict:
     return {
         "method": compression.get("method", "dense"),
         "tokens": tokens,
-        "modules": [asdict(row) for row in rows],
+        # "path": how each module computes its forward at inference (e.g. CP "factorized", or "reconstruct": one
+        # dense matmul with the weight rebuilt once and cached, taken when that is cheaper for ``tokens`` rows)
+        "modules": [asdict(row) | {"path": layer_path(layers[row.name], tokens)} for row in rows],
         "targets": total,
         "model": {
             "dense_params": model_params - total["params"] + total["dense_params"],

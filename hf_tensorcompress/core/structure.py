@@ -13,10 +13,11 @@ from ..methods.biprop.layer import BipropLinear
 from ..methods.cp.layer import CPLinear
 from ..methods.svd.layer import LowRankLinear
 from ..methods.tt.layer import TTEmbedding
+from ..methods.tt.scaled import ScaledTTEmbedding
 from .contract import CompressedLayer
 
 #: The layer types a checkpoint may name (importing them registered each with ``CompressedLayer.types``).
-SHIPPED_LAYERS = (CPLinear, LowRankLinear, BipropLinear, TTEmbedding)
+SHIPPED_LAYERS = (CPLinear, LowRankLinear, BipropLinear, TTEmbedding, ScaledTTEmbedding)
 
 
 class CompressedCheckpointError(ValueError):

@@ -1,10 +1,12 @@
-"""One table: model family -> supported classes and the attention modules whose projections get compressed."""
+"""One table: model family -> supported classes, the attention projections compressed by default, and whether the
+token embedding takes ``method="tt"``."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 
@@ -14,15 +16,30 @@ class UnsupportedModelError(ValueError):
 
 @dataclass(frozen=True)
 class ModelFamily:
-    """A transformers model family: its ``config.model_type``, public classes and attention module classes."""
+    """A transformers model family: its ``config.model_type``, public classes, attention module classes, the
+    projections compressed by default inside them, and whether ``method="tt"`` applies to its token embedding.
+
+    ``projections`` names the query/key/value projections; a family that fuses them (GPT-2's ``c_attn``, a
+    ``Conv1D``; Phi-3's ``qkv_proj``; GPT-NeoX's ``query_key_value``) names the fused one, which is compressed as
+    one matrix: its input side is still the ``heads × head_dim`` hidden vector that CP folds, and splitting it
+    would cost three sets of factors for the same input. ``output_projection`` is the attention output projection
+    (biprop binarizes it too), ``None`` where it lives outside the attention module (BERT).
+    """
 
     model_type: str
     classes: tuple[str, ...]
     attention_classes: tuple[str, ...]
+    projections: tuple[str, ...] = ("q_proj", "k_proj", "v_proj")
+    output_projection: str | None = "out_proj"
+    token_embedding: bool = False
 
 
-#: Projections compressed by default inside each attention module (encoder, decoder and cross attention).
-ATTENTION_PROJECTIONS = ("q_proj", "k_proj", "v_proj")
+def _lm(model_type: str, prefix: str, projections=("q_proj", "k_proj", "v_proj"), output="o_proj") -> ModelFamily:
+    """A causal-LM family: ``<Prefix>ForCausalLM`` and ``<Prefix>Model``, attention ``<Prefix>Attention``."""
+    return ModelFamily(
+        model_type, (f"{prefix}ForCausalLM", f"{prefix}Model"), (f"{prefix}Attention",), projections, output, True
+    )
+
 
 FAMILIES: dict[str, ModelFamily] = {
     family.model_type: family
@@ -44,8 +61,73 @@ FAMILIES: dict[str, ModelFamily] = {
             ),
             ("PatchTSTAttention",),
         ),
+        ModelFamily("gpt2", ("GPT2LMHeadModel", "GPT2Model"), ("GPT2Attention",), ("c_attn",), "c_proj", True),
+        ModelFamily("opt", ("OPTForCausalLM", "OPTModel"), ("OPTAttention",), token_embedding=True),
+        _lm("llama", "Llama"),
+        _lm("qwen2", "Qwen2"),
+        _lm("mistral", "Mistral"),
+        _lm("gemma", "Gemma"),
+        _lm("gemma2", "Gemma2"),
+        _lm("phi", "Phi", output="dense"),
+        _lm("phi3", "Phi3", ("qkv_proj",)),
+        _lm("gpt_neox", "GPTNeoX", ("query_key_value",), "dense"),
+        ModelFamily(
+            "bert",
+            ("BertForMaskedLM", "BertModel", "BertForSequenceClassification"),
+            ("BertSelfAttention",),
+            ("query", "key", "value"),
+            None,
+            True,
+        ),
+        ModelFamily("vit", ("ViTModel", "ViTForImageClassification"), ("ViTAttention",), output_projection="o_proj"),
+        ModelFamily(
+            "whisper",
+            ("WhisperForConditionalGeneration", "WhisperModel"),
+            ("WhisperAttention",),
+        ),
     )
 }
+
+
+def projection_types() -> tuple[type[nn.Module], ...]:
+    """Module types the attention methods replace: ``nn.Linear`` and transformers' ``Conv1D`` (GPT-2)."""
+    from transformers.pytorch_utils import Conv1D
+
+    return (nn.Linear, Conv1D)
+
+
+@dataclass(frozen=True)
+class DenseProjection:
+    """A projection read the ``nn.Linear`` way, whichever module holds it: ``weight`` is ``(out, in)``."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+
+    @property
+    def in_features(self) -> int:
+        return self.weight.shape[1]
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[0]
+
+
+def dense_projection(module: nn.Module) -> DenseProjection:
+    """``nn.Linear`` as it is; a ``Conv1D`` (``y = x W + b`` with ``W`` stored ``(in, out)``) transposed."""
+    weight = module.weight if isinstance(module, nn.Linear) else module.weight.T
+    return DenseProjection(weight.detach(), None if module.bias is None else module.bias.detach())
+
+
+def families_table() -> str:
+    """The README's table of supported families per method, made from ``FAMILIES`` (a test keeps them equal)."""
+    rows = ["| family (`model_type`) | classes | cp / svd / biprop targets | tt |", "|---|---|---|---|"]
+    for family in FAMILIES.values():
+        targets = ", ".join(f"`{name}`" for name in family.projections)
+        if family.output_projection:
+            targets += f" (+ `{family.output_projection}` for biprop)"
+        classes = ", ".join(f"`{name}`" for name in family.classes)
+        rows.append(f"| {family.model_type} | {classes} | {targets} | {'yes' if family.token_embedding else '—'} |")
+    return "\n".join(rows)
 
 
 def supported_classes() -> list[str]:
@@ -63,15 +145,18 @@ def family_of(model: nn.Module) -> ModelFamily:
     return FAMILIES[model_type]
 
 
-def attention_projections(model: nn.Module, projections: tuple[str, ...] = ATTENTION_PROJECTIONS) -> list[str]:
-    """Full names of the given projections inside every attention module of the model's family."""
+def attention_projections(model: nn.Module, with_output: bool = False) -> list[str]:
+    """Full names of the q/k/v projections (and the output projection if asked) inside every attention module
+    of the model's family: encoder, decoder and cross attention."""
     family = family_of(model)
+    projections = family.projections + ((family.output_projection,) if with_output and family.output_projection else ())
+    kinds = projection_types()
     return [
         f"{name}.{projection}"
         for name, module in model.named_modules()
         if type(module).__name__ in family.attention_classes
         for projection in projections
-        if isinstance(getattr(module, projection, None), nn.Linear)
+        if isinstance(getattr(module, projection, None), kinds)
     ]
 
 

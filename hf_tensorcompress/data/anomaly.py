@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..extras import require
 from .tables import read_table
 
 
@@ -27,8 +28,7 @@ def load_anomaly_series(
     ``window - 1`` steps of context before their first scored step.
     """
     if source is None:
-        from aeon.datasets import load_kdd_tsad_135
-
+        load_kdd_tsad_135 = require("aeon.datasets", "the KDD-TSAD anomaly data").load_kdd_tsad_135
         benign, _ = load_kdd_tsad_135(split="train")
         series, labels = load_kdd_tsad_135(split="test")
         test, test_labels = series[len(benign) - window + 1 :], labels[len(benign) - window + 1 :]

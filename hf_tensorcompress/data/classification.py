@@ -17,6 +17,7 @@ import datasets
 import numpy as np
 import pandas as pd
 
+from ..extras import require
 from .tables import looks_like_path, read_table
 
 SERIES_FORMATS = (".ts", ".arff")
@@ -111,9 +112,8 @@ def read_series(source: str | Path | pd.DataFrame | datasets.Dataset, columns: S
     if isinstance(source, (str, Path)):
         path = Path(source).expanduser()
         if path.is_file() and path.suffix.lower() in SERIES_FORMATS:
-            from aeon.datasets import load_from_arff_file, load_from_ts_file
-
-            reader = load_from_ts_file if path.suffix.lower() == ".ts" else load_from_arff_file
+            loaders = require("aeon.datasets", "reading .ts/.arff files")
+            reader = loaders.load_from_ts_file if path.suffix.lower() == ".ts" else loaders.load_from_arff_file
             try:
                 return {"all": _from_aeon(*reader(str(path)))}
             except (OSError, ValueError, IndexError) as error:
@@ -130,8 +130,7 @@ def read_series(source: str | Path | pd.DataFrame | datasets.Dataset, columns: S
 
 
 def _uea(name: str) -> dict[str, RawSeries]:
-    from aeon.datasets import load_classification
-
+    load_classification = require("aeon.datasets", "the UEA classification data").load_classification
     try:
         return {split: _from_aeon(*load_classification(name, split=split)) for split in ("train", "test")}
     except Exception as error:  # noqa: BLE001  (aeon raises OSError/ValueError/URLError for an unknown or unreachable name)

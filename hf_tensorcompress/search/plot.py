@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from ..extras import require
 
 
 def plot_trace(trace: list[dict], path: str) -> None:
-    """Top: each layer's rank at every stage end; bottom: the reward of each completed action."""
+    """Top: each layer's rank at every stage end; bottom: the reward of each completed action (needs the
+    ``plots`` extra: matplotlib)."""
+    matplotlib = require("matplotlib", "plotting the Smartformer search trace")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
     figure, (ranks_axis, reward_axis) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     steps = [record["step"] for record in trace]
     for name in trace[0]["ranks"] if trace else []:

@@ -8,20 +8,18 @@ import torch
 from torch import nn
 
 from ...core.registry import Method, register_method
-from ...core.targets import attention_projections, family_of
+from ...core.targets import attention_projections, dense_projection, family_of, projection_types
 from .attention import install_attention
 from .config import BipropConfig
 from .layer import BipropLinear
-
-#: q/k/v and the attention output projection: the attention modules' Linear layers.
-BIPROP_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj")
 
 #: Attention classes that dispatch through transformers' ``AttentionInterface`` (so the SBT options can hook in).
 INTERFACE_ATTENTION = ("PatchTSTAttention", "InformerAttention")
 
 
 def default_targets(model: nn.Module) -> list[str]:
-    return attention_projections(model, BIPROP_PROJECTIONS)
+    """q/k/v and the attention output projection: the attention modules' own projections."""
+    return attention_projections(model, with_output=True)
 
 
 def encoder_name(model: nn.Module) -> str:
@@ -46,16 +44,17 @@ def sign_seed(weight_seed: int, name: str) -> int:
 
 def build(model: nn.Module, name: str, linear: nn.Linear, config: BipropConfig, calibration: None = None) -> BipropLinear:
     seed = sign_seed(config.weight_seed, name)
+    dense = dense_projection(linear)
     layer = BipropLinear(
-        linear.in_features,
-        linear.out_features,
+        dense.in_features,
+        dense.out_features,
         keep_ratio=config.keep_ratio,
         weight_init=config.weight_init,
         sign_seed=seed,
         save_scores=config.save_scores,
         generator=torch.Generator().manual_seed(seed),
     )
-    return layer.to(device=linear.weight.device, dtype=linear.weight.dtype)
+    return layer.to(device=dense.weight.device, dtype=dense.weight.dtype)
 
 
 def attention_length(model: nn.Module, config: BipropConfig) -> int:
@@ -107,6 +106,7 @@ register_method(
         BipropConfig,
         default_targets,
         build,
+        accepts=projection_types(),
         keywords={"all-linear": encoder_linears},
         model_options=model_options,
     )

@@ -10,25 +10,31 @@ from torch import nn
 
 from ...core.ranks import resolve_rank
 from ...core.registry import Method, register_method
-from ...core.targets import attention_projections, parent_of
+from ...core.targets import DenseProjection, attention_projections, dense_projection, parent_of, projection_types
 from .config import CPConfig
 from .layer import CPLinear
 
 
-def heads_of(model: nn.Module, name: str, linear: nn.Linear) -> int:
-    """Heads of the attention module holding ``name``; elsewhere a balanced split of ``in_features``."""
-    heads = getattr(parent_of(model, name), "num_heads", None)
-    if isinstance(heads, int) and heads > 0 and linear.in_features % heads == 0:
-        return heads
-    return max(d for d in range(1, math.isqrt(linear.in_features) + 1) if linear.in_features % d == 0)
+def heads_of(model: nn.Module, name: str, in_features: int) -> int:
+    """Heads of the attention module holding ``name`` (its ``num_heads``, else the model config's
+    ``num_attention_heads``) when they divide the input; elsewhere a balanced split of ``in_features``."""
+    parent_config = getattr(parent_of(model, name), "config", None)
+    for heads in (
+        getattr(parent_of(model, name), "num_heads", None),
+        getattr(parent_config, "num_attention_heads", None),
+        getattr(getattr(model, "config", None), "num_attention_heads", None),
+    ):
+        if isinstance(heads, int) and heads > 0 and in_features % heads == 0:
+            return heads
+    return max(d for d in range(1, math.isqrt(in_features) + 1) if in_features % d == 0)
 
 
-def cp_rank(model: nn.Module, name: str, linear: nn.Linear, requested: int | float) -> tuple[int, int]:
-    """(heads, rank) for ``linear`` given a requested int rank or parameter ratio."""
-    heads = heads_of(model, name, linear)
-    head_dim, out = linear.in_features // heads, linear.out_features
+def cp_rank(model: nn.Module, name: str, dense: DenseProjection, requested: int | float) -> tuple[int, int]:
+    """(heads, rank) for the projection ``dense`` given a requested int rank or parameter ratio."""
+    heads = heads_of(model, name, dense.in_features)
+    head_dim, out = dense.in_features // heads, dense.out_features
     max_rank = min(heads * head_dim, heads * out, head_dim * out)
-    rank = resolve_rank(requested, heads + head_dim + out, linear.in_features * out, max_rank, name)
+    rank = resolve_rank(requested, heads + head_dim + out, dense.in_features * out, max_rank, name)
     return heads, rank
 
 
@@ -50,14 +56,15 @@ def decompose(tensor: torch.Tensor, rank: int, iterations: int) -> list[torch.Te
 
 
 def build(model: nn.Module, name: str, linear: nn.Linear, config: CPConfig, calibration: None = None) -> CPLinear:
-    heads, rank = cp_rank(model, name, linear, config.rank_for(name))
-    weight = linear.weight
-    layer = CPLinear(linear.in_features, linear.out_features, heads, rank, bias=linear.bias is not None)
+    dense = dense_projection(linear)
+    heads, rank = cp_rank(model, name, dense, config.rank_for(name))
+    weight = dense.weight
+    layer = CPLinear(dense.in_features, dense.out_features, heads, rank, bias=dense.bias is not None)
     if config.init == "decompose":
-        layer.load_factors(decompose(layer.folded_weight(weight.detach()), rank, config.cp_iterations))
-    if linear.bias is not None:
-        layer.bias.data.copy_(linear.bias.detach())
+        layer.load_factors(decompose(layer.folded_weight(weight), rank, config.cp_iterations))
+    if dense.bias is not None:
+        layer.bias.data.copy_(dense.bias)
     return layer.to(device=weight.device, dtype=weight.dtype)
 
 
-register_method(Method("cp", CPConfig, attention_projections, build))
+register_method(Method("cp", CPConfig, attention_projections, build, accepts=projection_types()))

@@ -6,20 +6,21 @@ from torch import nn
 
 from ...core.ranks import resolve_rank
 from ...core.registry import Method, register_method
-from ...core.targets import attention_projections
+from ...core.targets import attention_projections, dense_projection, projection_types
 from .config import SVDConfig
 from .layer import LowRankLinear, truncated_svd
 
 
 def build(model: nn.Module, name: str, linear: nn.Linear, config: SVDConfig, calibration: None = None) -> LowRankLinear:
-    fan_in, fan_out = linear.in_features, linear.out_features
+    dense = dense_projection(linear)
+    fan_in, fan_out = dense.in_features, dense.out_features
     rank = resolve_rank(config.rank_for(name), fan_in + fan_out, fan_in * fan_out, min(fan_in, fan_out), name)
-    layer = LowRankLinear(fan_in, fan_out, rank, bias=linear.bias is not None)
+    layer = LowRankLinear(fan_in, fan_out, rank, bias=dense.bias is not None)
     if config.init == "decompose":
-        layer.load_factors(list(truncated_svd(linear.weight.detach(), rank)))
-    if linear.bias is not None:
-        layer.bias.data.copy_(linear.bias.detach())
-    return layer.to(device=linear.weight.device, dtype=linear.weight.dtype)
+        layer.load_factors(list(truncated_svd(dense.weight, rank)))
+    if dense.bias is not None:
+        layer.bias.data.copy_(dense.bias)
+    return layer.to(device=dense.weight.device, dtype=dense.weight.dtype)
 
 
-register_method(Method("svd", SVDConfig, attention_projections, build))
+register_method(Method("svd", SVDConfig, attention_projections, build, accepts=projection_types()))

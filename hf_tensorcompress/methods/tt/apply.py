@@ -12,21 +12,29 @@ from torch import nn
 
 from ...compress import apply_compression
 from ...core.registry import Method, register_method
+from ...core.targets import FAMILIES
 from .calibration import TTCalibration, check_calibration, exact_token_ids, output_basis
 from .config import TTConfig
 from .layer import TTEmbedding, balanced_shape
+from .scaled import ScaledTTEmbedding
 
 DEFAULT_ORDER = 3
 
 
 def input_embedding_name(model: nn.Module) -> list[str]:
-    """The full name of ``model.get_input_embeddings()``."""
+    """The full name of ``model.get_input_embeddings()`` when it is a token embedding (an ``nn.Embedding``)."""
     getter = getattr(model, "get_input_embeddings", None)
-    embedding = getter() if getter is not None else None
+    try:
+        embedding = getter() if getter is not None else None
+    except NotImplementedError:
+        embedding = None
     names = [name for name, module in model.named_modules() if module is embedding and name]
-    if not names:
+    if not names or not isinstance(embedding, nn.Embedding):
+        found = f" (get_input_embeddings() is {type(embedding).__name__})" if embedding is not None else ""
+        families = ", ".join(f.model_type for f in FAMILIES.values() if f.token_embedding)
         raise ValueError(
-            f"{type(model).__name__} has no input embedding reachable by get_input_embeddings(); "
+            f"{type(model).__name__} has no token embedding{found}: method 'tt' compresses the token embedding "
+            f"of language models ({families}, or any model whose get_input_embeddings() is an nn.Embedding); "
             "pass target_modules naming an nn.Embedding"
         )
     return names[:1]
@@ -60,15 +68,27 @@ def tt_settings(config: TTConfig, hidden: int) -> tuple[list[int], list[int] | N
     return list(shape), ranks
 
 
+def layer_for(name: str, embedding: nn.Module) -> tuple[type[TTEmbedding], dict]:
+    """The TT layer class that reproduces ``embedding``'s forward, with its options: a plain lookup, or a lookup
+    times a constant ``embed_scale`` (Gemma's ``*ScaledWordEmbedding``). Anything else is refused: its forward may
+    do more than a lookup, so replacing it would change the model."""
+    if type(embedding) is nn.Embedding:
+        return TTEmbedding, {}
+    scale = getattr(embedding, "embed_scale", None)
+    if isinstance(embedding, nn.Embedding) and type(embedding).__name__.endswith("ScaledWordEmbedding") and scale is not None:
+        return ScaledTTEmbedding, {"embed_scale": float(scale)}
+    raise ValueError(
+        f"method 'tt' replaces nn.Embedding modules (plain, or scaled by a constant embed_scale as in Gemma); {name} "
+        f"is {type(embedding).__name__}, whose forward may do more than a lookup, so replacing it would change the "
+        "model"
+    )
+
+
 @torch.no_grad()
 def build(
     model: nn.Module, name: str, embedding: nn.Embedding, config: TTConfig, calibration: TTCalibration | None
 ) -> TTEmbedding:
-    if type(embedding) is not nn.Embedding:
-        raise ValueError(
-            f"method 'tt' replaces plain nn.Embedding modules; {name} is {type(embedding).__name__}, whose forward "
-            "may do more than a lookup (e.g. scaling), so replacing it would change the model"
-        )
+    layer_class, options = layer_for(name, embedding)
     shape, ranks = tt_settings(config, embedding.embedding_dim)
     basis = None
     if config.tt_basis == "output":
@@ -76,9 +96,11 @@ def build(
     elif config.tt_basis == "pca":
         basis = output_basis(embedding.weight)
     weight = embedding.weight.detach()
-    layer = TTEmbedding.from_weight(
+    layer = layer_class.from_weight(
         weight, shape, ranks, config.tt_eps, None if basis is None else basis.to(weight), config.tt_solver
     )
+    for key, value in options.items():
+        setattr(layer, key, value)
     if config.tt_exact_tokens:
         frequent = exact_token_ids(calibration.counts, config.tt_exact_tokens)
         layer.keep_exact(frequent, weight[frequent.to(weight.device)])

@@ -64,8 +64,9 @@ def _prime_factors(size: int):
         yield size
 
 
-#: TT-SVD solvers for the dominant subspaces: ``"eigh"`` (exact, LAPACK) and ``"power"`` (fixed ranks only).
-TT_SOLVERS = ("eigh", "power")
+#: TT-SVD solvers for the dominant subspaces: ``"eigh"`` (exact, LAPACK), ``"power"`` (fixed ranks only) and
+#: ``"auto"`` (``resolve_solver``: power for fixed ranks, eigh for the ε mode).
+TT_SOLVERS = ("auto", "eigh", "power")
 
 #: ``"power"`` raises each Gram matrix to the power ``2**POWER_SQUARINGS`` by repeated squaring. 8 leaves the
 #: reconstruction error of SmolLM2's embedding at 1.006× the exact TT-SVD's (8×8×9, ranks 5,5); 16 squares the
@@ -76,6 +77,47 @@ POWER_SQUARINGS = 3
 #: allocations per product) and are spread over ``torch.get_num_threads()`` threads. Fixed, so results do not
 #: depend on the number of threads.
 DECOMPOSE_BLOCK = 4096
+
+#: Rows per block on an accelerator, one block at a time: large batches keep a GPU busy, and the block's
+#: intermediates (a few times its rows) stay far below the table, so peak memory is table + cores + one block.
+DEVICE_BLOCK = 65536
+
+#: A progress bar is shown for tables of at least this many entries (SmolLM2's 28M decompose in seconds; an 8B
+#: model's 128k × 4096 = 537M take minutes on a CPU).
+PROGRESS_ENTRIES = 1 << 27
+
+
+def resolve_solver(solver: str, max_ranks: list[int] | None, eps) -> str:
+    """``"auto"`` → ``"power"`` for fixed ranks (no ``eps``), ``"eigh"`` for the ε mode, which needs every
+    singular value. Power iteration was 2-3× faster than ``eigh`` on SmolLM2's vocabulary with an error of
+    1.006× the exact TT-SVD's (bar: 1.01×, benchmarks/tt_embedding.py); tokens where it cannot be trusted fall
+    back to ``eigh`` inside ``_dominant_subspaces``."""
+    if solver not in TT_SOLVERS:
+        raise ValueError(f"solver={solver!r} is not a TT-SVD solver; choose one of {list(TT_SOLVERS)}")
+    if solver != "auto":
+        return solver
+    return "power" if eps is None and max_ranks is not None else "eigh"
+
+
+def _progress(total: int, show: bool):
+    """A tqdm bar over ``total`` blocks if ``show`` and tqdm is importable (transformers depends on it; this file
+    must still load with torch alone), else a stand-in whose ``update``/``close`` do nothing."""
+    if show:
+        try:
+            from tqdm.auto import tqdm
+
+            return tqdm(total=total, desc="TT-SVD", unit="block", mininterval=2)
+        except ImportError:
+            pass
+
+    class Quiet:
+        def update(self, count: int = 1) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    return Quiet()
 
 
 def _orthonormal_basis(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -149,19 +191,28 @@ def tt_svd(
     shape: list[int],
     max_ranks: list[int] | None = None,
     eps: float | torch.Tensor | None = None,
-    solver: str = "eigh",
+    solver: str = "auto",
+    block: int | None = None,
+    progress: bool | None = None,
 ) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """TT-SVD (paper Algorithm 1) of every row of ``vectors`` at once, with batched decompositions.
+    """TT-SVD (paper Algorithm 1) of every row of ``vectors``, in blocks of rows with batched decompositions.
 
     Args:
-        vectors: ``(V, d)`` with ``d = prod(shape)``.
+        vectors: ``(V, d)`` with ``d = prod(shape)``, on any device (the work stays there).
         shape: the tensor folding ``I_1 … I_N`` of each vector.
         max_ranks: upper bounds ``r_1 … r_{N-1}`` (None: no bound).
         eps: relative accuracy; a float, or a ``(V,)`` tensor of per-token accuracies. Each step truncates a
             token at the smallest rank whose discarded singular values have norm ``<= eps/sqrt(N-1)·||x||``.
-        solver: ``"eigh"`` (exact dominant subspaces) or ``"power"`` (fixed ranks only, ``eps`` None: block power
-            iteration, 2-3× faster on a whole vocabulary, error ≈ 1.006× exact on SmolLM2; see
-            ``_dominant_subspaces``).
+        solver: ``"auto"`` (``resolve_solver``), ``"eigh"`` (exact dominant subspaces) or ``"power"`` (fixed
+            ranks only: block power iteration, see ``_dominant_subspaces``).
+        block: rows per block (default ``DECOMPOSE_BLOCK`` over CPU threads, ``DEVICE_BLOCK`` on an accelerator).
+            Rows are independent, so the result does not depend on it.
+        progress: tqdm bar over the blocks; None shows it for tables of ``PROGRESS_ENTRIES`` entries or more.
+
+    Memory: each block is converted to float32 on its own (a bfloat16 table is never copied whole), and with
+    fixed ranks the cores are preallocated and filled block by block, so the peak is the table, the cores and a
+    few blocks' intermediates. In the ε mode the stored ranks are known only at the end: blocks are kept and
+    padded to the largest rank (the cores twice, briefly).
 
     Returns:
         ``cores`` (``(V, R_{k-1}, I_k, R_k)`` each, zero-padded to the largest rank any token got) and
@@ -173,37 +224,71 @@ def tt_svd(
         raise ValueError(f"tt shape {shape} has {math.prod(shape)} entries, but the vectors have {size}")
     if max_ranks is not None and len(max_ranks) != order - 1:
         raise ValueError(f"need {order - 1} ranks for a {order}-core train, got {list(max_ranks)}")
-    if solver not in TT_SOLVERS:
-        raise ValueError(f"solver={solver!r} is not a TT-SVD solver; choose one of {list(TT_SOLVERS)}")
+    solver = resolve_solver(solver, max_ranks, eps)
     if solver == "power" and (eps is not None or max_ranks is None):
         raise ValueError(
             "solver='power' finds subspaces of fixed dimension: give max_ranks and no eps (eps needs every "
             "singular value; use solver='eigh')"
         )
-    work = vectors.detach().to(torch.float64 if vectors.dtype == torch.float64 else torch.float32)
-    delta = None
-    if eps is not None and order > 1:
-        eps_tensor = torch.as_tensor(eps, dtype=work.dtype, device=work.device).expand(count)
-        delta = eps_tensor / math.sqrt(order - 1) * work.norm(dim=1)
-    if work.device.type != "cpu" or count <= DECOMPOSE_BLOCK:  # one batch: GPUs want large ones
-        cores, token_ranks = _tt_svd_block(work, shape, max_ranks, delta, solver)
-        return [core.to(vectors.dtype) for core in cores], token_ranks
-    starts = range(0, count, DECOMPOSE_BLOCK)
+    on_cpu = vectors.device.type == "cpu"
+    block = block or (DECOMPOSE_BLOCK if on_cpu else DEVICE_BLOCK)
+    dtype = torch.float64 if vectors.dtype == torch.float64 else torch.float32
+    eps_tensor = None if eps is None or order == 1 else torch.as_tensor(eps, device=vectors.device).expand(count)
+    starts = range(0, count, block)
 
     def decompose(start: int) -> tuple[list[torch.Tensor], torch.Tensor]:
-        block = slice(start, start + DECOMPOSE_BLOCK)
-        return _tt_svd_block(work[block], shape, max_ranks, None if delta is None else delta[block], solver)
+        rows = slice(start, start + block)
+        work = vectors[rows].detach().to(dtype)
+        delta = None if eps_tensor is None else eps_tensor[rows].to(dtype) / math.sqrt(order - 1) * work.norm(dim=1)
+        return _tt_svd_block(work, shape, max_ranks, delta, solver)
 
-    # torch releases the GIL inside its kernels, so the blocks' LAPACK loops (serial per batch) run side by side
-    with ThreadPoolExecutor(min(torch.get_num_threads(), len(starts))) as pool:
-        parts = list(pool.map(decompose, starts))
+    bar = _progress(len(starts), count * size >= PROGRESS_ENTRIES if progress is None else progress)
+    fixed = _fixed_ranks(shape, max_ranks) if eps is None else None
+    if fixed is not None:
+        bounds = [1, *fixed, 1]
+        cores = [vectors.new_empty(count, bounds[k], shape[k], bounds[k + 1]) for k in range(order)]
+        token_ranks = torch.empty(count, order - 1, dtype=torch.int32, device=vectors.device)
+    parts = []
+    # torch releases the GIL inside its kernels, so the blocks' LAPACK loops (serial per batch) run side by side;
+    # an accelerator takes one large block at a time
+    workers = min(torch.get_num_threads(), len(starts)) if on_cpu else 1
+    with ThreadPoolExecutor(max(workers, 1)) as pool:
+        for start, (block_cores, block_ranks) in zip(starts, pool.map(decompose, starts)):
+            if fixed is not None:
+                rows = slice(start, start + block)
+                for core, part in zip(cores, block_cores):
+                    core[rows] = part
+                token_ranks[rows] = block_ranks
+            else:
+                parts.append((block_cores, block_ranks))
+            bar.update()
+    bar.close()
+    if fixed is not None:
+        return cores, token_ranks
+    return _join_blocks(parts, order, vectors.dtype)
+
+
+def _fixed_ranks(shape: list[int], max_ranks: list[int] | None) -> list[int] | None:
+    """The stored ranks of fixed-rank TT-SVD, known before decomposing: ``min(cap, rows, cols)`` of each
+    step's unfolding (what ``_truncated_svd`` keeps without ``choose``). None without ``max_ranks``."""
+    if max_ranks is None:
+        return None
+    ranks, rank_in = [], 1
+    for k in range(len(shape) - 1):
+        rank_in = min(int(max_ranks[k]), rank_in * shape[k], math.prod(shape[k + 1 :]))
+        ranks.append(rank_in)
+    return ranks
+
+
+def _join_blocks(parts: list, order: int, dtype: torch.dtype) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Blocks of the ε mode store different ranks: zero-pad each to the largest and concatenate."""
     cores = []
-    for k in range(order):  # blocks in the ε mode store different ranks: zero-pad to the largest
+    for k in range(order):
         rank_in, rank_out = (max(part[0][k].shape[dim] for part in parts) for dim in (1, 3))
         cores.append(torch.cat([
             F.pad(part[0][k], (0, rank_out - part[0][k].shape[3], 0, 0, 0, rank_in - part[0][k].shape[1]))
             for part in parts
-        ]).to(vectors.dtype))
+        ]).to(dtype))
     return cores, torch.cat([part[1] for part in parts])
 
 
@@ -270,6 +355,80 @@ def tt_reconstruct(cores: list[torch.Tensor], ids: torch.Tensor | None = None) -
     return out
 
 
+def _partial_trains(cores: list[torch.Tensor], cut: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The trains split after core ``cut``, token index last: left ``(P_l, R, n)`` and right ``(R, P_r, n)`` with
+    ``P_l = I_1…I_cut``, ``R = R_cut``, so token ``t``'s vector is ``Σ_r left[:, r, t] ⊗ right[r, :, t]``.
+
+    ``cores`` are token-minor ``(R_{k-1}, I_k, R_k, n)``: every step is ``R`` broadcast multiply-adds whose inner
+    loop runs over the ``n`` tokens, contiguous. In the stored token-major layout the inner loops are a few
+    elements long (``I_k``, ``R_k``), and torch's CPU ``bmm`` pays a fixed cost per tiny matrix: both ran 5-20×
+    slower over a vocabulary (benchmarks/tt_generate.py)."""
+    first = cores[0]
+    left = first.reshape(first.shape[1], first.shape[2], -1)  # (I_1, R_1, n)
+    for core in cores[1:cut]:
+        out = left[:, 0, None, None, :] * core[0][None]
+        for r in range(1, core.shape[0]):
+            out = out.addcmul(left[:, r, None, None, :], core[r][None])
+        left = out.reshape(-1, core.shape[2], core.shape[3])  # (P·I_k, R_k, n)
+    last = cores[-1]
+    right = last.reshape(last.shape[0], last.shape[1], -1)  # (R_{N-1}, I_N, n)
+    for core in reversed(cores[cut:-1]):
+        out = core[:, :, 0, None, :] * right[0][None, None]
+        for r in range(1, core.shape[2]):
+            out = out.addcmul(core[:, :, r, None, :], right[r][None, None])
+        right = out.reshape(core.shape[0], -1, out.shape[-1])  # (R_{k-1}, I_k·P, n)
+    return left, right
+
+
+def _factored_cost(shape: list[int], ranks: list[int], cut: int, rows: int) -> int:
+    """Estimated floats written per token by ``factored_logits`` split after core ``cut`` for ``rows`` hidden
+    vectors: both partial trains as they are built, and the GEMM's output ``R·rows·P_r``. A dense or rebuilt
+    row costs ``d``; the comparison picks the path (``TTEmbedding.logits``)."""
+    bounds = [1, *ranks, 1]
+    build, size = 0, 1
+    for k in range(1, cut + 1):
+        size *= shape[k - 1]
+        build += size * bounds[k]
+    size = 1
+    for k in range(len(shape) - 1, cut - 1, -1):
+        size *= shape[k]
+        build += bounds[k] * size
+    return build + bounds[cut] * rows * math.prod(shape[cut:])
+
+
+def best_cut(shape: list[int], ranks: list[int], rows: int) -> tuple[int, int]:
+    """(cut, cost): where to split the trains for ``rows`` hidden vectors, the cheapest by ``_factored_cost``."""
+    return min(((cut, _factored_cost(shape, ranks, cut, rows)) for cut in range(1, len(shape))), key=lambda x: x[1])
+
+
+def factored_logits(
+    hidden: torch.Tensor, cores: list[torch.Tensor], ids: torch.Tensor | None = None, cut: int | None = None
+) -> torch.Tensor:
+    """``hidden @ Wᵀ`` ``(m, n)`` for the trains of tokens ``ids`` (all if None) without building ``W`` (n × d).
+
+    With the trains split after core ``cut`` into ``left (P_l, R, n)`` and ``right (R, P_r, n)``, token ``t``'s
+    logit is ``Σ_{q,r} right[r, q, t] · Σ_p H[p, q] left[p, r, t]`` (``H`` = a hidden vector folded to
+    ``P_l × P_r``). The inner sum for all tokens is one GEMM ``(m·P_r, P_l) @ (P_l, R·n)``; the rest are
+    multiply-adds over contiguous token rows. The (small) cores are gathered and transposed token-minor per
+    call, nothing is cached. Traffic ≈ ``n·R·(P_l + m·P_r)`` floats against ``n·d`` for a dense matrix: it wins
+    while ``R·m`` is small (decoding), and loses to rebuilding the rows for long inputs.
+    """
+    m = hidden.shape[0]
+    picked = [core if ids is None else core.index_select(0, ids) for core in cores]
+    picked = [core.permute(1, 2, 3, 0).contiguous() for core in picked]  # (R_{k-1}, I_k, R_k, n)
+    if cut is None:
+        cut = best_cut([core.shape[1] for core in picked], [core.shape[2] for core in picked[:-1]], m)[0]
+    left, right = _partial_trains(picked, cut)
+    p_left, rank, n = left.shape
+    p_right = right.shape[1]
+    folded = hidden.reshape(m, p_left, p_right).transpose(1, 2).reshape(m * p_right, p_left)
+    inner = (folded @ left.reshape(p_left, rank * n)).reshape(m, p_right, rank, n)
+    out = inner[:, 0] * right[:, 0][None]
+    for q in range(1, p_right):
+        out = out.addcmul(inner[:, q], right[:, q][None])
+    return out.sum(dim=1)
+
+
 class TTEmbedding(CompressedLayer):
     """Drop-in for ``nn.Embedding``: token ``t``'s vector is the tensor train ``G_1[t] G_2[t] … G_N[t]``.
 
@@ -324,7 +483,7 @@ class TTEmbedding(CompressedLayer):
         max_ranks: list[int] | None = None,
         eps: float | torch.Tensor | None = None,
         basis: torch.Tensor | None = None,
-        solver: str = "eigh",
+        solver: str = "auto",
     ) -> "TTEmbedding":
         """Compress a ``(V, d)`` embedding matrix (training-free). A tensor ``eps`` gives per-token accuracies.
 
@@ -332,8 +491,8 @@ class TTEmbedding(CompressedLayer):
         vectors are ``train @ P``. With ``P⁻¹ = C^{1/2} Q`` (``C`` the covariance of the hidden states the tied
         output layer sees, ``Q`` the principal axes of ``W C^{1/2}``) truncation minimises the logit error
         ``E‖h·(w − ŵ)‖²`` rather than ``‖w − ŵ‖²``: see ``methods.tt.output_basis``. ``solver``: see
-        ``tt_svd`` (tokens added later always use the exact ``"eigh"``: a handful of vectors gains nothing from
-        ``"power"``).
+        ``tt_svd`` (default ``"auto"``: power iteration for fixed ranks, eigh for the ε mode; tokens added later
+        always use the exact ``"eigh"``: a handful of vectors gains nothing from ``"power"``).
         """
         if max_ranks is None and eps is None:
             raise ValueError("give max_ranks, eps, or both: without either TT-SVD keeps every vector exactly")
@@ -388,7 +547,7 @@ class TTEmbedding(CompressedLayer):
         vectors = vectors.to(self.cores[0])
         if self.basis is not None:
             vectors = torch.linalg.solve(self.basis.double().T, vectors.double().T).T.to(vectors.dtype)
-        cores, token_ranks = tt_svd(vectors, self.shape, self.ranks, self.eps)
+        cores, token_ranks = tt_svd(vectors, self.shape, self.ranks, self.eps, solver="eigh")
         bounds = [1, *self.ranks, 1]
         padded = [
             F.pad(core, (0, bounds[k + 1] - core.shape[-1], 0, 0, 0, bounds[k] - core.shape[1]))
@@ -441,11 +600,11 @@ class TTEmbedding(CompressedLayer):
         vectors = torch.as_tensor(vectors).reshape(ids.numel(), self.embedding_dim)
         new_cores, new_ranks = self._compress(vectors)
         for core, new in zip(self.cores, new_cores):
-            core.data[ids] = new
+            core[ids] = new  # through the Parameter, not .data: bumps _version, so caches see the change
         self.token_ranks[ids] = new_ranks.to(self.token_ranks.device)
         if self.exact_slot is not None:
             slot = self.exact_slot[ids]
-            self.exact_rows.data[slot[slot >= 0].long()] = vectors[slot >= 0].to(self.exact_rows)
+            self.exact_rows[slot[slot >= 0].long()] = vectors[slot >= 0].to(self.exact_rows)
 
     @torch.no_grad()
     def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> "TTEmbedding":
@@ -490,25 +649,59 @@ class TTEmbedding(CompressedLayer):
     def _apply_basis(self, trains: torch.Tensor) -> torch.Tensor:
         return trains if self.basis is None else trains @ self.basis
 
-    def logits(self, hidden: torch.Tensor, trains: torch.Tensor | None = None, chunk: int = 4096) -> torch.Tensor:
+    def logits(
+        self, hidden: torch.Tensor, trains: torch.Tensor | None = None, chunk: int = 4096, path: str = "auto"
+    ) -> torch.Tensor:
         """``hidden @ weightᵀ`` over the whole vocabulary, the basis applied to ``hidden`` (``L·d²``) rather than to
-        all V trains. Without precomputed ``trains`` the matrix is rebuilt ``chunk`` tokens at a time, so the
-        transient is ``chunk·d`` floats instead of ``V·d``."""
-        raw = hidden
-        if self.basis is not None:
-            hidden = F.linear(hidden, self.basis)
+        all V trains, exact tokens as one dense block.
+
+        ``path``: ``"factored"`` contracts the projected hidden states with the trains of the non-exact tokens
+        (``factored_logits``, no ``V×d`` matrix); ``"rebuild"`` (the reference) rebuilds every train ``chunk``
+        tokens at a time and overwrites the exact tokens; ``"auto"`` takes ``"factored"`` while its estimated cost
+        per token (``best_cut``) is below a dense row's ``d``, i.e. for the few rows of decoding, and
+        ``"rebuild"`` for long inputs, where one rebuilt matrix serves many rows. Precomputed ``trains``
+        (``(V, d)``, the cached mode of ``TTTiedHead``) replace the rebuild."""
+        if path not in LOGIT_PATHS:
+            raise ValueError(f"path={path!r}; choose one of {list(LOGIT_PATHS)}")
+        lead, raw = hidden.shape[:-1], hidden.reshape(-1, hidden.shape[-1])
+        projected = raw if self.basis is None else F.linear(raw, self.basis)
+        if path == "auto":
+            path = "factored" if self._factored_is_cheaper(raw.shape[0]) else "rebuild"
         if trains is not None:
-            logits = F.linear(hidden, trains)
+            logits = self._exact_logits(raw, F.linear(projected, trains))
+        elif path == "factored":
+            logits = self._factored(raw, projected)
         else:
             cores, vocab = list(self.cores), self.num_embeddings
             ids = torch.arange(vocab, device=cores[0].device)
-            logits = torch.cat(
-                [F.linear(hidden, tt_reconstruct(cores, ids[start : start + chunk])) for start in range(0, vocab, chunk)],
+            logits = self._exact_logits(raw, torch.cat(
+                [F.linear(projected, tt_reconstruct(cores, ids[start : start + chunk])) for start in range(0, vocab, chunk)],
                 dim=-1,
-            )
+            ))
+        return logits.reshape(*lead, self.num_embeddings)
+
+    def _factored_is_cheaper(self, rows: int) -> bool:
+        """Whether ``factored_logits`` touches fewer floats per token than a (rebuilt or dense) row of ``d``."""
+        return best_cut(self.shape, [core.shape[-1] for core in self.cores[:-1]], rows)[1] < self.embedding_dim
+
+    def _exact_logits(self, raw: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` with the exact tokens' columns replaced by ``raw @ exact_rowsᵀ``."""
         exact = self._exact()
-        if exact is not None:
-            logits = logits.index_copy(-1, exact[0], F.linear(raw, exact[1]))
+        return logits if exact is None else logits.index_copy(-1, exact[0], F.linear(raw, exact[1]))
+
+    def _factored(self, raw: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        """Logits without a ``V×d`` matrix: exact tokens as one dense GEMM over ``exact_rows`` as stored (no
+        gather), the other tokens by ``factored_logits`` over their trains only."""
+        if self.exact_rows is None:
+            return factored_logits(projected, list(self.cores))
+        slot = self.exact_slot
+        exact_ids = (slot >= 0).nonzero().squeeze(1)
+        by_slot = torch.empty_like(exact_ids).index_copy_(0, slot[exact_ids].long(), exact_ids)
+        train_ids = (slot < 0).nonzero().squeeze(1)
+        logits = raw.new_empty(raw.shape[0], self.num_embeddings)
+        logits = logits.index_copy(1, by_slot, F.linear(raw, self.exact_rows))
+        if train_ids.numel():
+            logits = logits.index_copy(1, train_ids, factored_logits(projected, list(self.cores), train_ids))
         return logits
 
     @property
@@ -582,21 +775,38 @@ class TTEmbedding(CompressedLayer):
         return f"{self.num_embeddings}, {self.embedding_dim}, shape={self.shape}, ranks={self.ranks}, eps={self.eps}"
 
 
-class TTTiedHead(nn.Module):
-    """The output layer of a tied model: ``logits = h Wᵀ`` with ``W`` rebuilt from the TT embedding's cores.
+#: How ``TTEmbedding.logits`` computes the tied output layer (see there).
+LOGIT_PATHS = ("auto", "factored", "rebuild")
 
-    It owns no tensors (the tied matrix is counted once, in the embedding). Per forward it reconstructs the
-    ``(V, d)`` matrix in chunks of 4096 tokens: ``V·Σ r I r`` multiply-adds, small next to the ``L·V·d`` of the
-    product itself for any L beyond a few tokens, and a transient of one chunk, not ``V·d``. Contracting ``h`` with the trains directly costs ``≥ L·V·d·r``
-    instead, so it never wins. ``cache_weight = True`` keeps the rebuilt matrix between forwards while the cores are
-    unchanged (dense memory, dense speed: for evaluation loops), off by default so the memory saving holds.
+#: ``TTTiedHead.mode`` values: a ``LOGIT_PATHS`` entry, or ``"cached"`` (one rebuilt ``V×d`` copy kept).
+HEAD_MODES = (*LOGIT_PATHS, "cached")
+
+
+class TTTiedHead(nn.Module):
+    """The output layer of a tied model: ``logits = h Wᵀ`` read from the TT embedding's cores.
+
+    It owns no tensors (the tied matrix is counted once, in the embedding). ``mode`` (default ``"auto"``):
+    ``"auto"``/``"factored"``/``"rebuild"`` are ``TTEmbedding.logits`` paths: for the one row per sequence of
+    ``generate()`` (transformers passes ``logits_to_keep=1``) ``"auto"`` contracts the hidden state with the
+    factored trains, never building the ``V×d`` matrix, so decoding costs no more than the dense head and holds no
+    dense copy; for long inputs it rebuilds the matrix ``chunk`` tokens at a time (a transient of one chunk).
+    ``"cached"`` keeps one rebuilt ``V×d`` copy while the cores are unchanged (dense memory, dense speed, for
+    evaluation loops over long windows); ``cache_weight = True`` is the older spelling of it.
     """
 
     def __init__(self, embedding: TTEmbedding) -> None:
         super().__init__()
         object.__setattr__(self, "embedding", embedding)  # a reference, not a submodule: no duplicate state
-        self.cache_weight = False
+        self.mode = "auto"
         self._cache: tuple[tuple, torch.Tensor] | None = None
+
+    @property
+    def cache_weight(self) -> bool:
+        return self.mode == "cached"
+
+    @cache_weight.setter
+    def cache_weight(self, value: bool) -> None:
+        self.mode = "cached" if value else "auto"
 
     @property
     def in_features(self) -> int:
@@ -611,12 +821,14 @@ class TTTiedHead(nn.Module):
         return self.embedding.weight
 
     def _cached_trains(self) -> torch.Tensor | None:
-        """The rebuilt ``(V, d)`` trains while ``cache_weight`` is on and nothing needs gradients, else None."""
-        if not self.cache_weight or torch.is_grad_enabled():
+        """The rebuilt ``(V, d)`` trains in the cached mode while nothing needs gradients, else None (and the
+        copy is dropped). Rebuilt only when a core was replaced, moved or changed in place."""
+        if self.mode != "cached" or torch.is_grad_enabled():
             self._cache = None
             return None
-        key = tuple((id(core), core._version) for core in self.embedding.cores)
+        key = tuple((id(core), core._version, core.data_ptr(), core.device) for core in self.embedding.cores)
         if self._cache is None or self._cache[0] != key:
+            self._cache = None  # free the old copy before building the new one
             self._cache = (key, tt_reconstruct(list(self.embedding.cores)))
         return self._cache[1]
 
@@ -625,7 +837,10 @@ class TTTiedHead(nn.Module):
         return self
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.embedding.logits(hidden, self._cached_trains())
+        if self.mode not in HEAD_MODES:
+            raise ValueError(f"TTTiedHead.mode={self.mode!r}; choose one of {list(HEAD_MODES)}")
+        trains = self._cached_trains()
+        return self.embedding.logits(hidden, trains, path="rebuild" if self.mode == "cached" else self.mode)
 
     def extra_repr(self) -> str:
-        return f"tied to TTEmbedding({self.out_features}, {self.in_features})"
+        return f"tied to TTEmbedding({self.out_features}, {self.in_features}), mode={self.mode}"

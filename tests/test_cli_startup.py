@@ -1,0 +1,93 @@
+"""The command line as a newcomer meets it: fast ``--help`` (no torch), ``python -m hf_tensorcompress``, list flags
+written any of three ways, and optional extras that fail with a message naming the extra."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hf_tensorcompress.cli import build_parser, compression_config, exit_code
+from hf_tensorcompress.extras import MissingExtraError, require
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "transformers", "tensorly", "huggingface_hub", "datasets")
+
+
+def python(code: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_help_and_argument_errors_do_not_import_torch_or_transformers():
+    result = python(
+        "import sys\n"
+        "from hf_tensorcompress.cli import main\n"
+        "for argv in (['--help'], ['compress', '--help'], ['report', '--help'], ['compress'], ['nonsense'],\n"
+        "             ['compress', 'a', 'b', '--no-such-flag']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit as exit:\n"
+        "        assert exit.code in (0, 2), exit.code\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_python_dash_m_runs_the_command_line():
+    result = subprocess.run([sys.executable, "-m", "hf_tensorcompress", "--help"], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "usage: hf-tensorcompress" in result.stdout
+    for command in ("fetch", "compress", "evaluate", "report", "push"):
+        assert command in result.stdout
+
+
+def test_import_of_the_package_is_lazy_but_complete():
+    result = python(
+        "import sys, hf_tensorcompress as h\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+        "missing = [name for name in h.__all__ if getattr(h, name, None) is None]\n"
+        "print(missing)\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:2] == ["[]", "[]"]
+
+
+def config_from(*argv: str):
+    return compression_config(build_parser().parse_args(["compress", "in", "out", *argv]))
+
+
+@pytest.mark.parametrize("shape", [["8,8,9"], ["8", "8", "9"], ["[8, 8, 9]"], ["8,8", "9"]])
+def test_list_flags_accept_spaces_commas_and_json(shape):
+    config = config_from("--method", "tt", "--tt-shape", *shape, "--tt-ranks", "5,5")
+    assert config.tt_shape == [8, 8, 9] and config.tt_ranks == [5, 5]
+
+
+def test_list_flags_keep_scalars_and_regexes_where_the_field_takes_them():
+    assert config_from("--method", "tt", "--tt-shape", "8", "8", "9", "--tt-ranks", "5").tt_ranks == 5
+    assert config_from("--target-modules", "q_proj").target_modules == ["q_proj"]
+    for names in (["q_proj", "k_proj"], ["q_proj,k_proj"], ['["q_proj", "k_proj"]']):
+        assert config_from("--method", "svd", "--target-modules", *names).target_modules == ["q_proj", "k_proj"]
+    assert config_from("--target-modules", r".*\.(q|k)_proj").target_modules == r".*\.(q|k)_proj"
+    assert config_from("--method", "biprop", "--attention-modules", "a,b").attention_modules == ["a", "b"]
+
+
+def test_an_option_of_another_method_is_an_error_naming_its_config():
+    with pytest.raises(ValueError, match="TTConfig"):
+        config_from("--method", "cp", "--tt-shape", "8,8,9")
+
+
+def test_missing_extra_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "aeon", None)  # import aeon now fails as if it were not installed
+    with pytest.raises(MissingExtraError, match=r'pip install "hf_tensorcompress\[sbt\]"'):
+        require("aeon.datasets", "the UEA classification data")
+    assert exit_code(MissingExtraError("x")) == 1
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    from hf_tensorcompress.search.plot import plot_trace
+
+    with pytest.raises(MissingExtraError, match=r"\[plots\]"):
+        plot_trace([], "trace.png")

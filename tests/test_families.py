@@ -1,0 +1,137 @@
+"""Every (method, family) pair of the family table: apply with the default targets, forward, save, load with the
+library and without it (``trust_remote_code``), generate where the model generates; unsupported pairs refuse."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
+from transformers.pytorch_utils import Conv1D
+
+from family_models import ENCODERS, FAMILIES, LANGUAGE_MODELS, first_output, tiny, tiny_inputs
+from helpers import run_without_library
+from hf_tensorcompress import CompressionConfig, UnsupportedModelError, apply_compression
+from hf_tensorcompress.core.loading import load_model
+from hf_tensorcompress.core.targets import FAMILIES as FAMILY_TABLE
+from hf_tensorcompress.core.targets import attention_projections
+
+#: Options per method; tt's are exact on the tiny models (hidden 32 = 4 × 8, ranks 4), so outputs match dense.
+EXACT = {
+    "svd": {"rank": 1.0},
+    "cp": {"rank": 0.5, "cp_iterations": 5},
+    "biprop": {"keep_ratio": 0.5},
+    "tt": {"tt_shape": [4, 8], "tt_ranks": 4},
+}
+PAIRS = [(m, f) for f in FAMILIES for m in ("cp", "svd", "biprop")] + [("tt", f) for f in LANGUAGE_MODELS]
+
+
+def _forward(model, family):
+    with torch.no_grad():
+        return first_output(model(**tiny_inputs(family)))
+
+
+def test_the_family_table_covers_every_tested_family():
+    assert set(FAMILIES) <= set(FAMILY_TABLE)
+    assert {f for f, family in FAMILY_TABLE.items() if family.token_embedding} == set(LANGUAGE_MODELS)
+
+
+@pytest.mark.parametrize("method, family", PAIRS)
+def test_default_targets_compress_save_and_load(method, family, tmp_path):
+    dense = tiny(family)
+    expected = _forward(dense, family)
+    model = apply_compression(tiny(family), CompressionConfig(method=method, **EXACT[method]))
+    names = list(model.config.compression_config["modules"])
+    assert names, "no module compressed"
+    output = _forward(model, family)
+    if method == "tt":  # exact trains: the compressed model computes what the dense one does
+        torch.testing.assert_close(output, expected, atol=1e-4, rtol=1e-4)
+    assert torch.isfinite(output).all() and output.shape == expected.shape
+    model.save_pretrained(tmp_path)
+    loaded = load_model(tmp_path).eval()
+    torch.testing.assert_close(_forward(loaded, family), output)
+
+
+def test_fused_projections_are_compressed_as_one():
+    """GPT-2's ``c_attn`` (a ``Conv1D``, weight stored ``(in, out)``), Phi-3's ``qkv_proj``, GPT-NeoX's
+    ``query_key_value``: one compressed layer with the fused output width, same function at full rank."""
+    for family, name, out in (("gpt2", "transformer.h.0.attn.c_attn", 96), ("phi3", "model.layers.0.self_attn.qkv_proj", 96),
+                              ("gpt_neox", "gpt_neox.layers.0.attention.query_key_value", 96)):
+        dense = tiny(family)
+        assert name in attention_projections(dense)
+        if family == "gpt2":
+            assert isinstance(dense.get_submodule(name), Conv1D)
+        model = apply_compression(tiny(family), CompressionConfig(method="svd", target_modules=[name], rank=32))
+        layer = model.get_submodule(name)
+        assert (layer.in_features, layer.out_features) == (32, out)
+        x = torch.randn(3, 32)
+        with torch.no_grad():
+            torch.testing.assert_close(layer(x), dense.get_submodule(name)(x), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family", ["gemma", "gemma2"])
+def test_a_scaled_embedding_keeps_its_scale_exactly(family, tmp_path):
+    dense = tiny(family)
+    model = apply_compression(tiny(family), CompressionConfig(method="tt", **EXACT["tt"]))
+    layer = model.get_input_embeddings()
+    assert layer.embed_scale == float(dense.get_input_embeddings().embed_scale) == float(torch.tensor(32**0.5))
+    ids = torch.arange(96)[None]
+    with torch.no_grad():
+        torch.testing.assert_close(layer(ids), dense.get_input_embeddings()(ids), atol=1e-5, rtol=1e-5)
+        # the tied output layer reads the unscaled matrix, as Gemma's lm_head does
+        hidden = torch.randn(1, 3, 32)
+        torch.testing.assert_close(model.get_output_embeddings()(hidden), dense.get_output_embeddings()(hidden),
+                                   atol=1e-4, rtol=1e-4)
+    model.save_pretrained(tmp_path)
+    assert load_model(tmp_path).get_input_embeddings().embed_scale == layer.embed_scale
+
+
+@pytest.mark.parametrize("family", sorted(set(LANGUAGE_MODELS) - {"bert"}))
+def test_generate_gives_the_dense_tokens_at_full_rank(family):
+    prompt = tiny_inputs(family)["input_ids"][:1]
+    dense = tiny(family)
+    model = apply_compression(tiny(family), CompressionConfig(method="tt", **EXACT["tt"]))
+    kwargs = dict(max_new_tokens=6, do_sample=False, pad_token_id=0)
+    assert torch.equal(model.generate(prompt, **kwargs), dense.generate(prompt, **kwargs))
+
+
+def test_every_family_loads_without_the_library(tmp_path):
+    """One subprocess where hf_tensorcompress cannot be imported loads a tt checkpoint of every language model
+    family and an svd checkpoint of every other family, through the Auto classes and ``trust_remote_code``."""
+    cases = [("tt", f, "AutoModelForMaskedLM" if f == "bert" else "AutoModelForCausalLM") for f in LANGUAGE_MODELS]
+    cases += [("svd", f, "AutoModel") for f in ENCODERS]
+    for method, family, _ in cases:
+        model = apply_compression(tiny(family), CompressionConfig(method=method, **EXACT[method]))
+        model.save_pretrained(tmp_path / family)
+        torch.save({"inputs": tiny_inputs(family), "output": _forward(model, family)}, tmp_path / family / "io.pt")
+    run_without_library(
+        f"""
+        import torch, transformers
+        for method, family, auto in {cases!r}:
+            model = getattr(transformers, auto).from_pretrained({str(tmp_path)!r} + "/" + family, trust_remote_code=True).eval()
+            io = torch.load({str(tmp_path)!r} + "/" + family + "/io.pt")
+            with torch.no_grad():
+                out = model(**io["inputs"])
+            out = out.logits if getattr(out, "logits", None) is not None else out.last_hidden_state
+            torch.testing.assert_close(out, io["output"], atol=1e-5, rtol=1e-5)
+        print("ok")
+        """,
+        tmp_path,
+        timeout=600,
+    )
+
+
+def test_an_unsupported_pair_names_what_is_supported():
+    with pytest.raises(ValueError, match="no token embedding.*ViTPatchEmbeddings"):
+        apply_compression(tiny("vit"), CompressionConfig(method="tt", tt_ranks=2))
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    with pytest.raises(UnsupportedModelError, match="GPT2LMHeadModel.*pass target_modules"):
+        apply_compression(model, CompressionConfig(method="svd"))
+
+
+def test_the_readme_lists_the_family_table():
+    from pathlib import Path
+
+    from hf_tensorcompress.core.targets import families_table
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    assert families_table() in readme, "README's family table differs from core/targets.py: paste families_table()"
