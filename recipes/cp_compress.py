@@ -2,14 +2,20 @@
 
     accelerate launch recipes/cp_compress.py            # or: python recipes/cp_compress.py
     python recipes/cp_compress.py --dataset my.csv --timestamp-column when --horizon 24 --output-dir outputs/mine
+    python recipes/cp_compress.py --dataset long.csv --id-column unique_id --target y --horizon 24
 
 Defaults: the Appliances Energy data (7:1:2 chronological split, standardised with training statistics), horizon
 96 (the paper's shortest), test MSE/MAE on standardised values, every ``--eval-stride``-th test window. Writes the
 compressed checkpoint (loads with ``trust_remote_code=True``, no hf_tensorcompress needed), ``standardization.json``
 (to un-scale forecasts) and ``results.json`` into ``--output-dir``, and prints a markdown table.
 
+Data flags are the library's (``--timestamp-column(s)``, ``--id-column``, ``--target``, ``--covariates``,
+``--one-hot``, ...); what was read is printed first; a user mistake ends with one ``error:`` line (exit 2).
+Missing values are masked in the loss and the metrics.
+
 Runs: the dense model; the dense model trained ``--finetune-steps`` more (a fair baseline: the compressed model
-gets those steps too); the compressed model before and after fine-tuning. ``train_seconds`` is the wall time of
+gets those steps too); the compressed model before and after fine-tuning. Each training phase keeps the weights of
+its best validation MSE (checked every ``--validate-every`` steps); ``results.md`` lists each run's total steps. ``train_seconds`` is the wall time of
 each run's own training phase; ``attention_params`` counts the q/k/v projections that get compressed.
 """
 
@@ -31,14 +37,17 @@ from transformers import (
     PatchTSTConfig,
     PatchTSTForPrediction,
     PreTrainedModel,
-    Trainer,
     TrainingArguments,
     set_seed,
 )
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
-from hf_tensorcompress.data import forecasting_windows, load_forecasting_dataset, standardization_of
+from hf_tensorcompress.data import describe_forecasting, forecasting_windows, standardization_of
+from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_forecasting_from_args
 from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
+from hf_tensorcompress.evaluation.tables import runs_table
+from hf_tensorcompress.training.forecasting import BestValidation, ForecastTrainer
+from hf_tensorcompress.usage import user_errors
 
 MODEL_CLASSES = {"patchtst": PatchTSTForPrediction, "autoformer": AutoformerForPrediction, "informer": InformerForPrediction}
 
@@ -52,9 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="folder of a pretrained PatchTST/Autoformer/Informer ForPrediction checkpoint "
                         "(default: a small PatchTST trained here)")
-    parser.add_argument("--dataset", help="CSV file, local folder or datasets id (default: Appliances Energy)")
-    parser.add_argument("--timestamp-column", default="auto", help="date column ('auto' finds one, 'none': none)")
-    parser.add_argument("--columns", nargs="+", help="channels to forecast (default: every numeric column)")
+    add_forecasting_arguments(parser)
     # model shape of the fresh PatchTST (a --model checkpoint brings its own)
     parser.add_argument("--horizon", type=int, default=96)
     parser.add_argument("--context-length", type=int, default=336)
@@ -71,12 +78,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--train-stride", type=int, default=8, help="step between training windows")
     parser.add_argument("--eval-stride", type=int, default=2, help="step between test windows (1: all)")
+    parser.add_argument("--validate-every", type=int, default=25, help="steps between validation checks (model selection)")
     parser.add_argument("--eval-batch-size", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", default="outputs/cp_compress")
-    args = parser.parse_args(argv)
-    args.timestamp_column = None if args.timestamp_column.lower() == "none" else args.timestamp_column
-    return args
+    return parser.parse_args(argv)
 
 
 def build_model(args: argparse.Namespace, channels: int) -> PreTrainedModel:
@@ -95,8 +101,9 @@ def build_model(args: argparse.Namespace, channels: int) -> PreTrainedModel:
     return PatchTSTForPrediction(config)
 
 
-def train(model: PreTrainedModel, windows, steps: int, args: argparse.Namespace) -> float:
-    """``steps`` Trainer steps on ``windows``; returns the seconds it took (0 when there is nothing to do)."""
+def train(model: PreTrainedModel, windows, validation, steps: int, args: argparse.Namespace) -> float:
+    """``steps`` Trainer steps on ``windows``, keeping the weights of the best validation MSE; returns the seconds
+    it took (0 when there is nothing to do)."""
     if steps <= 0:
         return 0.0
     with tempfile.TemporaryDirectory() as scratch:
@@ -106,24 +113,22 @@ def train(model: PreTrainedModel, windows, steps: int, args: argparse.Namespace)
             logging_steps=max(1, steps // 10), save_strategy="no", report_to=[], seed=args.seed,
             dataloader_num_workers=0, dataloader_pin_memory=torch.cuda.is_available(),
         )
+        trainer = ForecastTrainer(model=model, args=training_args, train_dataset=windows)
+        trainer.add_callback(BestValidation(trainer, validation, args.validate_every, args.eval_batch_size))
         start = time.perf_counter()
-        Trainer(model=model, args=training_args, train_dataset=windows).train()
+        trainer.train()
         return time.perf_counter() - start
 
 
-def run_entry(name: str, model: PreTrainedModel, metrics: dict, attention_params: int, seconds: float) -> dict:
+def run_entry(name: str, model: PreTrainedModel, metrics: dict, attention_params: int, seconds: float, steps: int) -> dict:
     params = sum(p.numel() for p in model.parameters())
     return {"name": name, "metrics": metrics, "params": params, "attention_params": attention_params,
-            "train_seconds": round(seconds, 1)}
+            "steps": steps, "train_seconds": round(seconds, 1)}
 
 
 def markdown_table(runs: list[dict]) -> str:
-    lines = ["| run | MSE | MAE | params | q/k/v params | train s |", "|---|---|---|---|---|---|"]
-    for run in runs:
-        m = run["metrics"]
-        lines.append(f"| {run['name']} | {m['mse']:.4f} | {m['mae']:.4f} | {run['params']:,} | "
-                     f"{run['attention_params']:,} | {run['train_seconds']} |")
-    return "\n".join(lines)
+    return runs_table(runs, {"mse": "MSE", "mae": "MAE"}, {"params": "params", "attention_params": "q/k/v params",
+                                                           "steps": "steps", "train_seconds": "train s"})
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -131,11 +136,15 @@ def main(argv: list[str] | None = None) -> dict:
     set_seed(args.seed)
     state = PartialState()
     output_dir = Path(args.output_dir)
-    data = load_forecasting_dataset(args.dataset, timestamp_column=args.timestamp_column, columns=args.columns)
-    stats = standardization_of(data)
-    model = build_model(args, channels=len(stats.columns))
-    train_windows = forecasting_windows(data["train"], model.config, stride=args.train_stride)
-    test_windows = forecasting_windows(data["test"], model.config, stride=args.eval_stride)
+    with user_errors("cp_compress.py"):
+        data = load_forecasting_from_args(args)
+        stats = standardization_of(data)
+        if state.is_main_process:
+            print(describe_forecasting(data, args.dataset or "UCI Appliances Energy (default)"))
+        model = build_model(args, channels=len(stats.columns))
+        train_windows = forecasting_windows(data["train"], model.config, stride=args.train_stride, future_mask=True)
+        validation_windows = forecasting_windows(data["validation"], model.config, stride=args.eval_stride)
+        test_windows = forecasting_windows(data["test"], model.config, stride=args.eval_stride)
     print(f"data: {len(stats.columns)} channels; {len(train_windows)} training windows, {len(test_windows)} test windows")
 
     def score(candidate: PreTrainedModel, description: str) -> dict | None:
@@ -144,22 +153,23 @@ def main(argv: list[str] | None = None) -> dict:
             return None
         return evaluate_forecaster(candidate, test_windows, batch_size=args.eval_batch_size, description=description)
 
-    dense_seconds = train(model, train_windows, args.max_steps, args)
+    dense_seconds = train(model, train_windows, validation_windows, args.max_steps, args)
     control = copy.deepcopy(model)  # the dense model trained as long as the compressed one: a fair baseline
     compressed = apply_compression(copy.deepcopy(model), CompressionConfig(method=args.method, rank=args.rank))
     qkv = compression_report(compressed)["targets"]
     label = f"{args.method} rank={args.rank}"
     runs = [
-        ("dense", model, score(model, "dense"), qkv["dense_params"], dense_seconds),
-        (f"{label}, no fine-tune", compressed, score(compressed, label), qkv["params"], 0.0),
+        ("dense", model, score(model, "dense"), qkv["dense_params"], dense_seconds, args.max_steps),
+        (f"{label}, no fine-tune", compressed, score(compressed, label), qkv["params"], 0.0, args.max_steps),
     ]
     if args.finetune_steps > 0:
-        control_seconds = train(control, train_windows, args.finetune_steps, args)
-        tuned_seconds = train(compressed, train_windows, args.finetune_steps, args)
+        total = args.max_steps + args.finetune_steps
+        control_seconds = train(control, train_windows, validation_windows, args.finetune_steps, args)
+        tuned_seconds = train(compressed, train_windows, validation_windows, args.finetune_steps, args)
         runs.insert(1, (f"dense, +{args.finetune_steps} steps", control, score(control, "dense, more steps"),
-                        qkv["dense_params"], control_seconds))
+                        qkv["dense_params"], control_seconds, total))
         runs.append((f"{label}, fine-tuned", compressed, score(compressed, f"{label}, fine-tuned"), qkv["params"],
-                     tuned_seconds))
+                     tuned_seconds, total))
     results = {}
     if state.is_main_process:
         compressed.save_pretrained(output_dir)
@@ -175,7 +185,13 @@ def main(argv: list[str] | None = None) -> dict:
             "runs": [run_entry(*run) for run in runs],
         }
         (output_dir / "results.json").write_text(json.dumps(results, indent=2))
-        print(markdown_table(results["runs"]))
+        table = markdown_table(results["runs"])
+        note = (f"\nSteps: the dense model {args.max_steps}; then {args.finetune_steps} more for the dense control and for "
+                f"the compressed model alike (each phase keeps its best validation MSE, checked every "
+                f"{args.validate_every} steps).\n")
+        (output_dir / "results.md").write_text(f"### {results['model']} on {results['dataset']}, horizon "
+                                               f"{results['horizon']}\n\n{table}{note}")
+        print(table + note)
         print(f"saved the compressed model and results.json to {output_dir}")
     state.wait_for_everyone()
     return results

@@ -3,7 +3,15 @@
     accelerate launch recipes/smartformer.py                     # Autoformer on Appliances Energy, horizon 96
     accelerate launch recipes/smartformer.py --model patchtst --horizon 192 --seeds 0 1 2
     accelerate launch recipes/smartformer.py --dataset my.csv --output-dir out/ --full
+    python recipes/smartformer.py --model patchtst --dataset air.csv --timestamp-columns year month day hour \
+        --drop-columns No --target pm2.5 --covariates TEMP cbwd --one-hot cbwd
+    python recipes/smartformer.py --model patchtst --dataset long.csv --id-column unique_id --target y
     accelerate launch recipes/smartformer.py --model patchtst --model-path my-dense-patchtst/
+
+The data flags (``--dataset``, ``--timestamp-column(s)``, ``--id-column``, ``--target``, ``--covariates``,
+``--one-hot``, ...) are the library's ``data.arguments``; what was read is printed before training, and a file the
+flags do not explain (text columns, calendar fields, duplicated times) stops with one ``error:`` line saying what
+to pass. Missing values are masked in the loss and in every metric; covariates are inputs, never scored.
 
 Compares, with the same data, steps and seed: the dense model, Smartformer (cp + search), SVD-Smartformer
 (svd + search) and CP at fixed ranks (the paper's Table 8 grid: parameter ratios 0.1 … 1.0; a subset by default).
@@ -24,6 +32,7 @@ import time
 from dataclasses import dataclass
 
 import torch
+from accelerate import PartialState
 from transformers import (
     AutoformerConfig,
     AutoformerForPrediction,
@@ -32,17 +41,18 @@ from transformers import (
     InformerForPrediction,
     PatchTSTConfig,
     PatchTSTForPrediction,
-    Trainer,
-    TrainerCallback,
     TrainingArguments,
 )
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
-from hf_tensorcompress.data import NUM_TIME_FEATURES, forecasting_windows, load_forecasting_dataset, standardization_of
-from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
-from hf_tensorcompress.search import SearchConfig, attention_groups
 from hf_tensorcompress.core.targets import attention_projections
-from hf_tensorcompress.search.trainer import SmartformerTrainer
+from hf_tensorcompress.data import NUM_TIME_FEATURES, describe_forecasting, forecasting_windows, standardization_of
+from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_forecasting_from_args
+from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
+from hf_tensorcompress.evaluation.tables import runs_table
+from hf_tensorcompress.search import SearchConfig, attention_groups
+from hf_tensorcompress.training.forecasting import BestValidation, ForecastSmartformerTrainer, ForecastTrainer
+from hf_tensorcompress.usage import user_errors
 
 FAMILIES = ("autoformer", "patchtst", "informer")
 
@@ -80,7 +90,7 @@ def build_model(family: str, channels: int, context: int, horizon: int, size: Si
     if path is not None:
         model = CLASSES[family].from_pretrained(path)
         if getattr(model.config, "compression_config", None):
-            raise SystemExit(f"--model-path {path} is already compressed; the comparison starts from a dense model")
+            raise ValueError(f"--model-path {path} is already compressed; the comparison starts from a dense model")
         return model
     if family == "patchtst":
         config = PatchTSTConfig(
@@ -98,64 +108,6 @@ def build_model(family: str, channels: int, context: int, horizon: int, size: Si
     if family == "autoformer":
         return AutoformerForPrediction(AutoformerConfig(label_length=context // 2, **common))
     return InformerForPrediction(InformerConfig(attention_type="full", num_parallel_samples=20, **common))
-
-
-def training_forecast(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Mean of the forecast distribution from one forward: the training target of Autoformer and Informer (whose
-    decoder is teacher-forced in training; at evaluation ``evaluation.point_forecast`` makes it generate)."""
-    outputs = model(**batch)
-    return model.output_distribution(outputs.params, loc=outputs.loc, scale=outputs.scale).mean
-
-
-class PointLossMixin:
-    """MSE of the point forecast as the training loss (PatchTST's own loss already is)."""
-
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if self.model.config.model_type == "patchtst":
-            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        forecast = training_forecast(model.module if hasattr(model, "module") else model, inputs)
-        observed = inputs.get("future_observed_mask", torch.ones_like(inputs["future_values"])).float()
-        loss = ((forecast - inputs["future_values"]).square() * observed).sum() / observed.sum().clamp_min(1)
-        return (loss, {"forecast": forecast}) if return_outputs else loss
-
-
-class ForecastTrainer(PointLossMixin, Trainer):
-    pass
-
-
-class ForecastSmartformerTrainer(PointLossMixin, SmartformerTrainer):
-    pass
-
-
-class BestValidation(TrainerCallback):
-    """Keeps the weights with the lowest validation MSE and restores them when training ends (the early-stopping
-    model selection of the Autoformer code the paper builds on), judged every ``every`` steps.
-
-    Not the Trainer's ``load_best_model_at_end``: that reloads a disk checkpoint into the final model, and a
-    Smartformer run changes layer shapes while its search runs. Here a search run only competes once every
-    layer's rank is decided, so the kept weights always fit the final model.
-    """
-
-    def __init__(self, trainer: Trainer, windows, every: int, batch_size: int) -> None:
-        self.trainer, self.windows, self.every, self.batch_size = trainer, windows, every, batch_size
-        self.best: tuple[float, int, dict[str, torch.Tensor]] | None = None
-
-    def _architecture_final(self) -> bool:
-        search = getattr(self.trainer, "search", None)
-        return search is None or search.done
-
-    def on_step_end(self, args, state, control, **kwargs):
-        check_step = state.global_step % self.every == 0 or state.global_step == state.max_steps
-        if not check_step or not self._architecture_final():
-            return
-        model = self.trainer.model
-        mse = evaluate_forecaster(model, self.windows, batch_size=self.batch_size, metrics=("mse",), progress=False)["mse"]
-        if self.best is None or mse < self.best[0]:
-            self.best = (mse, state.global_step, {k: v.detach().clone() for k, v in model.state_dict().items()})
-
-    def on_train_end(self, args, state, control, **kwargs):
-        if self.best is not None:
-            self.trainer.model.load_state_dict(self.best[2])
 
 
 def attention_params(model: torch.nn.Module) -> int:
@@ -203,6 +155,7 @@ def run_one(name: str, method: str | None, rank: float, search: SearchConfig | N
         "seed": seed,
         "metrics": evaluate_forecaster(model, test, batch_size=size.batch_size, progress=False),
         "validation_mse": None if selection is None or selection.best is None else selection.best[0],
+        "steps": size.steps,
         "selected_step": size.steps if selection is None or selection.best is None else selection.best[1],
         "params": sum(p.numel() for p in model.parameters()),
         "attention_params": attention_params(model),
@@ -214,25 +167,19 @@ def run_one(name: str, method: str | None, rank: float, search: SearchConfig | N
 
 
 def markdown(results: dict) -> str:
-    """Mean over seeds per run name, like the paper's tables."""
-    names = list(dict.fromkeys(run["name"] for run in results["runs"]))
-    lines = [
-        f"### {results['model']} on {results['dataset']}, horizon {results['horizon']}",
-        "",
-        "| model | MSE | MAE | params | attention params | attention / dense | q/k/v FLOPs per token | seeds |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    dense_attention = next((r["attention_params"] for r in results["runs"] if r["name"] == "dense"), None)
-    for name in names:
-        runs = [r for r in results["runs"] if r["name"] == name]
-        mean = lambda key: sum(r["metrics"][key] for r in runs) / len(runs)  # noqa: E731
-        attention = sum(r["attention_params"] for r in runs) / len(runs)
-        ratio = f"{attention / dense_attention:.2f}" if dense_attention else "-"
-        lines.append(
-            f"| {name} | {mean('mse'):.4f} | {mean('mae'):.4f} | {runs[0]['params']:,} | {attention:,.0f} | {ratio} | "
-            f"{runs[0]['flops']:,} | {len(runs)} |"
-        )
-    return "\n".join(lines) + "\n"
+    """Mean (± std) over seeds per run name, like the paper's tables; every run trained for the same steps."""
+    dense = next((r["attention_params"] for r in results["runs"] if r["name"] == "dense"), None)
+    runs = [{**run, "attention_ratio": f"{run['attention_params'] / dense:.2f}" if dense else "-"} for run in results["runs"]]
+    table = runs_table(
+        runs, {"mse": "MSE", "mae": "MAE"},
+        {"params": "params", "attention_params": "attention params", "attention_ratio": "attention / dense",
+         "flops": "q/k/v FLOPs per token", "steps": "steps"},
+    )
+    return (
+        f"### {results['model']} on {results['dataset']}, horizon {results['horizon']}\n\n{table}\n"
+        f"Every run: {results['steps']} optimizer steps, scored with the weights of its best validation MSE "
+        f"(checked every {results['validate_every']} steps){'; --keep-last: final weights' if results['keep_last'] else ''}.\n"
+    )
 
 
 def save_smartformer(model: torch.nn.Module, results: dict, folder: str) -> None:
@@ -255,13 +202,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Smartformer: RL-searched CP attention, compared with dense, SVD and fixed ranks.")
     parser.add_argument("--model", choices=FAMILIES, default="autoformer")
     parser.add_argument("--model-path", default=None, help="a dense checkpoint of --model's family to start from (local folder or Hub id)")
-    parser.add_argument("--dataset", default=None, help="CSV file, local folder or datasets id (default: Appliances Energy)")
+    add_forecasting_arguments(parser)
     parser.add_argument("--horizon", type=int, default=96)
     parser.add_argument("--context", type=int, default=96)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--budget", type=float, default=0.75, help="attention parameter budget of the search (fraction of dense)")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--steps", type=int, default=None, help="optimizer steps of every run (default by size)")
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps of every run, the same for each (default by size: 600, --full 3000)")
     parser.add_argument("--grid", type=float, nargs="*", default=None, help="fixed-rank CP parameter ratios (default by size)")
     parser.add_argument("--runs", nargs="*", default=None, help="only these run names (e.g. dense smartformer)")
     parser.add_argument(
@@ -276,16 +223,21 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     size = FULL if args.full else SMALL
-    if args.steps is not None or args.grid is not None:
-        size = Size(**{**size.__dict__, "steps": args.steps or size.steps, "grid": tuple(args.grid if args.grid is not None else size.grid)})
-    dataset = load_forecasting_dataset(args.dataset)
-    args.channels = len(standardization_of(dataset["train"]).columns)
-    shape_model = build_model(args.model, args.channels, args.context, args.horizon, size, 0, args.model_path)
-    data = (
-        forecasting_windows(dataset["train"], shape_model.config, stride=size.train_stride),
-        forecasting_windows(dataset["validation"], shape_model.config, stride=size.eval_stride),
-        forecasting_windows(dataset["test"], shape_model.config, stride=size.eval_stride),
-    )
+    with user_errors("smartformer.py"):
+        if args.steps is not None or args.grid is not None:
+            if args.steps is not None and args.steps < 1:
+                raise ValueError(f"--steps {args.steps} must be >= 1")
+            size = Size(**{**size.__dict__, "steps": args.steps or size.steps, "grid": tuple(args.grid if args.grid is not None else size.grid)})
+        dataset = load_forecasting_from_args(args)
+        args.channels = len(standardization_of(dataset["train"]).columns)
+        if PartialState().is_main_process:
+            print(describe_forecasting(dataset, args.dataset or "UCI Appliances Energy (default)"))
+        shape_model = build_model(args.model, args.channels, args.context, args.horizon, size, 0, args.model_path)
+        data = (
+            forecasting_windows(dataset["train"], shape_model.config, stride=size.train_stride, future_mask=True),
+            forecasting_windows(dataset["validation"], shape_model.config, stride=size.eval_stride),
+            forecasting_windows(dataset["test"], shape_model.config, stride=size.eval_stride),
+        )
     search = lambda: SearchConfig(  # noqa: E731  (a fresh config per run: the trainer keeps it)
         interval=size.interval, consecutive_actions=size.consecutive_actions,
         max_actions_per_layer=size.max_actions_per_layer, param_budget=args.budget,
@@ -295,9 +247,13 @@ def main(argv=None) -> dict:
     if args.runs is not None:
         unknown = sorted(set(args.runs) - {entry[0] for entry in plan})
         if unknown:
-            raise SystemExit(f"--runs {args.runs}: unknown {unknown}; choose from {[e[0] for e in plan]}")
+            with user_errors("smartformer.py"):
+                raise ValueError(f"--runs {args.runs}: unknown {unknown}; choose from {[e[0] for e in plan]}")
         plan = [entry for entry in plan if entry[0] in args.runs]
-    results = {"model": args.model, "dataset": args.dataset or "appliances_energy", "horizon": args.horizon, "runs": []}
+    results = {
+        "model": args.model, "dataset": args.dataset or "appliances_energy", "horizon": args.horizon,
+        "steps": size.steps, "validate_every": size.validate_every, "keep_last": args.keep_last, "runs": [],
+    }
     os.makedirs(args.output_dir, exist_ok=True)
     smart_model = smart_dir = None
     for seed in args.seeds:

@@ -143,15 +143,20 @@ def test_csv_input_and_missing_values(tmp_path):
     frame = frame.iloc[::-1]  # rows out of order: the split must still be chronological
     path = tmp_path / "series.csv"
     frame.to_csv(path, index=False)
-    data = load_forecasting_csv(path, timestamp_column="when")
+    with pytest.raises(ValueError, match=r"\['site'\] are not numeric"):  # a text column is never dropped silently
+        load_forecasting_csv(path, timestamp_column="when", sort_timestamps=True)
+    with pytest.raises(ValueError, match="not in time order"):  # nor are rows reordered silently
+        load_forecasting_csv(path, timestamp_column="when", drop_columns=["site"])
+    options = dict(timestamp_column="when", drop_columns=["site"], sort_timestamps=True)
+    data = load_forecasting_csv(path, **options)
     assert {n: len(s) for n, s in data.items()} == {"train": 140, "validation": 20, "test": 40}
-    assert data["train"].column_names == ["when", "load", "temp"]  # the text column is not a channel
+    assert data["train"].column_names == ["when", "load", "temp"]
     stats = standardization_of(data)
     assert stats.mean[0] == pytest.approx(69.5)  # mean of 0..139: training rows only
     config = patchtst_config(channels=2, context=16, horizon=8)
     windows = forecasting_windows(data["train"], config)
     assert not windows[0]["past_observed_mask"][5, 1] and windows[0]["past_values"][5, 1] == 0
-    assert load_forecasting_dataset(str(path), timestamp_column="when")["test"][0] == data["test"][0]
+    assert load_forecasting_dataset(str(path), **options)["test"][0] == data["test"][0]
 
 
 def test_datasets_inputs(appliances, tmp_path):

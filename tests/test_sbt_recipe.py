@@ -1,4 +1,4 @@
-"""The SBT recipe's scoring helpers and a tiny end-to-end classification run on the real JapaneseVowels data."""
+"""The SBT scoring helpers (library) and tiny end-to-end runs of the recipe: JapaneseVowels and a user's own CSV."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from hf_tensorcompress.evaluation.anomaly import detection_scores, point_adjust, pot_threshold
+from hf_tensorcompress.training.step_t import step_t_prediction
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "sbt.py"
 
@@ -20,18 +23,18 @@ def sbt():
     return module
 
 
-def test_point_adjust_marks_whole_detected_segments(sbt):
+def test_point_adjust_marks_whole_detected_segments():
     labels = np.array([0, 1, 1, 1, 0, 0, 1, 1, 0])
     predicted = np.array([0, 0, 1, 0, 0, 1, 0, 0, 0], bool)
-    assert sbt.point_adjust(predicted, labels).astype(int).tolist() == [0, 1, 1, 1, 0, 1, 0, 0, 0]
-    scores = sbt.detection_scores(predicted, labels)
+    assert point_adjust(predicted, labels).astype(int).tolist() == [0, 1, 1, 1, 0, 1, 0, 0, 0]
+    scores = detection_scores(predicted, labels)
     assert scores["precision"] == pytest.approx(3 / 4) and scores["recall"] == pytest.approx(3 / 5)
 
 
-def test_pot_threshold_matches_the_exponential_tail(sbt):
+def test_pot_threshold_matches_the_exponential_tail():
     rng = np.random.default_rng(0)
     scores = rng.exponential(1.0, 200_000)
-    threshold = sbt.pot_threshold(scores, risk=1e-3, initial_quantile=0.98)
+    threshold = pot_threshold(scores, risk=1e-3, initial_quantile=0.98)
     assert threshold == pytest.approx(-np.log(1e-3), rel=0.05)  # exact quantile of Exp(1) at risk 1e-3
 
 
@@ -42,18 +45,20 @@ def test_tiny_classification_run_writes_results(sbt, tmp_path):
     ])
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["task"] == "classification" and [r["name"] for r in saved["runs"]] == ["dense", "biprop-0.5"]
+    assert all(run["steps"] == 2 for run in saved["runs"])  # the same budget for every arm
     dense, biprop = saved["runs"]
     for run in saved["runs"]:
         assert set(run) >= {"name", "keep_ratio", "seed", "metrics", "params", "storage_bits", "nonzero_flops",
-                            "checkpoint_bytes", "train_seconds"}
+                            "checkpoint_bytes", "train_seconds", "steps", "selected_step"}
         assert 0.0 <= run["metrics"]["accuracy"] <= 1.0
     assert biprop["storage_bits"] < dense["storage_bits"] and biprop["nonzero_flops"] < dense["nonzero_flops"]
     assert biprop["checkpoint_bytes"] < dense["checkpoint_bytes"]
     assert "| biprop-0.5 |" in (tmp_path / "results.md").read_text()
+    assert "Every arm: 2 optimizer steps" in (tmp_path / "results.md").read_text()
     assert results["runs"][1]["metrics"] == biprop["metrics"]
 
 
-def test_step_t_prediction_scales_by_history_and_zeroes_step_t(sbt):
+def test_step_t_prediction_scales_by_history_and_zeroes_step_t():
     import torch
     from types import SimpleNamespace
 
@@ -64,7 +69,7 @@ def test_step_t_prediction_scales_by_history_and_zeroes_step_t(sbt):
 
     values = torch.randn(4, 10, 3) * 5 + 7
     model = Echo()
-    assert torch.allclose(sbt.step_t_prediction(model, values, zero_current=False), values[:, -1], atol=1e-4)
-    predicted = sbt.step_t_prediction(model, values, zero_current=True)
+    assert torch.allclose(step_t_prediction(model, values, zero_current=False), values[:, -1], atol=1e-4)
+    predicted = step_t_prediction(model, values, zero_current=True)
     assert torch.all(model.seen[:, -1] == 0)  # x_t never reaches the model
     assert torch.allclose(predicted, values[:, :-1].mean(dim=1), atol=1e-4)  # zero in scaled space = history mean

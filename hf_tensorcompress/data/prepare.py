@@ -8,11 +8,10 @@ import datasets
 import numpy as np
 import pandas as pd
 
+from .layout import Layout, Tidy, tidy
 from .standardize import Standardization
 
 SPLITS = ("train", "validation", "test")
-#: Column names taken as the timestamp when ``timestamp_column="auto"`` (case-insensitive).
-TIMESTAMP_NAMES = ("date", "datetime", "timestamp", "time", "ds")
 
 
 def _frames(data: pd.DataFrame | datasets.Dataset | datasets.DatasetDict) -> dict[str, pd.DataFrame] | pd.DataFrame:
@@ -37,63 +36,14 @@ def _frames(data: pd.DataFrame | datasets.Dataset | datasets.DatasetDict) -> dic
     )
 
 
-def _timestamp_column(frame: pd.DataFrame, requested: str | None) -> str | None:
-    if requested is None:
-        return None
-    if requested != "auto":
-        if requested not in frame.columns:
-            raise ValueError(
-                f"timestamp_column={requested!r} is not a column; columns are {list(frame.columns)} "
-                "(pass timestamp_column=None for data without timestamps)"
-            )
-        return requested
-    for name in frame.columns:
-        if pd.api.types.is_datetime64_any_dtype(frame[name]) or str(name).lower() in TIMESTAMP_NAMES:
-            return name
-    return None
-
-
-def _parse_timestamps(frame: pd.DataFrame, column: str) -> pd.DataFrame:
-    try:
-        stamps = pd.to_datetime(frame[column])
-    except (ValueError, TypeError) as error:
-        raise ValueError(
-            f"timestamp column {column!r} does not parse as dates ({error}); name the right column with "
-            "timestamp_column=..., or pass timestamp_column=None"
-        ) from None
-    frame = frame.assign(**{column: stamps.astype("datetime64[ns]")})
-    if not stamps.is_monotonic_increasing:  # a chronological split needs rows in time order
-        frame = frame.sort_values(column, kind="stable").reset_index(drop=True)
-    return frame
-
-
-def _channels(frame: pd.DataFrame, columns: Sequence[str] | None, drop: Sequence[str], timestamp: str | None) -> list[str]:
-    unknown = [name for name in [*(columns or []), *drop] if name not in frame.columns]
-    if unknown:
-        raise ValueError(f"unknown column(s) {unknown}; the data's columns are {list(frame.columns)}")
-    if columns is not None:
-        wrong = [name for name in columns if not _is_numeric(frame[name])]
-        if wrong:
-            raise ValueError(f"column(s) {wrong} are not numeric; forecasting channels must be numbers")
-        chosen = [name for name in columns if name not in drop]
-    else:
-        chosen = [name for name in frame.columns if name != timestamp and name not in drop and _is_numeric(frame[name])]
-    if not chosen:
-        raise ValueError(
-            f"no numeric columns to forecast among {list(frame.columns)} (timestamp: {timestamp!r}, dropped: "
-            f"{list(drop)}); pass columns=[...] naming numeric columns"
-        )
-    return chosen
-
-
-def _is_numeric(series: pd.Series) -> bool:
-    return pd.api.types.is_numeric_dtype(series) and not pd.api.types.is_bool_dtype(series)
+def check_split_ratios(ratios: Sequence[float]) -> None:
+    if len(ratios) != 3 or any(r <= 0 for r in ratios) or abs(sum(ratios) - 1) > 1e-6:
+        raise ValueError(f"split_ratios={tuple(ratios)} must be three positive fractions summing to 1, e.g. (0.7, 0.1, 0.2)")
 
 
 def split_sizes(rows: int, ratios: Sequence[float]) -> tuple[int, int, int]:
     """Train and test get ``int(rows·ratio)``, validation the rest (the Informer/Autoformer convention)."""
-    if len(ratios) != 3 or any(r <= 0 for r in ratios) or abs(sum(ratios) - 1) > 1e-6:
-        raise ValueError(f"split_ratios={tuple(ratios)} must be three positive fractions summing to 1, e.g. (0.7, 0.1, 0.2)")
+    check_split_ratios(ratios)
     train, test = int(rows * ratios[0]), int(rows * ratios[2])
     sizes = (train, rows - train - test, test)
     if min(sizes) < 1:
@@ -105,47 +55,66 @@ def prepare_forecasting(
     data: pd.DataFrame | datasets.Dataset | datasets.DatasetDict,
     *,
     timestamp_column: str | None = "auto",
+    timestamp_columns: Sequence[str] | None = None,
+    id_column: str | None = None,
     columns: Sequence[str] | None = None,
+    covariates: Sequence[str] = (),
     drop_columns: Sequence[str] = (),
+    one_hot: Sequence[str] = (),
+    sort_timestamps: bool = False,
     split_ratios: Sequence[float] = (0.7, 0.1, 0.2),
 ) -> datasets.DatasetDict:
     """Split ``data`` chronologically into train/validation/test and standardise every channel with train statistics.
 
     Args:
-        data: one table (split by ``split_ratios`` in row order, after sorting by timestamp) or a DatasetDict that
-            already has train/validation/test splits (kept as they are).
+        data: one table (split by ``split_ratios`` in time order) or a DatasetDict that already has
+            train/validation/test splits (kept as they are).
         timestamp_column: ``"auto"`` (a datetime column or one named date/datetime/timestamp/time/ds), a name, or
             ``None``. Kept as a timestamp column; Autoformer/Informer windows build time features from it.
-        columns: the channels; default every numeric column except the timestamp and ``drop_columns``.
-        drop_columns: columns to leave out.
+        timestamp_columns: calendar columns (year, month, day[, hour[, minute[, second]]], in that order) combined
+            into a column ``timestamp`` instead.
+        id_column: long-format data (one row per time and series): pivoted to one channel per series × value column.
+        columns: the target channels; default every numeric column except the timestamp, id, covariates and
+            ``drop_columns`` (text columns, row counters and calendar fields are then errors naming what to pass).
+        covariates: channels fed to the model but not scored by the metrics.
+        drop_columns: columns to leave out. one_hot: categorical columns turned into 0/1 channels.
+        sort_timestamps: sort rows by time; without it, rows out of time order are an error.
     Returns:
-        DatasetDict with the timestamp (if any) and float32 channels; missing values stay NaN (windows mask them).
-        ``standardization_of(result)`` gives the statistics, to un-scale forecasts.
+        DatasetDict with the timestamp (if any) and float32 channels; missing values stay NaN (windows mask them, in
+        training and in every metric). ``standardization_of(result)`` gives the statistics, to un-scale forecasts.
     """
+    layout = Layout(timestamp_column, timestamp_columns, id_column, columns, tuple(covariates), tuple(drop_columns),
+                    tuple(one_hot), sort_timestamps)
+    check_split_ratios(split_ratios)
     frames = _frames(data)
-    first = frames if isinstance(frames, pd.DataFrame) else frames["train"]
-    timestamp = _timestamp_column(first, timestamp_column)
-    channels = _channels(first, columns, drop_columns, timestamp)
     if isinstance(frames, pd.DataFrame):
-        frame = _parse_timestamps(frames, timestamp) if timestamp else frames
-        train, validation, _ = split_sizes(len(frame), split_ratios)
-        bounds = (0, train, train + validation, len(frame))
-        frames = {name: frame.iloc[bounds[i] : bounds[i + 1]] for i, name in enumerate(SPLITS)}
+        table = tidy(frames, layout)
+        train, validation, _ = split_sizes(len(table.frame), split_ratios)
+        bounds = (0, train, train + validation, len(table.frame))
+        tables = {name: _rows(table, bounds[i], bounds[i + 1]) for i, name in enumerate(SPLITS)}
     else:
-        missing = {name: [c for c in channels if c not in f.columns] for name, f in frames.items()}
+        tables = {name: tidy(frame, layout) for name, frame in frames.items()}
+        missing = {name: [c for c in tables["train"].channels if c not in t.frame.columns] for name, t in tables.items()}
         if any(missing.values()):
             raise ValueError(f"the splits do not share the training split's channels; missing: {missing}")
-        empty = [name for name, f in frames.items() if len(f) == 0]
+        empty = [name for name, t in tables.items() if len(t.frame) == 0]
         if empty:
             raise ValueError(f"split(s) {empty} have no rows; every one of {list(SPLITS)} needs data")
-        frames = {name: _parse_timestamps(f, timestamp) if timestamp else f for name, f in frames.items()}
-    values = {name: f[channels].to_numpy(dtype=np.float64) for name, f in frames.items()}
-    stats = Standardization.fit(values["train"], channels, timestamp)
+    first = tables["train"]
+    values = {name: t.frame[first.channels].to_numpy(dtype=np.float64) for name, t in tables.items()}
+    empty_channels = [c for c, seen in zip(first.channels, np.isfinite(values["train"]).any(axis=0)) if not seen]
+    if empty_channels:
+        raise ValueError(f"channel(s) {empty_channels} have no value in the training split; leave them out (drop_columns)")
+    stats = Standardization.fit(values["train"], first.channels, first.timestamp, first.targets)
     splits = {}
-    for name, frame in frames.items():
-        table = pd.DataFrame(stats.apply(values[name]).astype(np.float32), columns=channels)
-        if timestamp:
-            table.insert(0, timestamp, frame[timestamp].to_numpy())
+    for name, table in tables.items():
+        frame = pd.DataFrame(stats.apply(values[name]).astype(np.float32), columns=first.channels)
+        if first.timestamp:
+            frame.insert(0, first.timestamp, table.frame[first.timestamp].to_numpy())
         info = datasets.DatasetInfo(description=stats.to_json())
-        splits[name] = datasets.Dataset.from_pandas(table, info=info, preserve_index=False, split=name)
+        splits[name] = datasets.Dataset.from_pandas(frame, info=info, preserve_index=False, split=name)
     return datasets.DatasetDict(splits)
+
+
+def _rows(table: Tidy, start: int, stop: int) -> Tidy:
+    return Tidy(table.frame.iloc[start:stop], table.timestamp, table.targets, table.covariates)

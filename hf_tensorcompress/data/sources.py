@@ -1,4 +1,4 @@
-"""Where forecasting data comes from: the Appliances Energy default, a CSV file, a local folder or a datasets id."""
+"""Where forecasting data comes from: the Appliances Energy default, a file, a local folder or a datasets id."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pandas as pd
 
 from ..assets import appliances_energy_csv
 from .prepare import prepare_forecasting
+from .tables import CSV_SUFFIXES, read_table
 
 #: Random-noise columns the Appliances Energy authors added on purpose (to test feature selection).
 APPLIANCES_NOISE_COLUMNS = ("rv1", "rv2")
-CSV_SUFFIXES = (".csv", ".csv.gz", ".csv.xz", ".csv.bz2", ".csv.zip", ".tsv")
 
 
 def load_appliances_energy(**kwargs: Any) -> datasets.DatasetDict:
@@ -28,30 +28,20 @@ def load_forecasting_csv(path: str | Path, **kwargs: Any) -> datasets.DatasetDic
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no CSV file at {path}")
-    separator = "\t" if path.name.endswith(".tsv") else ","
-    try:
-        frame = pd.read_csv(path, sep=separator)
-    except (pd.errors.ParserError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path} is not a readable CSV file: {error}") from None
-    return prepare_forecasting(frame, **kwargs)
+    if not path.name.lower().endswith(CSV_SUFFIXES):
+        raise ValueError(f"{path} is a file but not a CSV ({', '.join(CSV_SUFFIXES)})")
+    return prepare_forecasting(read_table(path), **kwargs)
 
 
 def load_forecasting_dataset(source: Any, **kwargs: Any) -> datasets.DatasetDict:
-    """Any forecasting source -> ``prepare_forecasting``.
+    """Any forecasting source -> ``prepare_forecasting`` (keyword arguments go there: columns, id_column, ...).
 
-    ``source``: ``None`` (the Appliances Energy default), a DataFrame / Dataset / DatasetDict, a CSV file, a folder
-    written by ``save_to_disk``, any other folder ``datasets.load_dataset`` reads (CSV/Parquet/JSON files), or a
-    dataset id (needs the Hub).
+    ``source``: ``None`` (the Appliances Energy default), a DataFrame / Dataset / DatasetDict, a CSV or Parquet
+    file, a folder written by ``save_to_disk``, any other folder ``datasets.load_dataset`` reads, or a dataset id
+    (needs the Hub). A path that does not exist is a ``FileNotFoundError``.
     """
     if source is None:
         return load_appliances_energy(**kwargs)
     if isinstance(source, (pd.DataFrame, datasets.Dataset, datasets.DatasetDict)):
         return prepare_forecasting(source, **kwargs)
-    path = Path(source)
-    if path.is_file():
-        if not path.name.lower().endswith(CSV_SUFFIXES):
-            raise ValueError(f"{path} is a file but not a CSV ({', '.join(CSV_SUFFIXES)}); pass a CSV file or a folder")
-        return load_forecasting_csv(path, **kwargs)
-    if path.is_dir() and ((path / "dataset_dict.json").exists() or (path / "state.json").exists()):
-        return prepare_forecasting(datasets.load_from_disk(str(path)), **kwargs)
-    return prepare_forecasting(datasets.load_dataset(str(source)), **kwargs)
+    return prepare_forecasting(read_table(source), **kwargs)

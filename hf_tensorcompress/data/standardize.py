@@ -17,20 +17,25 @@ class Standardization:
     """``(x - mean) / std`` per channel, with the training split's mean and population std (ddof=0).
 
     A channel that is constant in the training split gets ``std = 1`` (it is only centred), so no division by zero.
+    ``targets``: the channels metrics score (``None``: all); the others are covariates, inputs only.
     """
 
     columns: tuple[str, ...]
     mean: tuple[float, ...]
     std: tuple[float, ...]
     timestamp_column: str | None = None
+    targets: tuple[str, ...] | None = None
 
     @classmethod
-    def fit(cls, values: np.ndarray, columns: list[str], timestamp_column: str | None) -> Standardization:
+    def fit(
+        cls, values: np.ndarray, columns: list[str], timestamp_column: str | None, targets: list[str] | None = None
+    ) -> Standardization:
         """Statistics of ``values`` (rows, channels), ignoring NaNs (missing values)."""
         mean = np.nanmean(values, axis=0)
         std = np.nanstd(values, axis=0)
         std = np.where(np.isfinite(std) & (std > 0), std, 1.0)
-        return cls(tuple(columns), tuple(float(m) for m in mean), tuple(float(s) for s in std), timestamp_column)
+        chosen = None if targets is None or list(targets) == list(columns) else tuple(targets)
+        return cls(tuple(columns), tuple(float(m) for m in mean), tuple(float(s) for s in std), timestamp_column, chosen)
 
     def apply(self, values: np.ndarray) -> np.ndarray:
         return (values - np.asarray(self.mean)) / np.asarray(self.std)
@@ -45,7 +50,16 @@ class Standardization:
     @classmethod
     def from_json(cls, text: str) -> Standardization:
         data = json.loads(text)[INFO_KEY]
-        return cls(tuple(data["columns"]), tuple(data["mean"]), tuple(data["std"]), data["timestamp_column"])
+        targets = data.get("targets")
+        return cls(
+            tuple(data["columns"]), tuple(data["mean"]), tuple(data["std"]), data["timestamp_column"],
+            None if targets is None else tuple(targets),
+        )
+
+    @property
+    def target_columns(self) -> tuple[str, ...]:
+        """The channels a forecast is scored on."""
+        return self.columns if self.targets is None else self.targets
 
 
 def standardization_of(data: datasets.Dataset | datasets.DatasetDict) -> Standardization:

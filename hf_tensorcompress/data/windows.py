@@ -57,10 +57,15 @@ class ForecastingWindows(Dataset):
     PatchTST gets ``past_values`` (history, channels), ``past_observed_mask`` and ``future_values`` (horizon,
     channels); Autoformer/Informer also ``past_time_features``/``future_time_features`` and
     ``future_observed_mask``. Missing values (NaN) become 0 with their observed-mask entry 0.
+    ``future_mask=True`` adds ``future_observed_mask`` for PatchTST too (its forward does not take it: for trainers
+    that compute a masked loss themselves, ``training.forecasting.ForecastTrainer``).
+    ``scored_mask(index)`` marks the future values a metric scores: observed, and in a target channel.
     Windows never cross split borders, so a split with fewer than ``history + horizon`` rows is an error.
     """
 
-    def __init__(self, split: datasets.Dataset, config: PretrainedConfig | PreTrainedModel, stride: int = 1):
+    def __init__(
+        self, split: datasets.Dataset, config: PretrainedConfig | PreTrainedModel, stride: int = 1, future_mask: bool = False
+    ):
         config = getattr(config, "config", config)
         self.shape = window_shape(config)
         if not isinstance(stride, int) or stride < 1:
@@ -76,8 +81,8 @@ class ForecastingWindows(Dataset):
         if len(split) < span:
             raise ValueError(
                 f"the {split.split or 'given'} split has {len(split)} rows, fewer than one window needs "
-                f"({self.shape.history} past + {self.shape.horizon} future = {span}); use a shorter context_length/"
-                "prediction_length or more data"
+                f"({self.shape.history} past + {self.shape.horizon} future = {span}); use a shorter context length/"
+                "horizon (recipe flags --context/--context-length, --horizon) or more data"
             )
         frame = split.with_format(None).to_pandas()
         values = frame[list(stats.columns)].to_numpy(dtype=np.float32)
@@ -87,11 +92,14 @@ class ForecastingWindows(Dataset):
             if stats.timestamp_column is None:
                 raise ValueError(
                     f"{config.model_type} needs time features, but the data has no timestamp column; load it with "
-                    "timestamp_column=<name of the date column>"
+                    "timestamp_column=<date column> (recipe flag --timestamp-column NAME) or timestamp_columns=[...] "
+                    "(--timestamp-columns year month day hour), or use a model without time features (patchtst)"
                 )
             self.time = torch.from_numpy(time_features(frame[stats.timestamp_column]))
         self.starts = range(0, len(split) - span + 1, stride)
         self.squeeze = self.shape.time_features and self.shape.channels == 1  # univariate GluonTS models: (steps,)
+        self.future_mask = future_mask or self.shape.time_features
+        self.targets = torch.tensor([name in stats.target_columns for name in stats.columns])
 
     def __len__(self) -> int:
         return len(self.starts)
@@ -105,17 +113,25 @@ class ForecastingWindows(Dataset):
             "past_observed_mask": self.observed[past],
             "future_values": self.values[future],
         }
-        if self.shape.time_features:
+        if self.future_mask:
             item["future_observed_mask"] = self.observed[future]
+        if self.shape.time_features:
             item["past_time_features"] = self.time[past]
             item["future_time_features"] = self.time[future]
             if self.squeeze:
                 item = {k: v.squeeze(-1) if k.endswith(("values", "mask")) else v for k, v in item.items()}
         return item
 
+    def scored_mask(self, index: int) -> torch.Tensor:
+        """The future values of window ``index`` a metric scores (observed, in a target channel), shaped like
+        its ``future_values``."""
+        start = self.starts[index] + self.shape.history
+        mask = self.observed[start : start + self.shape.horizon] & self.targets
+        return mask.squeeze(-1) if self.squeeze else mask
+
 
 def forecasting_windows(
-    split: datasets.Dataset, config: PretrainedConfig | PreTrainedModel, stride: int = 1
+    split: datasets.Dataset, config: PretrainedConfig | PreTrainedModel, stride: int = 1, future_mask: bool = False
 ) -> ForecastingWindows:
     """Windows of ``split`` shaped for ``config`` (or a model); ``stride`` > 1 keeps training sets small."""
-    return ForecastingWindows(split, config, stride)
+    return ForecastingWindows(split, config, stride, future_mask)

@@ -19,6 +19,7 @@ def point_forecast(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> to
     Informer (teacher-forced decoder) and any other model: the mean of ``model.generate``'s samples.
     """
     model_type = getattr(model.config, "model_type", None)
+    batch = {key: value for key, value in batch.items() if key != "future_observed_mask" or model_type != "patchtst"}
     if model_type == "patchtst":
         return model(past_values=batch["past_values"], past_observed_mask=batch.get("past_observed_mask")).prediction_outputs
     if model_type == "autoformer":
@@ -27,6 +28,22 @@ def point_forecast(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> to
     accepted = inspect.signature(model.generate).parameters
     inputs = {key: value for key, value in batch.items() if key in accepted}
     return model.generate(**inputs).sequences.mean(dim=1)
+
+
+class ScoredWindows(Dataset):
+    """``(item, scored mask)`` pairs: the mask from ``windows.scored_mask`` (all ones for windows without one)."""
+
+    def __init__(self, windows: Dataset) -> None:
+        self.windows = windows
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def __getitem__(self, index: int) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        item = self.windows[index]
+        if hasattr(self.windows, "scored_mask"):
+            return item, self.windows.scored_mask(index)
+        return item, torch.ones_like(item["future_values"], dtype=torch.bool)
 
 
 def evaluate_forecaster(
@@ -41,6 +58,8 @@ def evaluate_forecaster(
     """Every window of ``windows`` forecast by ``model`` (eval mode, no grad); returns ``{metric: value}``.
 
     Values are on the scale the windows hold (standardised data: the usual way forecasting MSE/MAE are reported).
+    Only what ``windows.scored_mask`` marks is scored (observed values of target channels): the others reach the
+    metric modules as NaN references, which they skip.
     """
     modules = {name: load_metric(name) for name in metrics}
     was_training = model.training
@@ -48,10 +67,12 @@ def evaluate_forecaster(
     device = next(model.parameters()).device
     try:
         with torch.no_grad():
-            for batch in tqdm(DataLoader(windows, batch_size=batch_size), desc=description, disable=not progress):
+            loader = DataLoader(ScoredWindows(windows), batch_size=batch_size)
+            for batch, scored in tqdm(loader, desc=description, disable=not progress):
                 batch = {key: value.to(device) for key, value in batch.items()}
                 predictions = point_forecast(model, batch).flatten(1).float().cpu().numpy()
-                references = batch["future_values"].flatten(1).float().cpu().numpy()
+                references = batch["future_values"].flatten(1).float().cpu().masked_fill(~scored.flatten(1), float("nan"))
+                references = references.numpy()
                 for module in modules.values():
                     module.add_batch(predictions=predictions, references=references)
     finally:

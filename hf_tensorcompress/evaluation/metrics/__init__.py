@@ -1,4 +1,4 @@
-"""The ``evaluate`` metric modules shipped with the package (mse, mae, perplexity), loaded by path: offline,
+"""The ``evaluate`` metric modules shipped with the package (mse, mae, accuracy, perplexity), loaded by path: offline,
 and swappable for any other ``evaluate`` module."""
 
 from __future__ import annotations

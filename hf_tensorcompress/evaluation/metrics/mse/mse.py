@@ -12,7 +12,7 @@ _DESCRIPTION = "Mean squared error, averaged over every value of every forecast 
 _KWARGS_DESCRIPTION = """
 Args:
     predictions: one number or one flattened forecast window (list/array of numbers) per row.
-    references: the true values, same shapes as predictions.
+    references: the true values, same shapes as predictions. A NaN reference is a missing value: not scored.
 Returns:
     mse: mean of (prediction - reference)^2 over all values.
 Examples:
@@ -41,4 +41,8 @@ class Mse(evaluate.Metric):
         references = np.concatenate([np.atleast_1d(np.asarray(r, dtype=np.float64)) for r in references])
         if predictions.shape != references.shape:
             raise ValueError(f"predictions hold {predictions.size} values but references {references.size}")
+        scored = ~np.isnan(references)  # missing values (NaN references) are masked out, never scored against a fill
+        if not scored.any():
+            raise ValueError("every reference is missing (NaN): nothing to score")
+        predictions, references = predictions[scored], references[scored]
         return {"mse": float(np.mean((predictions - references) ** 2))}

@@ -1,0 +1,70 @@
+"""``Trainer`` pieces for forecasters: the MSE of the point forecast over observed values as the loss (missing
+values masked for every family, PatchTST included), and model selection on the validation MSE."""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.data import Dataset
+from transformers import Trainer, TrainerCallback
+
+from ..evaluation.forecasting import evaluate_forecaster
+from ..search.trainer import SmartformerTrainer
+
+
+def point_forecast_for_training(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """PatchTST's prediction head; for Autoformer/Informer the mean of the forecast distribution from one forward
+    (the decoder is teacher-forced in training; at evaluation ``evaluation.point_forecast`` makes Informer generate)."""
+    if model.config.model_type == "patchtst":
+        return model(past_values=batch["past_values"], past_observed_mask=batch.get("past_observed_mask")).prediction_outputs
+    outputs = model(**batch)
+    return model.output_distribution(outputs.params, loc=outputs.loc, scale=outputs.scale).mean
+
+
+class MaskedPointLoss:
+    """Trainer mixin: MSE of the point forecast over the observed future values (``future_observed_mask``; windows
+    built with ``future_mask=True`` carry it for every family)."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        forecast = point_forecast_for_training(model.module if hasattr(model, "module") else model, inputs)
+        observed = inputs.get("future_observed_mask", torch.ones_like(inputs["future_values"])).float()
+        loss = ((forecast - inputs["future_values"]).square() * observed).sum() / observed.sum().clamp_min(1)
+        return (loss, {"forecast": forecast}) if return_outputs else loss
+
+
+class ForecastTrainer(MaskedPointLoss, Trainer):
+    pass
+
+
+class ForecastSmartformerTrainer(MaskedPointLoss, SmartformerTrainer):
+    pass
+
+
+class BestValidation(TrainerCallback):
+    """Keeps the weights with the lowest validation MSE and restores them when training ends (the early-stopping
+    model selection of the Autoformer code), judged every ``every`` steps and at the last step.
+
+    Not the Trainer's ``load_best_model_at_end``: that reloads a disk checkpoint into the final model, and a
+    Smartformer run changes layer shapes while its search runs. Here a search run only competes once every
+    layer's rank is decided, so the kept weights always fit the final model.
+    """
+
+    def __init__(self, trainer: Trainer, windows: Dataset, every: int, batch_size: int) -> None:
+        self.trainer, self.windows, self.every, self.batch_size = trainer, windows, every, batch_size
+        self.best: tuple[float, int, dict[str, torch.Tensor]] | None = None
+
+    def _architecture_final(self) -> bool:
+        search = getattr(self.trainer, "search", None)
+        return search is None or search.done
+
+    def on_step_end(self, args, state, control, **kwargs):
+        check_step = state.global_step % self.every == 0 or state.global_step == state.max_steps
+        if not check_step or not self._architecture_final():
+            return
+        model = self.trainer.model
+        mse = evaluate_forecaster(model, self.windows, batch_size=self.batch_size, metrics=("mse",), progress=False)["mse"]
+        if self.best is None or mse < self.best[0]:
+            self.best = (mse, state.global_step, {k: v.detach().clone() for k, v in model.state_dict().items()})
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.best is not None:
+            self.trainer.model.load_state_dict(self.best[2])
