@@ -1,13 +1,16 @@
 """hf_tensorcompress: tensor compression for Hugging Face transformers, saved as checkpoints that load anywhere.
 
 Public entry points: ``CompressionConfig`` + ``apply_compression`` (every method), ``compression_report``,
-``push_to_hub``. Each method's own config, layer and helpers live in ``hf_tensorcompress.methods.<method>``; the
+``push_to_hub``. Importing the package registers ``quant_method="tensorcompress"`` with transformers, so compressed
+checkpoints load through any transformers class and ``from_pretrained(..., quantization_config=CompressionConfig(...))``
+compresses while loading. Each method's own config, layer and helpers live in ``hf_tensorcompress.methods.<method>``; the
 Smartformer rank search in ``hf_tensorcompress.search``.
 """
 
 from .compress import apply_compression, refresh_compression_config
 from .config import CompressionConfig
 from .core.metrics import compression_report, nonzero_flops, storage_bits
+from .core.quantizer import TensorCompressQuantizer, register_quantization
 from .core.structure import CompressedCheckpointError
 from .core.targets import UnsupportedModelError
 from .hub import CardInfo, PushError, model_card, push_to_hub
@@ -40,6 +43,7 @@ __all__ = [
     "TTEmbedding",
     "replace_parameters_in_optimizer",
     "CompressedCheckpointError",
+    "TensorCompressQuantizer",
     "UnsupportedModelError",
     "CardInfo",
     "PushError",
@@ -47,3 +51,5 @@ __all__ = [
     "push_to_hub",
 ]
 __version__ = "0.1.0"
+
+register_quantization()

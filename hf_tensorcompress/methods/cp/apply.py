@@ -55,9 +55,14 @@ def build(model: nn.Module, name: str, linear: nn.Linear, config: CPConfig, cali
     layer = CPLinear(linear.in_features, linear.out_features, heads, rank, bias=linear.bias is not None)
     if config.init == "decompose":
         layer.load_factors(decompose(layer.folded_weight(weight.detach()), rank, config.cp_iterations))
-    if linear.bias is not None:
+    layer = layer.to(device=weight.device, dtype=weight.dtype)
+    if linear.bias is not None:  # after the move: the bias of a model on the meta device is meta too
         layer.bias.data.copy_(linear.bias.detach())
-    return layer.to(device=weight.device, dtype=weight.dtype)
+    return layer
 
 
-register_method(Method("cp", CPConfig, attention_projections, build))
+def reads_weights(config: CPConfig) -> bool:
+    return config.init == "decompose"
+
+
+register_method(Method("cp", CPConfig, attention_projections, build, reads_weights=reads_weights))

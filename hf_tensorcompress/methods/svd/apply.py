@@ -17,9 +17,14 @@ def build(model: nn.Module, name: str, linear: nn.Linear, config: SVDConfig, cal
     layer = LowRankLinear(fan_in, fan_out, rank, bias=linear.bias is not None)
     if config.init == "decompose":
         layer.load_factors(list(truncated_svd(linear.weight.detach(), rank)))
-    if linear.bias is not None:
+    layer = layer.to(device=linear.weight.device, dtype=linear.weight.dtype)
+    if linear.bias is not None:  # after the move: the bias of a model on the meta device is meta too
         layer.bias.data.copy_(linear.bias.detach())
-    return layer.to(device=linear.weight.device, dtype=linear.weight.dtype)
+    return layer
 
 
-register_method(Method("svd", SVDConfig, attention_projections, build))
+def reads_weights(config: SVDConfig) -> bool:
+    return config.init == "decompose"
+
+
+register_method(Method("svd", SVDConfig, attention_projections, build, reads_weights=reads_weights))

@@ -22,7 +22,10 @@ DEFAULT_ORDER = 3
 def input_embedding_name(model: nn.Module) -> list[str]:
     """The full name of ``model.get_input_embeddings()``."""
     getter = getattr(model, "get_input_embeddings", None)
-    embedding = getter() if getter is not None else None
+    try:
+        embedding = getter() if getter is not None else None
+    except (NotImplementedError, AttributeError):  # transformers' default getter for a model without token embedding
+        embedding = None
     names = [name for name, module in model.named_modules() if module is embedding and name]
     if not names:
         raise ValueError(
