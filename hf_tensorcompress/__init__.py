@@ -3,8 +3,8 @@
 Public entry points: ``CompressionConfig`` + ``apply_compression`` (every method), ``compression_report``,
 ``push_to_hub``. Importing the package registers ``quant_method="tensorcompress"`` with transformers, so compressed
 checkpoints load through any transformers class and ``from_pretrained(..., quantization_config=CompressionConfig(...))``
-compresses while loading. Each method's own config, layer and helpers live in ``hf_tensorcompress.methods.<method>``; the
-Smartformer rank search in ``hf_tensorcompress.search``.
+compresses while loading. Each method's own config, layer and helpers live in ``hf_tensorcompress.methods.<method>``,
+the Smartformer rank search in ``hf_tensorcompress.search``.
 """
 
 from .compress import apply_compression, refresh_compression_config

@@ -55,7 +55,8 @@ def dense_model(family: str):
 
 def inputs_of(family: str, model) -> dict:
     if family in LM_FAMILIES:
-        return {"input_ids": torch.randint(3, model.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(3))}
+        generator = torch.Generator().manual_seed(3)
+        return {"input_ids": torch.randint(3, model.config.vocab_size, (2, 9), generator=generator)}
     from helpers import tiny_inputs
 
     return tiny_inputs("PatchTST" if family == "patchtst" else family, model)
@@ -127,7 +128,9 @@ class Matrix:
             model.save_pretrained(folder)
             reference = output_of(family, model, inputs)
             torch.save({"inputs": inputs, "reference": reference}, folder / "io.pt")
-            self.cells[case] = dict(dense=dense, folder=folder, model=model, base=base, inputs=inputs, reference=reference)
+            self.cells[case] = dict(
+                dense=dense, folder=folder, model=model, base=base, inputs=inputs, reference=reference
+            )
         return self.cells[case]
 
     def without_library(self, case) -> dict:

@@ -63,6 +63,21 @@ def test_without_the_quantizer_a_plain_class_refuses_instead_of_loading_random_w
         AutoModel.from_pretrained(folders / "cp")
 
 
+def test_the_one_load_that_cannot_refuse_is_an_explicit_ignore_mismatched_sizes(folders, monkeypatch):
+    """Without the library, ``ignore_mismatched_sizes=True`` asks transformers to drop every mismatched tensor and
+    initialise the module instead: no checkpoint content can overrule that flag. The load report lists each replaced
+    module's weight as mismatched (that is all a plain class can do)."""
+    monkeypatch.delitem(AUTO_QUANTIZER_MAPPING, QUANT_METHOD)
+    monkeypatch.delitem(AUTO_QUANTIZATION_CONFIG_MAPPING, QUANT_METHOD)
+    model, info = PatchTSTForPrediction.from_pretrained(
+        folders / "cp", ignore_mismatched_sizes=True, output_loading_info=True
+    )
+    assert type(model) is PatchTSTForPrediction
+    mismatched = {key for key, *_ in info["mismatched_keys"]}
+    assert mismatched == {f"{name}.weight" for name in json.loads((folders / "cp" / "config.json").read_text())[
+        "compression_config"]["modules"]}
+
+
 def test_biprop_scores_checkpoint_keeps_the_frozen_weight_off_the_dense_key(folders):
     tensors = load_file(folders / "scores" / "model.safetensors")
     name = "model.encoder.layers.0.self_attn.q_proj"
@@ -155,3 +170,11 @@ def test_dtype_and_device_map(folders, device_map):
         device_map=device_map,
     )
     assert {p.dtype for p in on_load.parameters()} == {torch.bfloat16}
+
+
+def test_torch_load_state_dict_reads_a_checkpoint_with_its_tombstones(folders):
+    """What the Trainer does when it resumes: ``model.load_state_dict`` of the saved file, strictly."""
+    model = PatchTSTForPrediction.from_pretrained(folders / "cp")
+    fresh = apply_compression(patchtst(), CompressionConfig(method="cp", rank=0.5, cp_iterations=1))
+    fresh.load_state_dict(load_file(folders / "cp" / "model.safetensors"), strict=True)
+    assert torch.equal(fresh(past_values=X).prediction_outputs, model(past_values=X).prediction_outputs)

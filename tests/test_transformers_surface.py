@@ -23,7 +23,9 @@ from helpers import LM_VOCAB, tiny_causal_lm, tiny_patchtst_config
 def word_tokenizer() -> PreTrainedTokenizerFast:
     backend = Tokenizer(models.WordLevel({f"w{i}": i for i in range(LM_VOCAB)}, unk_token="w0"))
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="w0", bos_token="w0", eos_token="w1", pad_token="w2")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, unk_token="w0", bos_token="w0", eos_token="w1", pad_token="w2"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,8 @@ def tt_folder(tmp_path_factory):
 def cp_folder(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cp")
     torch.manual_seed(0)
-    model = apply_compression(PatchTSTForPrediction(tiny_patchtst_config()), CompressionConfig(method="cp", cp_iterations=2))
+    model = PatchTSTForPrediction(tiny_patchtst_config())
+    apply_compression(model, CompressionConfig(method="cp", cp_iterations=2))
     model.save_pretrained(folder)
     return folder
 

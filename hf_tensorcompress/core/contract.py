@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import torch
 from torch import nn
 
 
@@ -58,6 +59,14 @@ class CompressedLayer(nn.Module):
 
     def reset_parameters(self) -> None:
         raise NotImplementedError(f"{type(self).__name__} must initialise its tensors in reset_parameters()")
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """torch's ``load_state_dict`` (e.g. the Trainer resuming a checkpoint) reads a checkpoint's tombstone as an
+        unexpected key: it stands for the dense weight this layer replaced, so it is dropped."""
+        tombstone = state_dict.get(prefix + TOMBSTONE_KEY)
+        if isinstance(tombstone, torch.Tensor) and tombstone.dim() == 0:
+            del state_dict[prefix + TOMBSTONE_KEY]
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def dense_parameters(self) -> int:
         raise NotImplementedError

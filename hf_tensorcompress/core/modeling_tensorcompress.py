@@ -132,10 +132,11 @@ class CompressedModelMixin:
             )
 
         compression = compression_of(self.config)
-        layers = [m for m in self.modules() if isinstance(m, CompressedLayer) and pending(m)]
+        modules = dict(self.named_modules())  # during __init__ (post_init) the layers are not installed yet
+        layers = [m for m in modules.values() if isinstance(m, CompressedLayer) and pending(m)]
         masked = [
             name for name in compression.get("attention_modules", [])
-            if hasattr(self.get_submodule(name), "sbt_qkv_mask") and pending(self.get_submodule(name))
+            if hasattr(modules.get(name), "sbt_qkv_mask") and pending(modules[name])
         ]
         super().initialize_weights()
         with torch.no_grad():
