@@ -93,9 +93,9 @@ class TensorCompressQuantizer(HfQuantizer):
         if self.pre_quantized:
             missing = unloaded_tensors(model)
             if missing:
-                raise CompressedCheckpointError(
-                    f"the checkpoint lacks compressed tensors its compression_config describes: {missing[:6]}. "
-                    "Save the compressed model again with save_pretrained, or fix compression_config in config.json."
+                raise CompressedCheckpointError(  # worded as Compressed<Base>.from_pretrained words it
+                    f"The checkpoint does not match its compression_config: missing_keys: {missing[:6]}. Save the "
+                    "model again with save_pretrained, or fix compression_config in config.json."
                 )
         config = self.quantization_config
         self.remove_quantization_config(model)
