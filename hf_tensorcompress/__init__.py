@@ -4,14 +4,19 @@ Public entry points: ``CompressionConfig`` + ``apply_compression`` (every method
 ``push_to_hub``. Each method's own config, layer and helpers live in ``hf_tensorcompress.methods.<method>``; the
 Smartformer rank search in ``hf_tensorcompress.search``.
 
-Names are imported on first use (PEP 562), so ``import hf_tensorcompress`` and the command line's ``--help`` do not
-import torch or transformers.
+Importing the package registers ``quant_method="tensorcompress"`` with transformers (once transformers' quantizer
+registry is imported), so compressed checkpoints load through any transformers class and
+``from_pretrained(..., quantization_config=CompressionConfig(...))`` compresses while loading. Names are imported
+on first use (PEP 562), so ``import hf_tensorcompress`` and the command line's ``--help`` do not import torch or
+transformers.
 """
 
 from __future__ import annotations
 
 import importlib
 from typing import TYPE_CHECKING
+
+from .core.registration import register_with_transformers
 
 #: public name -> module (relative to this package) that defines it
 _EXPORTS = {
@@ -34,6 +39,7 @@ _EXPORTS = {
     "TTEmbedding": ".methods.tt.layer",
     "replace_parameters_in_optimizer": ".search.optim",
     "CompressedCheckpointError": ".core.structure",
+    "TensorCompressQuantizer": ".core.quantizer",
     "UnsupportedModelError": ".core.targets",
     "CardInfo": ".hub",
     "PushError": ".hub",
@@ -61,6 +67,7 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
     from .compress import apply_compression, refresh_compression_config
     from .config import CompressionConfig
     from .core.metrics import compression_report, nonzero_flops, storage_bits
+    from .core.quantizer import TensorCompressQuantizer
     from .core.structure import CompressedCheckpointError
     from .core.targets import UnsupportedModelError
     from .hub import CardInfo, PushError, model_card, push_to_hub
@@ -76,3 +83,5 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
     from .methods.tt.config import TTConfig
     from .methods.tt.layer import TTEmbedding
     from .search.optim import replace_parameters_in_optimizer
+
+register_with_transformers()

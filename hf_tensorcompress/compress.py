@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+
 from tqdm.auto import tqdm
 from torch import nn
+from transformers import PretrainedConfig
 
 from .config import CompressionConfig
 from .core.export import mark_compressed
@@ -38,10 +41,54 @@ def resolve_targets(model: nn.Module, config: CompressionConfig) -> list[str]:
     return names
 
 
+def check_model(model: nn.Module) -> None:
+    """A transformers model: compression is recorded in its config, and its class becomes ``Compressed<Class>``."""
+    if not isinstance(getattr(model, "config", None), PretrainedConfig) or not hasattr(model, "save_pretrained"):
+        raise TypeError(
+            f"apply_compression compresses transformers models (a PreTrainedModel with a config to record the "
+            f"compression in); {type(model).__name__} is not one. Load the model with its transformers class, or "
+            "build the compressed layers yourself (e.g. CPLinear, LowRankLinear)"
+        )
+
+
+def check_ranks(config: CompressionConfig, names: list[str]) -> None:
+    """Every per-module rank override must name a compressed module (a typo would silently keep the default)."""
+    unused = [key for key in getattr(config, "ranks", {}) if not any(n == key or n.endswith("." + key) for n in names)]
+    if unused:
+        raise ValueError(f"ranks keys {unused} match no compressed module; the targets are {names[:6]}")
+
+
+def check_weights_loaded(model: nn.Module, config: CompressionConfig, names: list[str]) -> None:
+    """Methods that compute layers from the dense weights need them: a model on the meta device has none."""
+    method = get_method(config.method)
+    on_meta = [n for n in names if any(p.is_meta for p in model.get_submodule(n).parameters(recurse=False))]
+    if on_meta and method.reads_weights(config):
+        random = " or pass init='random'," if hasattr(config, "init") else ""
+        raise ValueError(
+            f"{on_meta[0]} and the other targets are on the meta device (no weights loaded), but method "
+            f"{config.method!r} computes the compressed layers from the dense weights. Load the weights first,{random} "
+            f"or compress while loading: {type(model).__name__}.from_pretrained(path, quantization_config=config)"
+        )
+
+
+def own_config(model: nn.Module) -> None:
+    """Give ``model`` its own copy of its config (and of the sub-configs its modules hold), so that recording the
+    compression does not change another model built from the same config object."""
+    memo: dict[int, object] = {}
+    copied = copy.deepcopy(model.config, memo)
+    for module in model.modules():
+        shared = getattr(module, "config", None)
+        if isinstance(shared, PretrainedConfig) and id(shared) in memo:
+            module.config = memo[id(shared)]
+    model.config = copied
+
+
 def apply_compression(model: nn.Module, config: CompressionConfig, calibration: object | None = None) -> nn.Module:
     """Compress ``model`` in place and return it (same object, still an instance of its transformers class).
 
-    Every replacement layer is built before any is installed, so an error leaves the model untouched.
+    Every replacement layer is built before any is installed, so an error leaves the model untouched (its state
+    dict, class and config). The model gets its own copy of its config first, so a config object shared with other
+    models is left as it was.
     The resolved per-module specs are recorded in ``config.compression_config`` and the class becomes
     ``Compressed<Class>`` so that ``save_pretrained`` writes the self-contained modeling code. ``calibration`` is
     data a method needs beyond the weights (tt: ``TTCalibration``; see ``apply_tt``).
@@ -51,16 +98,23 @@ def apply_compression(model: nn.Module, config: CompressionConfig, calibration: 
             f"{type(model).__name__} is already compressed ({model.config.compression_config['method']}); "
             "start from the dense model to compress it differently"
         )
+    check_model(model)
     config.validate()
     method = get_method(config.method)
     names = resolve_targets(model, config)
+    check_ranks(config, names)
+    check_weights_loaded(model, config, names)
     options = method.model_options(model, config) if method.model_options else {}
     prepared = method.prepare(model, config, calibration) if method.prepare else None
     layers = {
         name: method.build(model, name, model.get_submodule(name), config, prepared)
         for name in tqdm(names, desc=f"compress ({config.method})", disable=len(names) < 8)
     }
+    own_config(model)
     for name, layer in layers.items():
+        # transformers' "initialised" flag, so initialize_weights() leaves the layer as built; on the meta device
+        # there is nothing built yet: initialize_weights() after to_empty() gives the layer its init
+        layer._is_hf_initialized = not any(t.is_meta for t in layer.state_dict().values())
         model.set_submodule(name, layer)
     bind_layers(model, layers)
     specs = {n: l.spec() for n, l in layers.items()}

@@ -13,6 +13,10 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
+from transformers.utils.quantization_config import QuantizationConfigMixin
+
+from .core.contract import QUANT_METHOD
+
 #: 2: one config per method, only its own fields are written. 1: one flat config holding every method's fields.
 CONFIG_VERSION = 2
 
@@ -36,8 +40,11 @@ def _owner_of(name: str) -> type["CompressionConfig"] | None:
 
 
 @dataclass
-class CompressionConfig:
+class CompressionConfig(QuantizationConfigMixin):
     """How ``apply_compression`` rewrites a model; calling it returns the config of ``method``.
+
+    It is also a transformers quantization config: ``Model.from_pretrained(dense, quantization_config=config)``
+    compresses while loading (``core/quantizer.py``).
 
     Args:
         method: ``"cp"``, ``"svd"``, ``"biprop"`` or ``"tt"``; the other keyword arguments are that method's options
@@ -56,6 +63,8 @@ class CompressionConfig:
 
     #: The method this class configures (set by each subclass).
     method_name: ClassVar[str] = ""
+    #: What transformers dispatches ``quantization_config`` on (not a field: never written to compression_config).
+    quant_method: ClassVar[str] = QUANT_METHOD
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "CompressionConfig":
         if cls is CompressionConfig:
@@ -128,7 +137,8 @@ class CompressionConfig:
             data = {key: value for key, value in data.items() if key in target.field_names() or not _owner_of(key)}
         return target(**data)
 
-    def to_json_string(self) -> str:
+    def to_json_string(self, use_diff: bool = True) -> str:
+        """The JSON of ``to_dict()`` (``use_diff`` is transformers' signature; every field is written)."""
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod

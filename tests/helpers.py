@@ -12,8 +12,14 @@ import torch
 from transformers import (
     AutoformerConfig,
     AutoformerForPrediction,
+    GPT2Config,
+    GPT2LMHeadModel,
     InformerConfig,
     InformerForPrediction,
+    LlamaConfig,
+    LlamaForCausalLM,
+    OPTConfig,
+    OPTForCausalLM,
     PatchTSTConfig,
     PatchTSTForClassification,
     PatchTSTForPrediction,
@@ -84,6 +90,35 @@ def _seq2seq_kwargs() -> dict:
         encoder_ffn_dim=32,
         decoder_ffn_dim=32,
     )
+
+
+def tiny_time_series(family: str) -> torch.nn.Module:
+    """One small seeded forecaster of ``family`` (patchtst, autoformer, informer), in eval mode."""
+    torch.manual_seed(0)
+    if family == "patchtst":
+        return PatchTSTForPrediction(tiny_patchtst_config()).eval()
+    if family == "autoformer":
+        return AutoformerForPrediction(AutoformerConfig(**_seq2seq_kwargs())).eval()
+    return InformerForPrediction(InformerConfig(**_seq2seq_kwargs(), attention_type="prob")).eval()
+
+
+LM_VOCAB, LM_HIDDEN = 120, 24
+
+
+def tiny_causal_lm(kind: str, tie: bool = True) -> torch.nn.Module:
+    """A small seeded causal LM (llama, gpt2, opt) with tied embeddings by default, in eval mode."""
+    torch.manual_seed(0)
+    common = dict(vocab_size=LM_VOCAB, bos_token_id=0, eos_token_id=1, tie_word_embeddings=tie)
+    if kind == "gpt2":
+        model = GPT2LMHeadModel(GPT2Config(n_embd=LM_HIDDEN, n_layer=2, n_head=2, n_positions=64, **common))
+    elif kind == "opt":
+        model = OPTForCausalLM(OPTConfig(hidden_size=LM_HIDDEN, num_hidden_layers=2, ffn_dim=32, num_attention_heads=2,
+                                         max_position_embeddings=64, word_embed_proj_dim=LM_HIDDEN, pad_token_id=2,
+                                         **common))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(hidden_size=LM_HIDDEN, intermediate_size=32, num_hidden_layers=2,
+                                             num_attention_heads=2, num_key_value_heads=1, pad_token_id=2, **common))
+    return model.eval()
 
 
 def tiny_models() -> dict[str, torch.nn.Module]:

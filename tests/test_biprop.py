@@ -192,8 +192,9 @@ def test_checkpoint_holds_bits_is_small_and_loads_without_the_library(tmp_path):
     with safe_open(str(tmp_path / "ckpt" / "model.safetensors"), "pt") as handle:
         for name, spec in model.config.compression_config["modules"].items():
             keys = sorted(k for k in handle.keys() if k.startswith(name + "."))
-            assert keys == [name + ".alpha", name + ".mask_bits"]
+            assert keys == [name + ".alpha", name + ".mask_bits", name + ".weight"]  # .weight: the 1-byte tombstone
             assert handle.get_tensor(name + ".mask_bits").dtype == torch.uint8
+            assert handle.get_tensor(name + ".weight").shape == ()
             biprop_bytes += sum(handle.get_tensor(k).numel() * handle.get_tensor(k).element_size() for k in keys)
             dense_bytes += 4 * (spec["in_features"] * spec["out_features"] + spec["out_features"])
     assert biprop_bytes * 25 <= dense_bytes

@@ -8,7 +8,18 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import torch
 from torch import nn
+
+
+#: ``config.json``'s ``quantization_config`` of a compressed checkpoint: where hf_tensorcompress is imported,
+#: transformers hands the checkpoint to the registered ``tensorcompress`` quantizer (``core/quantizer.py``), which
+#: rebuilds the layers from ``compression_config`` (the specs stay there, in one place).
+QUANT_METHOD = "tensorcompress"
+QUANTIZATION_MARKER = {"quant_method": QUANT_METHOD, "version": 1}
+
+#: The dense key a compressed module no longer has; checkpoints hold a tombstone there (``modeling_tensorcompress``).
+TOMBSTONE_KEY = "weight"
 
 
 class CompressedLayer(nn.Module):
@@ -20,7 +31,12 @@ class CompressedLayer(nn.Module):
     - ``stored_parameters()`` / ``storage_bits()`` / ``multiply_adds(tokens, cached)``: its own cost as stored and
       as run at inference (``(count, path)``, the path naming how the forward computes it);
     - ``bind(model)``: a hook run once every layer of a model is installed (for layers that act beyond their
-      own module, e.g. a TT embedding that also serves a tied output layer).
+      own module, e.g. a TT embedding that also serves a tied output layer);
+    - ``reset_parameters()``: a fresh init of every parameter and persistent buffer, meta-safe. transformers builds
+      models on the meta device and initialises what the checkpoint did not fill through ``_init_weights``, which
+      knows no factor or core: ``Compressed<Base>._init_weights`` calls this instead.
+    The state dict must not use the key ``weight``: that key is the dense module's, and a checkpoint writes it as a
+    tombstone (see ``modeling_tensorcompress``).
     Layers whose rank can change also offer ``set_rank(rank, n_iter=None) -> {old: new parameter}`` (``n_iter``:
     refit sweeps for layers that refit iteratively; the rank search passes it to every layer).
     """
@@ -40,6 +56,17 @@ class CompressedLayer(nn.Module):
     @classmethod
     def from_spec(cls, spec: dict) -> "CompressedLayer":
         raise NotImplementedError(f"{cls.__name__} must build itself from a spec in from_spec()")
+
+    def reset_parameters(self) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must initialise its tensors in reset_parameters()")
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """torch's ``load_state_dict`` (e.g. the Trainer resuming a checkpoint) reads a checkpoint's tombstone as an
+        unexpected key: it stands for the dense weight this layer replaced, so it is dropped."""
+        tombstone = state_dict.get(prefix + TOMBSTONE_KEY)
+        if isinstance(tombstone, torch.Tensor) and tombstone.dim() == 0:
+            del state_dict[prefix + TOMBSTONE_KEY]
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def dense_parameters(self) -> int:
         raise NotImplementedError

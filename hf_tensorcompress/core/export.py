@@ -18,6 +18,7 @@ import transformers
 from torch import nn
 
 from ..config import CompressionConfig
+from .contract import QUANTIZATION_MARKER
 from .modeling_tensorcompress import CompressedModelMixin, compressed_class
 
 REMOTE_MODULE = "modeling_tensorcompress"
@@ -97,10 +98,12 @@ def auto_classes_for(base: type[nn.Module], config) -> list[str]:
 
 
 def mark_compressed(model: nn.Module, recorded: CompressionConfig) -> None:
-    """Make ``model`` a ``Compressed<Class>``, record the config, and point ``auto_map`` at the shipped code."""
+    """Make ``model`` a ``Compressed<Class>``, record the config, point ``auto_map`` at the shipped code and
+    ``quantization_config`` at the registered quantizer (native loading, ``core/quantizer.py``)."""
     base = type(model)
     model.__class__ = compressed_class(base)
     model.config.compression_config = recorded.to_dict()
+    model.config.quantization_config = dict(QUANTIZATION_MARKER)
     class_name = model.__class__.__name__
     auto_map = dict(getattr(model.config, "auto_map", None) or {})
     auto_map.update({auto: f"{REMOTE_MODULE}.{class_name}" for auto in auto_classes_for(base, model.config)})

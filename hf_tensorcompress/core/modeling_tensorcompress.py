@@ -1,20 +1,106 @@
-"""Entry point of the code saved next to every compressed checkpoint (``trust_remote_code=True``).
+"""Entry point of the code saved next to every compressed checkpoint (``trust_remote_code=True``), and the structure
+the library's quantizer (``core/quantizer.py``) gives a model built from such a checkpoint.
 
 ``Compressed<Base>`` is ``<Base>`` (any transformers model class) whose ``__init__`` re-installs the compressed
 layers recorded in ``config.compression_config``, so the checkpoint's tensors load into the right shapes. The
 classes are made on first access (module ``__getattr__``), which is how ``auto_map`` entries such as
 ``modeling_tensorcompress.CompressedPatchTSTForPrediction`` resolve where hf_tensorcompress is not installed.
+
+A checkpoint refuses to load into a plain transformers class: ``save_pretrained`` writes, for every replaced module,
+the key of its dense weight (``<module>.weight``) as a uint8 scalar tombstone. The plain class expects a matrix
+there, so transformers reports a size mismatch and ``from_pretrained`` raises instead of initialising the module
+at random; our classes expect no such key and skip it (``_keys_to_ignore_on_load_unexpected``).
 Imports: torch, transformers and sibling files only.
 """
 
 from __future__ import annotations
 
+import re
+
+import torch
 import transformers
 from torch import nn
 
-from .structure import CompressedCheckpointError, install_layers, install_model_options
+from .contract import QUANT_METHOD, TOMBSTONE_KEY, CompressedLayer
+from .structure import CompressedCheckpointError, install_layers, install_model_options, qkv_masks
 
 CLASS_PREFIX = "Compressed"
+
+
+def tombstones(module_names) -> dict[str, torch.Tensor]:
+    """One uint8 scalar per replaced module, under its dense weight's key."""
+    return {f"{name}.{TOMBSTONE_KEY}": torch.zeros((), dtype=torch.uint8) for name in module_names}
+
+
+def compression_of(config) -> dict:
+    """``config.compression_config``, or an error saying the config is not a compressed checkpoint's."""
+    compression = getattr(config, "compression_config", None)
+    if not isinstance(compression, dict) or not isinstance(compression.get("modules"), dict):
+        raise CompressedCheckpointError(
+            "config.json names hf_tensorcompress's modeling code (auto_map or quantization_config "
+            f"quant_method={QUANT_METHOD!r}) but has no compression_config with the module specs, so the compressed "
+            "layers cannot be rebuilt. The config was edited or written by hand: save the compressed model again with "
+            "save_pretrained, or remove auto_map/quantization_config to load the dense model."
+        )
+    return compression
+
+
+def for_this_class(model: nn.Module, compression: dict) -> dict:
+    """The specs with module names as ``model`` spells them: a head class's checkpoint (``model.encoder…``) loaded
+    into the base class (``encoder…``, as ``AutoModel`` does) or the other way round, via ``base_model_prefix``."""
+    names = {name for name, _ in model.named_modules()}
+    prefix = getattr(model, "base_model_prefix", "") + "."
+
+    def rename(name: str) -> str:
+        if name in names:
+            return name
+        if name.startswith(prefix) and name[len(prefix) :] in names:
+            return name[len(prefix) :]
+        if prefix + name in names:
+            return prefix + name
+        return name  # install_layers names the module it cannot find
+
+    renamed = {**compression, "modules": {rename(name): spec for name, spec in compression["modules"].items()}}
+    if "attention_modules" in compression:
+        renamed["attention_modules"] = [rename(name) for name in compression["attention_modules"]]
+    return renamed
+
+
+def is_compressed(model: nn.Module) -> bool:
+    """Whether ``model`` is a ``Compressed<Base>``: this file's or another copy of it (remote code)."""
+    return any(cls.__name__ == CompressedModelMixin.__name__ for cls in type(model).__mro__)
+
+
+def _expect_tombstones(model: nn.Module, module_names) -> None:
+    patterns = {re.escape(name) + rf"\.{TOMBSTONE_KEY}$" for name in module_names}
+    model._keys_to_ignore_on_load_unexpected = set(model._keys_to_ignore_on_load_unexpected or ()) | patterns
+
+
+def make_compressed(model: nn.Module) -> nn.Module:
+    """Give a model built from a compressed checkpoint's ``config.json`` its compressed structure, in place: the class
+    ``Compressed<Base>``, empty layers from the specs (on the device and dtype of what they replace: the meta device
+    while ``from_pretrained`` builds), the model options; the tombstones become expected keys."""
+    compression = model.config.compression_config = for_this_class(model, compression_of(model.config))
+    if not is_compressed(model):
+        model.__class__ = compressed_class(type(model))
+        install_layers(model, compression["modules"])
+        install_model_options(model, compression)
+    _expect_tombstones(model, compression["modules"])
+    return model
+
+
+def unloaded_tensors(model: nn.Module) -> list[str]:
+    """Compressed tensors (layers and Q/K/V masks) the checkpoint did not fill: transformers flags every tensor it
+    loads ``_is_hf_initialized``, and fills the others with uninitialised memory or a generic init."""
+    compression = model.config.compression_config
+    tensors = {
+        f"{name}.{key}": value
+        for name in compression["modules"]
+        for key, value in model.get_submodule(name).state_dict(keep_vars=True).items()
+    }
+    for name in compression.get("attention_modules", []) if compression.get("attention") == "qkv_mask" else []:
+        tensors[f"{name}.sbt_qkv_mask"] = model.get_submodule(name).sbt_qkv_mask
+    return sorted(key for key, value in tensors.items() if not getattr(value, "_is_hf_initialized", False))
 
 
 class CompressedModelMixin:
@@ -26,15 +112,48 @@ class CompressedModelMixin:
     save_hook = None
 
     def __init__(self, config, *args, **kwargs) -> None:
+        compression = compression_of(config)
         super().__init__(config, *args, **kwargs)
-        compression = getattr(config, "compression_config", None) or {}
-        install_layers(self, compression.get("modules", {}))
+        install_layers(self, compression["modules"])
         install_model_options(self, compression)
+        _expect_tombstones(self, compression["modules"])
+
+    def initialize_weights(self) -> None:
+        """transformers' init, then ours for what its ``_init_weights`` cannot know (and does not reach: a submodel
+        such as ``PatchTSTModel`` inits its children with its own ``_init_weights``). ``from_pretrained`` builds on the
+        meta device and fills what the checkpoint lacks through this method: a compressed layer none of whose tensors
+        was loaded gets ``reset_parameters()``, a Q/K/V mask its seeded draw. Layers already initialised
+        (``_is_hf_initialized``, as ``apply_compression`` marks what it builds) are left alone."""
+
+        def pending(module: nn.Module) -> bool:
+            tensors = module.state_dict(keep_vars=True).values()
+            return not getattr(module, "_is_hf_initialized", False) and not any(
+                getattr(t, "_is_hf_initialized", False) for t in tensors
+            )
+
+        compression = compression_of(self.config)
+        modules = dict(self.named_modules())  # during __init__ (post_init) the layers are not installed yet
+        layers = [m for m in modules.values() if isinstance(m, CompressedLayer) and pending(m)]
+        masked = [
+            name for name in compression.get("attention_modules", [])
+            if hasattr(modules.get(name), "sbt_qkv_mask") and pending(modules[name])
+        ]
+        super().initialize_weights()
+        with torch.no_grad():
+            for layer in layers:
+                layer.reset_parameters()
+                layer._is_hf_initialized = True
+            drawn = qkv_masks(self, compression) if masked else {}
+            for name in masked:
+                self.get_submodule(name).sbt_qkv_mask.copy_(drawn[name])
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """``PreTrainedModel.save_pretrained``, plus the modeling code and model card when hf_tensorcompress is
-        installed."""
-        result = super().save_pretrained(save_directory, *args, **kwargs)
+        """``PreTrainedModel.save_pretrained`` with a tombstone under each replaced module's dense key, plus the
+        modeling code and model card when hf_tensorcompress is installed."""
+        state_dict = kwargs.pop("state_dict", None)
+        state_dict = dict(self.state_dict() if state_dict is None else state_dict)
+        state_dict.update(tombstones(compression_of(self.config)["modules"]))
+        result = super().save_pretrained(save_directory, *args, state_dict=state_dict, **kwargs)
         if self.save_hook is not None and kwargs.get("is_main_process", True):
             self.save_hook(self, save_directory)
         return result

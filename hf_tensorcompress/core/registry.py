@@ -24,7 +24,9 @@ class Method:
     the module types it can replace; ``keywords`` maps a one-word ``target_modules`` (e.g. ``"all-linear"``) to a
     function listing its targets; ``model_options(model, config)`` validates and resolves model-level options
     (recorded in ``compression_config``) without touching the model; ``prepare(model, config, calibration)``
-    checks and condenses calibration data once, before any layer is built (its result reaches every ``build``).
+    checks and condenses calibration data once, before any layer is built (its result reaches every ``build``);
+    ``reads_weights(config)`` says whether ``build`` computes the layer from the dense weights (then it cannot run on
+    a model whose weights are on the meta device, i.e. not loaded).
     """
 
     name: str
@@ -35,6 +37,7 @@ class Method:
     keywords: dict[str, Callable[[nn.Module], list[str]]] = field(default_factory=dict)
     model_options: Callable[[nn.Module, Any], dict] | None = None
     prepare: Callable[[nn.Module, Any, Any], Any] | None = None
+    reads_weights: Callable[[Any], bool] = lambda config: True
 
 
 _METHODS: dict[str, Method] = {}

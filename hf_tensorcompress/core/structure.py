@@ -8,13 +8,17 @@ from __future__ import annotations
 
 from torch import nn
 
-from ..methods.biprop.attention import install_attention
+from ..methods.biprop.attention import install_attention, qkv_masks
 from ..methods.biprop.layer import BipropLinear
 from ..methods.cp.layer import CPLinear
 from ..methods.svd.layer import LowRankLinear
 from ..methods.tt.layer import TTEmbedding
 from ..methods.tt.scaled import ScaledTTEmbedding
 from .contract import CompressedLayer
+
+__all__ = [
+    "CompressedCheckpointError", "build_layer", "install_layers", "bind_layers", "install_model_options", "qkv_masks"
+]
 
 #: The layer types a checkpoint may name (importing them registered each with ``CompressedLayer.types``).
 SHIPPED_LAYERS = (CPLinear, LowRankLinear, BipropLinear, TTEmbedding, ScaledTTEmbedding)

@@ -109,6 +109,7 @@ register_method(
         accepts=projection_types(),
         keywords={"all-linear": encoder_linears},
         model_options=model_options,
+        reads_weights=lambda config: False,  # frozen random weights from the seed: the dense weights are not used
     )
 )
 

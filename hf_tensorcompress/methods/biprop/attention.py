@@ -73,13 +73,26 @@ def register_attention_functions() -> None:
 
 
 def random_qkv_masks(length: int, head_dim: int, keep_ratio: float, generator: torch.Generator) -> torch.Tensor:
-    """Bool ``(3, length, head_dim)``: for Q, K, V each, exactly ``round(keep_ratio · length · head_dim)`` ones."""
+    """Bool ``(3, length, head_dim)`` on the CPU: for Q, K, V each, exactly ``round(keep_ratio · length · head_dim)``
+    ones (drawn on the CPU whatever the default device, so a model built on the meta device draws the same)."""
     numel = length * head_dim
     keep = max(1, round(keep_ratio * numel))
-    masks = torch.zeros(3, numel, dtype=torch.bool)
+    masks = torch.zeros(3, numel, dtype=torch.bool, device="cpu")
     for row in masks:
-        row[torch.randperm(numel, generator=generator)[:keep]] = True
+        row[torch.randperm(numel, generator=generator, device="cpu")[:keep]] = True
     return masks.view(3, length, head_dim)
+
+
+def qkv_masks(model: nn.Module, options: dict) -> dict[str, torch.Tensor]:
+    """The seeded Q/K/V masks of every listed attention module, in order from one generator (``options`` as for
+    ``install_attention``); also what re-initialises a mask no checkpoint filled."""
+    generator = torch.Generator().manual_seed(int(options.get("weight_seed", 0)))
+    return {
+        name: random_qkv_masks(
+            options["attention_length"], model.get_submodule(name).head_dim, options["attention_keep_ratio"], generator
+        )
+        for name in options["attention_modules"]
+    }
 
 
 def install_attention(model: nn.Module, options: dict) -> None:
@@ -95,14 +108,12 @@ def install_attention(model: nn.Module, options: dict) -> None:
     if kind not in IMPLEMENTATIONS:
         raise ValueError(f"unknown SBT attention option {kind!r}; known: {sorted(IMPLEMENTATIONS)}")
     register_attention_functions()
-    generator = torch.Generator().manual_seed(int(options.get("weight_seed", 0)))
+    masks_by_name = qkv_masks(model, options) if kind == "qkv_mask" else {}
     for name in options["attention_modules"]:
         module = model.get_submodule(name)
         setattr(module, _FLAG, kind)
         if kind == "qkv_mask":
-            masks = random_qkv_masks(
-                options["attention_length"], module.head_dim, options["attention_keep_ratio"], generator
-            )
+            masks = masks_by_name[name]
             reference = next(iter([*module.parameters(), *module.buffers()]), masks)
             module.register_buffer(MASK_BUFFER, masks.to(reference.device), persistent=True)
     model.config._attn_implementation_internal = IMPLEMENTATIONS[kind]

@@ -7,7 +7,9 @@ On disk a trained layer is ``mask_bits`` (``M`` packed 8 per byte) and ``alpha``
 not stored because ``W`` is never trained and its signs are a pure function of ``sign_seed`` (a counter-based hash
 computed with 32-bit integer arithmetic in torch, identical on every device and torch version). That is 1 bit per
 weight — packed sign bits beside the mask would be 2 bits (1/16 of fp32) and could not reach 1/25. A layer built
-with ``save_scores=True`` also stores ``scores`` and ``weight`` so that training can resume.
+with ``save_scores=True`` also stores ``scores`` and ``frozen_weight`` so that training can resume. The frozen weight
+is not called ``weight``: a checkpoint's ``<module>.weight`` key is the tombstone that makes a plain transformers
+class refuse the file (``core/modeling_tensorcompress.py``), and a frozen ``W`` under that key would load silently.
 
 Ships inside saved checkpoints: torch only.
 """
@@ -103,7 +105,7 @@ class BipropLinear(CompressedLinear):
         weight_init: ``"kaiming_normal"`` or ``"signed_constant"`` (``±`` the Kaiming std); only ``|W|`` differs,
             the signs always come from ``sign_seed``.
         sign_seed: fixes the signs of ``W`` (and so of the binary weights); stored in the spec.
-        save_scores: also store ``scores`` and ``weight`` in checkpoints (to resume training); otherwise a saved
+        save_scores: also store ``scores`` and ``frozen_weight`` in checkpoints (to resume training); otherwise a saved
             layer is only ``mask_bits`` + ``alpha`` and loads as an inference-only layer.
         trainable: ``False`` builds the inference-only form (no scores, no ``W``), as loaded from a bits checkpoint.
     """
@@ -135,9 +137,9 @@ class BipropLinear(CompressedLinear):
         self.register_buffer("alpha", torch.zeros(1))
         if trainable:
             self.scores = nn.Parameter(torch.empty(out_features, in_features))
-            self.register_buffer("weight", torch.empty(out_features, in_features))
-            self.reset_parameters(generator)
+            self.register_buffer("frozen_weight", torch.empty(out_features, in_features))
             self.register_state_dict_post_hook(_pack_on_save)
+        self.reset_parameters(generator)
         self._cache: tuple[tuple, torch.Tensor] | None = None
 
     @property
@@ -145,18 +147,36 @@ class BipropLinear(CompressedLinear):
         return kept_count(self.in_features * self.out_features, self.keep_ratio)
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        """Kaiming-normal (fan-in, ReLU gain) magnitudes with the seeded signs; Biprop's score init."""
+        """Biprop's init: Kaiming-normal (fan-in, ReLU gain) magnitudes with the seeded signs, Kaiming-uniform scores;
+        the inference-only form keeps what they give (the top-``keep`` mask bits and α). Draws run on the CPU and are
+        copied in, so the result does not depend on the device; on the meta device there is nothing to fill."""
+        if self.alpha.is_meta:
+            return
+        if generator is None:  # the same draw as when the layer was built from its seed (methods/biprop/apply.py)
+            generator = torch.Generator().manual_seed(self.sign_seed)
+        shape = (self.out_features, self.in_features)
         std = math.sqrt(2.0 / self.in_features)
-        signs = seeded_signs(self.sign_seed, self.weight.numel()).view_as(self.weight).float()
+        signs = seeded_signs(self.sign_seed, shape[0] * shape[1], device=torch.device("cpu")).view(shape).float()
+        if self.weight_init == "kaiming_normal":
+            magnitude = torch.randn(shape, generator=generator, device="cpu").abs() * std
+        else:
+            magnitude = torch.full(shape, std, device="cpu")
+        bound = 1.0 / math.sqrt(self.in_features)  # kaiming_uniform_(a=√5), as Biprop initialises scores
+        scores = torch.rand(shape, generator=generator, device="cpu") * 2 * bound - bound
         with torch.no_grad():
-            if self.weight_init == "kaiming_normal":
-                magnitude = torch.randn(self.weight.shape, generator=generator).abs() * std
+            if self.trainable:
+                self.frozen_weight.copy_(signs * magnitude)
+                self.scores.copy_(scores)
+                self._refresh_packed()
             else:
-                magnitude = torch.full(self.weight.shape, std)
-            self.weight.copy_(signs * magnitude)
-            bound = 1.0 / math.sqrt(self.in_features)  # kaiming_uniform_(a=√5), as Biprop initialises scores
-            self.scores.copy_(torch.rand(self.scores.shape, generator=generator) * 2 * bound - bound)
-        self._refresh_packed()
+                mask = top_mask(scores, self.keep)
+                self.mask_bits.copy_(pack_bits(mask.bool()))
+                self.alpha.copy_((magnitude * mask).sum() / mask.sum())
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The frozen random ``W`` (trainable form only)."""
+        return self.frozen_weight
 
     # ------------------------------------------------------------------ weights
     def mask(self) -> torch.Tensor:
@@ -180,7 +200,7 @@ class BipropLinear(CompressedLinear):
         """``α · sign(W) ⊙ M`` with gradients to the scores (training path)."""
         if not self.trainable:
             return self.alpha * self.signs().to(self.alpha.dtype) * self.mask()
-        scaled = _ScaledMask.apply(self.scores.abs(), self.weight, self.keep)
+        scaled = _ScaledMask.apply(self.scores.abs(), self.frozen_weight, self.keep)
         return self.signs().to(scaled.dtype) * scaled
 
     def folded_weight(self) -> torch.Tensor:
@@ -201,7 +221,7 @@ class BipropLinear(CompressedLinear):
         """Write the current mask and α into the persistent ``mask_bits`` / ``alpha`` buffers."""
         mask = top_mask(self.scores, self.keep)
         self.mask_bits.copy_(pack_bits(mask.bool()))
-        self.alpha.copy_((self.weight.abs() * mask).sum() / mask.sum())
+        self.alpha.copy_((self.frozen_weight.abs() * mask).sum() / mask.sum())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.trainable and self.training and torch.is_grad_enabled():
@@ -266,4 +286,4 @@ def _pack_on_save(module: BipropLinear, state_dict: dict, prefix: str, local_met
     state_dict[prefix + "alpha"] = module.alpha
     if not module.save_scores:
         state_dict.pop(prefix + "scores", None)
-        state_dict.pop(prefix + "weight", None)
+        state_dict.pop(prefix + "frozen_weight", None)

@@ -62,9 +62,16 @@ def build(model: nn.Module, name: str, linear: nn.Linear, config: CPConfig, cali
     layer = CPLinear(dense.in_features, dense.out_features, heads, rank, bias=dense.bias is not None)
     if config.init == "decompose":
         layer.load_factors(decompose(layer.folded_weight(weight), rank, config.cp_iterations))
-    if dense.bias is not None:
+    layer = layer.to(device=weight.device, dtype=weight.dtype)
+    if dense.bias is not None:  # after the move: the bias of a model on the meta device is meta too
         layer.bias.data.copy_(dense.bias)
-    return layer.to(device=weight.device, dtype=weight.dtype)
+    return layer
 
 
-register_method(Method("cp", CPConfig, attention_projections, build, accepts=projection_types()))
+def reads_weights(config: CPConfig) -> bool:
+    return config.init == "decompose"
+
+
+register_method(
+    Method("cp", CPConfig, attention_projections, build, accepts=projection_types(), reads_weights=reads_weights)
+)

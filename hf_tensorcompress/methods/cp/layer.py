@@ -117,10 +117,10 @@ class CPLinear(CompressedLinear):
         std = (1.0 / (3.0 * self.in_features * self.rank)) ** (1.0 / 6.0)
         with torch.no_grad():
             for factor in self.factors:
-                factor.normal_(0.0, std)
+                nn.init.normal_(factor, 0.0, std)
             if self.bias is not None:
                 bound = 1.0 / math.sqrt(self.in_features)
-                self.bias.uniform_(-bound, bound)
+                nn.init.uniform_(self.bias, -bound, bound)
         self._weight_cache = None
 
     @property

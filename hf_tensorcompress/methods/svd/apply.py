@@ -18,9 +18,16 @@ def build(model: nn.Module, name: str, linear: nn.Linear, config: SVDConfig, cal
     layer = LowRankLinear(fan_in, fan_out, rank, bias=dense.bias is not None)
     if config.init == "decompose":
         layer.load_factors(list(truncated_svd(dense.weight, rank)))
-    if dense.bias is not None:
+    layer = layer.to(device=dense.weight.device, dtype=dense.weight.dtype)
+    if dense.bias is not None:  # after the move: the bias of a model on the meta device is meta too
         layer.bias.data.copy_(dense.bias)
-    return layer.to(device=dense.weight.device, dtype=dense.weight.dtype)
+    return layer
 
 
-register_method(Method("svd", SVDConfig, attention_projections, build, accepts=projection_types()))
+def reads_weights(config: SVDConfig) -> bool:
+    return config.init == "decompose"
+
+
+register_method(
+    Method("svd", SVDConfig, attention_projections, build, accepts=projection_types(), reads_weights=reads_weights)
+)

@@ -57,11 +57,11 @@ class LowRankLinear(CompressedLinear):
         """Random init whose product has the variance of ``nn.Linear``'s default init."""
         std = (1.0 / (3.0 * self.in_features * self.rank)) ** 0.25
         with torch.no_grad():
-            self.factor_out.normal_(0.0, std)
-            self.factor_in.normal_(0.0, std)
+            nn.init.normal_(self.factor_out, 0.0, std)
+            nn.init.normal_(self.factor_in, 0.0, std)
             if self.bias is not None:
                 bound = 1.0 / math.sqrt(self.in_features)
-                self.bias.uniform_(-bound, bound)
+                nn.init.uniform_(self.bias, -bound, bound)
 
     def spec(self) -> dict:
         return {

@@ -26,7 +26,7 @@ def input_embedding_name(model: nn.Module) -> list[str]:
     getter = getattr(model, "get_input_embeddings", None)
     try:
         embedding = getter() if getter is not None else None
-    except NotImplementedError:
+    except (NotImplementedError, AttributeError):  # transformers' default getter for a model without token embedding
         embedding = None
     names = [name for name, module in model.named_modules() if module is embedding and name]
     if not names or not isinstance(embedding, nn.Embedding):

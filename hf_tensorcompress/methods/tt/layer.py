@@ -474,6 +474,22 @@ class TTEmbedding(CompressedLayer):
             "token_ranks", torch.tensor(ranks, dtype=torch.int32, device=device).repeat(num_embeddings, 1)
         )
 
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """A random train per token, every token at the stored ranks, in the identity basis, no exact tokens: the
+        init of a layer no checkpoint filled. Each core is N(0, σ²) with ``σ^(2N) · Π r_k = 1``, so vectors have
+        unit variance like ``nn.Embedding``'s N(0, 1) rows."""
+        order = len(self.shape)
+        std = math.prod(self.ranks) ** (-1.0 / (2 * order))
+        for core in self.cores:
+            nn.init.normal_(core, 0.0, std)
+        self.token_ranks.copy_(torch.tensor(self.ranks, dtype=torch.int32).expand_as(self.token_ranks))
+        if self.basis is not None:
+            self.basis.copy_(torch.eye(self.embedding_dim))
+        if self.exact_rows is not None:
+            nn.init.zeros_(self.exact_rows)
+            self.exact_slot.fill_(-1)
+
     # ------------------------------------------------------------------ construction
     @classmethod
     def from_weight(

@@ -1,0 +1,132 @@
+"""transformers integration: ``quant_method="tensorcompress"``, registered when hf_tensorcompress is imported.
+
+transformers rebuilds "weights stored in another form" through a quantizer (``transformers/quantizers``); this one
+makes compressed models ordinary transformers models:
+
+* a compressed checkpoint (its ``config.json`` carries ``quantization_config = QUANTIZATION_MARKER``) loads exactly
+  through the base class and the Auto classes, no ``trust_remote_code``: before the weights load, the model (built
+  on the meta device) gets its compressed structure from ``compression_config``; after, every compressed tensor must
+  have come from the file;
+* ``Model.from_pretrained(dense, quantization_config=CompressionConfig(...))`` compresses while loading: the dense
+  weights load as usual, then ``apply_compression`` runs on them, so the result is the model
+  ``apply_compression(Model.from_pretrained(dense), config)`` gives.
+
+Either way the quantizer steps aside once loading is done (``hf_quantizer`` removed, ``is_quantized`` False): the
+layers are ordinary trainable modules, and transformers restricts "quantized" models (``.half()``/``.float()``
+refuse, the Trainer refuses them without adapters). Not shipped in checkpoints: where the library is not installed,
+``trust_remote_code=True`` loads through the shipped ``Compressed<Base>`` instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+from transformers.quantizers.auto import (
+    AUTO_QUANTIZATION_CONFIG_MAPPING,
+    AUTO_QUANTIZER_MAPPING,
+    register_quantization_config,
+    register_quantizer,
+)
+from transformers.quantizers.base import HfQuantizer
+from transformers.utils.quantization_config import QuantizationConfigMixin
+
+from ..config import CompressionConfig
+from .contract import QUANT_METHOD, QUANTIZATION_MARKER
+from .modeling_tensorcompress import is_compressed, make_compressed, unloaded_tensors
+from .registry import get_method
+from .structure import CompressedCheckpointError
+
+
+class CompressedCheckpointConfig(QuantizationConfigMixin):
+    """What a checkpoint's ``quantization_config`` parses to: "the layers are described by ``compression_config``"."""
+
+    def __init__(self, quant_method: str = QUANT_METHOD, version: int = 1, **_: Any) -> None:
+        if version > QUANTIZATION_MARKER["version"]:
+            raise CompressedCheckpointError(
+                f"the checkpoint's quantization_config version {version} is newer than this hf_tensorcompress "
+                f"understands ({QUANTIZATION_MARKER['version']}); upgrade hf_tensorcompress"
+            )
+        self.quant_method = quant_method
+        self.version = version
+
+
+class TensorCompressQuantizer(HfQuantizer):
+    """Loads compressed checkpoints exactly, or compresses a dense checkpoint while it loads (module docstring)."""
+
+    requires_calibration = False
+
+    def validate_environment(self, *args: Any, **kwargs: Any) -> None:
+        """Compress-on-load: a ``CompressionConfig`` whose method needs no calibration data (a config field holding
+        token ids would not serialise); checked before anything is built or read."""
+        if self.pre_quantized:
+            return
+        config = self.quantization_config
+        if not isinstance(config, CompressionConfig):
+            raise TypeError(
+                f"quant_method={QUANT_METHOD!r} compresses with a CompressionConfig, got {type(config).__name__}"
+            )
+        method = get_method(config.method)
+        try:
+            if method.prepare is not None:
+                method.prepare(None, config, None)
+        except ValueError as error:
+            raise ValueError(
+                f"{error}. A quantization_config cannot carry calibration data: load the dense model with "
+                "from_pretrained, then compress it (for tt: apply_tt(model, config, calibration_ids))"
+            ) from None
+
+    def _process_model_before_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
+        if self.pre_quantized:
+            return make_compressed(model)
+        if is_compressed(model):
+            raise ValueError(
+                "this checkpoint is already compressed; load it without quantization_config (or compress the dense one)"
+            )
+        from ..compress import check_model, resolve_targets
+
+        check_model(model)
+        resolve_targets(model, self.quantization_config)  # bad targets fail before any weight is read
+        return model
+
+    def _process_model_after_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
+        if self.pre_quantized:
+            missing = unloaded_tensors(model)
+            if missing:
+                raise CompressedCheckpointError(  # worded as Compressed<Base>.from_pretrained words it
+                    f"The checkpoint does not match its compression_config: missing_keys: {missing[:6]}. Save the "
+                    "model again with save_pretrained, or fix compression_config in config.json."
+                )
+        config = self.quantization_config
+        self.remove_quantization_config(model)
+        for module in model.modules():
+            if hasattr(getattr(module, "config", None), "_is_quantized"):
+                del module.config._is_quantized
+        if not self.pre_quantized:
+            from ..compress import apply_compression
+
+            apply_compression(model, config)
+        model.config.quantization_config = dict(QUANTIZATION_MARKER)
+        return model
+
+    def is_serializable(self, safe_serialization: bool | None = None) -> bool:
+        return True
+
+    @property
+    def is_trainable(self) -> bool:
+        """Compressed layers are ordinary parameters (factors, scores, cores): they train."""
+        return True
+
+    @property
+    def is_qat_trainable(self) -> bool:
+        """Training the model itself, without adapters, is what the methods do (Smartformer, Biprop)."""
+        return True
+
+
+def register_quantization() -> None:
+    """Make ``quant_method="tensorcompress"`` known to transformers; idempotent (transformers' ``register_*``
+    refuse a name twice, e.g. after a reload, so an earlier entry of ours is replaced)."""
+    AUTO_QUANTIZATION_CONFIG_MAPPING.pop(QUANT_METHOD, None)
+    AUTO_QUANTIZER_MAPPING.pop(QUANT_METHOD, None)
+    register_quantization_config(QUANT_METHOD)(CompressedCheckpointConfig)
+    register_quantizer(QUANT_METHOD)(TensorCompressQuantizer)

@@ -1,0 +1,1 @@
+"""Evaluation: forecasting metrics, perplexity, result tables and the shipped ``evaluate`` metric modules."""

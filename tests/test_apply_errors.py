@@ -1,0 +1,69 @@
+"""Errors leave the model untouched (state dict, class, config), and are the library's own messages."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from transformers import PatchTSTForPrediction
+
+from hf_tensorcompress import CompressionConfig, apply_compression
+from helpers import tiny_patchtst_config
+
+
+def snapshot(model: nn.Module) -> tuple:
+    config = getattr(model, "config", None)
+    return (
+        type(model),
+        {key: value.clone() for key, value in model.state_dict().items()},
+        None if config is None else config.to_json_string(),
+    )
+
+
+def assert_untouched(model: nn.Module, before: tuple) -> None:
+    kind, state, config = snapshot(model)
+    assert kind is before[0]
+    assert state.keys() == before[1].keys() and all(torch.equal(state[k], before[1][k]) for k in state)
+    assert config == before[2]
+
+
+def patchtst(config=None) -> PatchTSTForPrediction:
+    torch.manual_seed(0)
+    return PatchTSTForPrediction(config or tiny_patchtst_config()).eval()
+
+
+def test_a_plain_module_is_refused_before_anything_changes():
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 4))
+    before = snapshot(model)
+    with pytest.raises(TypeError, match="compresses transformers models.*Sequential"):
+        apply_compression(model, CompressionConfig(method="svd", target_modules=["0"], rank=2))
+    assert_untouched(model, before)
+
+
+def test_a_rank_override_matching_no_module_is_an_error():
+    model = patchtst()
+    before = snapshot(model)
+    with pytest.raises(ValueError, match=r"ranks keys \['nope'\] match no compressed module"):
+        apply_compression(model, CompressionConfig(method="svd", ranks={"nope": 3, "q_proj": 2}))
+    assert_untouched(model, before)
+
+
+def test_tt_on_a_model_without_token_embedding_says_so():
+    model = patchtst()
+    before = snapshot(model)
+    with pytest.raises(ValueError, match="has no input embedding reachable by get_input_embeddings"):
+        apply_compression(model, CompressionConfig(method="tt", tt_ranks=2))
+    assert_untouched(model, before)
+
+
+def test_a_config_shared_with_another_model_is_left_alone(tmp_path):
+    config = tiny_patchtst_config()
+    first, second = patchtst(config), patchtst(config)
+    assert first.config is second.config
+    before = snapshot(second)
+    apply_compression(first, CompressionConfig(method="svd", rank=2))
+    assert_untouched(second, before)
+    assert not hasattr(second.config, "compression_config") and not hasattr(second.config, "quantization_config")
+    assert first.config is not config and first.model.encoder.layers[0].self_attn.config is first.config
+    second.save_pretrained(tmp_path)
+    assert type(PatchTSTForPrediction.from_pretrained(tmp_path)) is PatchTSTForPrediction
