@@ -1,4 +1,4 @@
-"""The command line as a newcomer meets it: fast ``--help`` (no torch), ``python -m hf_tensorcompress``, list flags
+"""The command line as a newcomer meets it: fast ``--help`` (no model or data code), ``python -m hf_tensorcompress``, list flags
 written any of three ways, and optional extras that fail with a message naming the extra."""
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from hf_tensorcompress.cli import build_parser, compression_config, exit_code
 from hf_tensorcompress.extras import MissingExtraError, require
 
 ROOT = Path(__file__).resolve().parents[1]
-HEAVY = ("torch", "transformers", "tensorly", "huggingface_hub", "datasets")
+#: What --help must not load: the model code, the data and evaluation stacks. (torch and transformers' top level
+#: load, because ``CompressionConfig`` is a transformers ``QuantizationConfigMixin``.)
+HEAVY = ("transformers.modeling_utils", "tensorly", "datasets", "evaluate", "accelerate", "peft")
 
 
 def python(code: str) -> subprocess.CompletedProcess:
@@ -22,7 +24,7 @@ def python(code: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_help_and_argument_errors_do_not_import_torch_or_transformers():
+def test_help_and_argument_errors_do_not_import_model_or_data_code():
     result = python(
         "import sys\n"
         "from hf_tensorcompress.cli import main\n"

@@ -236,7 +236,8 @@ def test_every_method_and_layer_type_is_in_the_matrix():
     from hf_tensorcompress.core.registry import registered_methods
 
     assert {method for method, _ in CASES} == set(registered_methods()) == {method for method, _ in FAST}
-    assert set(CompressedLayer.types) == {"cp", "svd", "biprop", "tt_embedding"}
+    # the scaled TT embedding (Gemma) runs the same checks in tests/test_families.py
+    assert set(CompressedLayer.types) == {"cp", "svd", "biprop", "tt_embedding", "tt_embedding_scaled"}
 
 
 @pytest.mark.parametrize("case", sorted(FAST), ids="-".join)

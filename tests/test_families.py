@@ -133,7 +133,9 @@ def test_every_family_loads_without_the_library(tmp_path):
 def test_an_unsupported_pair_names_what_is_supported():
     with pytest.raises(ValueError, match="no token embedding.*ViTPatchEmbeddings"):
         apply_compression(tiny("vit"), CompressionConfig(method="tt", tt_ranks=2))
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4))
+    from transformers import DistilBertConfig, DistilBertModel
+
+    model = DistilBertModel(DistilBertConfig(dim=32, n_layers=1, n_heads=4, hidden_dim=32, vocab_size=50))
     with pytest.raises(UnsupportedModelError, match="GPT2LMHeadModel.*pass target_modules"):
         apply_compression(model, CompressionConfig(method="svd"))
 

@@ -33,9 +33,9 @@ from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from ..config import CompressionConfig
 from .contract import QUANT_METHOD, QUANTIZATION_MARKER
-from .modeling_tensorcompress import is_compressed, make_compressed, unloaded_tensors
+from . import modeling_tensorcompress as modeling  # the module, not its names: it may be mid-import here
 from .registry import get_method
-from .structure import CompressedCheckpointError
+from . import structure  # the module, not its names: it may be mid-import here
 
 
 class CompressedCheckpointConfig(QuantizationConfigMixin):
@@ -43,7 +43,7 @@ class CompressedCheckpointConfig(QuantizationConfigMixin):
 
     def __init__(self, quant_method: str = QUANT_METHOD, version: int = 1, **_: Any) -> None:
         if version > QUANTIZATION_MARKER["version"]:
-            raise CompressedCheckpointError(
+            raise structure.CompressedCheckpointError(
                 f"the checkpoint's quantization_config version {version} is newer than this hf_tensorcompress "
                 f"understands ({QUANTIZATION_MARKER['version']}); upgrade hf_tensorcompress"
             )
@@ -78,8 +78,8 @@ class TensorCompressQuantizer(HfQuantizer):
 
     def _process_model_before_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
         if self.pre_quantized:
-            return make_compressed(model)
-        if is_compressed(model):
+            return modeling.make_compressed(model)
+        if modeling.is_compressed(model):
             raise ValueError(
                 "this checkpoint is already compressed; load it without quantization_config (or compress the dense one)"
             )
@@ -91,9 +91,9 @@ class TensorCompressQuantizer(HfQuantizer):
 
     def _process_model_after_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
         if self.pre_quantized:
-            missing = unloaded_tensors(model)
+            missing = modeling.unloaded_tensors(model)
             if missing:
-                raise CompressedCheckpointError(  # worded as Compressed<Base>.from_pretrained words it
+                raise structure.CompressedCheckpointError(  # worded as Compressed<Base>.from_pretrained words it
                     f"The checkpoint does not match its compression_config: missing_keys: {missing[:6]}. Save the "
                     "model again with save_pretrained, or fix compression_config in config.json."
                 )
