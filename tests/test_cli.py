@@ -70,6 +70,7 @@ def test_compress_saves_a_self_contained_checkpoint_with_card(dense_folder, comp
         assert compressed(past_values=inputs).prediction_outputs.shape == dense(past_values=inputs).prediction_outputs.shape
 
 
+@pytest.mark.slow
 def test_compress_from_a_config_file_and_user_errors(dense_folder, tmp_path):
     (tmp_path / "cp.json").write_text(json.dumps({"method": "cp", "rank": 2, "cp_iterations": 3}))
     cli("compress", str(dense_folder), str(tmp_path / "cp"), "--config", str(tmp_path / "cp.json"))
@@ -118,6 +119,7 @@ def test_fetch_returns_the_cached_asset_and_rejects_unknown_names():
     assert_user_error(cli("fetch", "imagenet", check=False), "unknown asset(s) ['imagenet']")
 
 
+@pytest.mark.slow
 def test_evaluate_puts_dense_and_compressed_runs_side_by_side(tmp_path):
     from transformers import PatchTSTConfig, PatchTSTForPrediction
 

@@ -104,6 +104,7 @@ def test_generate_gives_the_dense_tokens_at_full_rank(family):
     assert torch.equal(model.generate(prompt, **kwargs), dense.generate(prompt, **kwargs))
 
 
+@pytest.mark.slow
 def test_every_family_loads_without_the_library(tmp_path):
     """One subprocess where hf_tensorcompress cannot be imported loads a tt checkpoint of every language model
     family and an svd checkpoint of every other family, through the Auto classes and ``trust_remote_code``."""

@@ -52,7 +52,9 @@ def test_every_method_has_a_round_trip_test():
     assert methods <= covered, f"add a ROUND_TRIPS entry for {methods - covered}"
 
 
-@pytest.mark.parametrize("method", sorted(ROUND_TRIPS))
+@pytest.mark.parametrize(  # cp in the fast tier; the other methods' round trips in the slow tier
+    "method", [pytest.param(m, marks=() if m == "cp" else pytest.mark.slow) for m in sorted(ROUND_TRIPS)]
+)
 def test_push_then_load_without_the_library(hub, repo_id, method, tmp_path):
     model = apply_compression(small_patchtst(), ROUND_TRIPS[method])
     inputs = torch.randn(2, 32, 3)

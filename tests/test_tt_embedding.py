@@ -307,7 +307,9 @@ def run_without_library(code: str) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("kind", ["llama", "gpt2", "opt"])
+@pytest.mark.parametrize(  # llama in the fast tier, GPT-2 and OPT in the slow tier
+    "kind", ["llama", pytest.param("gpt2", marks=pytest.mark.slow), pytest.param("opt", marks=pytest.mark.slow)]
+)
 def test_save_and_load_without_the_library_reproduces_logits_and_generation_also_after_adding_tokens(kind, tmp_path):
     model = tiny(kind)
     apply_compression(model, CompressionConfig(method="tt", tt_order=3, tt_ranks=2, tt_eps=0.4))
