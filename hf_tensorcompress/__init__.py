@@ -7,16 +7,16 @@ Smartformer rank search in ``hf_tensorcompress.search``.
 Importing the package registers ``quant_method="tensorcompress"`` with transformers (once transformers' quantizer
 registry is imported), so compressed checkpoints load through any transformers class and
 ``from_pretrained(..., quantization_config=CompressionConfig(...))`` compresses while loading. Names are imported
-on first use (PEP 562), so ``import hf_tensorcompress`` and the command line's ``--help`` do not import torch or
-transformers.
+on first use (PEP 562), so ``import hf_tensorcompress`` and the command line's ``--help`` do not import the model,
+data or evaluation code.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from .core.registration import register_with_transformers
+from .lazy import lazy_exports
 
 #: public name -> module (relative to this package) that defines it
 _EXPORTS = {
@@ -51,12 +51,7 @@ __all__ = list(_EXPORTS)
 __version__ = "0.1.0"
 
 
-def __getattr__(name: str):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name], __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+__getattr__ = lazy_exports(__name__, _EXPORTS)
 
 
 def __dir__() -> list[str]:

@@ -340,32 +340,6 @@ def test_save_and_load_without_the_library_reproduces_logits_and_generation_also
     assert torch.equal(same(ids).logits, logits)
 
 
-def test_lora_trains_saves_and_loads_on_a_tt_model(tmp_path):
-    from peft import LoraConfig, PeftModel, get_peft_model
-
-    model = tiny("llama")
-    apply_compression(model, CompressionConfig(method="tt", tt_order=3, tt_ranks=2))
-    model.save_pretrained(tmp_path / "base")
-    peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
-    trainable = [name for name, p in peft_model.named_parameters() if p.requires_grad]
-    assert trainable and all("lora_" in name for name in trainable)
-    optimizer = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=1e-2)
-    losses = []
-    for _ in range(8):
-        loss = peft_model(input_ids=IDS, labels=IDS).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
-    assert losses[-1] < losses[0]
-    peft_model.eval()
-    tuned = peft_model(input_ids=IDS).logits
-    peft_model.save_pretrained(tmp_path / "adapter")
-    base = AutoModelForCausalLM.from_pretrained(tmp_path / "base", trust_remote_code=True)
-    reloaded = PeftModel.from_pretrained(base, tmp_path / "adapter").eval()
-    torch.testing.assert_close(reloaded(input_ids=IDS).logits, tuned)
-
-
 # ---------------------------------------------------------------------------------------------- output-aware basis
 def test_a_basis_is_exact_at_full_rank_and_new_tokens_go_through_it():
     torch.manual_seed(0)
