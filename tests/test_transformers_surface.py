@@ -1,5 +1,5 @@
 """The rest of the transformers surface on natively loaded compressed models: pipelines, generation with a KV cache
-and left-padded batches, the Trainer, PEFT adapters (LoRA on TT is in test_tt_embedding.py)."""
+and left-padded batches, the Trainer, PEFT adapters (LoRA on every method is in test_peft.py)."""
 
 from __future__ import annotations
 
