@@ -44,18 +44,25 @@ def test_the_family_table_covers_every_tested_family():
 
 @pytest.mark.parametrize("method, family", PAIRS)
 def test_default_targets_compress_save_and_load(method, family, tmp_path):
+    """Apply with the default targets, forward, save, load through the library and natively through the model's
+    own class, and compress on load (``from_pretrained(dense, quantization_config=...)``) to the same model."""
     dense = tiny(family)
     expected = _forward(dense, family)
-    model = apply_compression(tiny(family), CompressionConfig(method=method, **EXACT[method]))
+    config = CompressionConfig(method=method, **EXACT[method])
+    model = apply_compression(tiny(family), config)
     names = list(model.config.compression_config["modules"])
     assert names, "no module compressed"
     output = _forward(model, family)
     if method == "tt":  # exact trains: the compressed model computes what the dense one does
         torch.testing.assert_close(output, expected, atol=1e-4, rtol=1e-4)
     assert torch.isfinite(output).all() and output.shape == expected.shape
-    model.save_pretrained(tmp_path)
-    loaded = load_model(tmp_path).eval()
-    torch.testing.assert_close(_forward(loaded, family), output)
+    model.save_pretrained(tmp_path / "compressed")
+    torch.testing.assert_close(_forward(load_model(tmp_path / "compressed").eval(), family), output)
+    base_class = FAMILIES[family][0]
+    torch.testing.assert_close(_forward(base_class.from_pretrained(tmp_path / "compressed").eval(), family), output)
+    dense.save_pretrained(tmp_path / "dense")
+    on_load = base_class.from_pretrained(tmp_path / "dense", quantization_config=config).eval()
+    torch.testing.assert_close(_forward(on_load, family), output)
 
 
 def test_fused_projections_are_compressed_as_one():
