@@ -33,9 +33,7 @@ from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from ..config import CompressionConfig
 from .contract import QUANT_METHOD, QUANTIZATION_MARKER
-from . import modeling_tensorcompress as modeling  # the module, not its names: it may be mid-import here
 from .registry import get_method
-from . import structure  # the module, not its names: it may be mid-import here
 
 
 class CompressedCheckpointConfig(QuantizationConfigMixin):
@@ -43,7 +41,9 @@ class CompressedCheckpointConfig(QuantizationConfigMixin):
 
     def __init__(self, quant_method: str = QUANT_METHOD, version: int = 1, **_: Any) -> None:
         if version > QUANTIZATION_MARKER["version"]:
-            raise structure.CompressedCheckpointError(
+            from .structure import CompressedCheckpointError  # registration may run while structure imports
+
+            raise CompressedCheckpointError(
                 f"the checkpoint's quantization_config version {version} is newer than this hf_tensorcompress "
                 f"understands ({QUANTIZATION_MARKER['version']}); upgrade hf_tensorcompress"
             )
@@ -77,6 +77,7 @@ class TensorCompressQuantizer(HfQuantizer):
             ) from None
 
     def _process_model_before_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
+        from . import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
         if self.pre_quantized:
             return modeling.make_compressed(model)
         if modeling.is_compressed(model):
@@ -90,10 +91,12 @@ class TensorCompressQuantizer(HfQuantizer):
         return model
 
     def _process_model_after_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
+        from . import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
+        from .structure import CompressedCheckpointError
         if self.pre_quantized:
             missing = modeling.unloaded_tensors(model)
             if missing:
-                raise structure.CompressedCheckpointError(  # worded as Compressed<Base>.from_pretrained words it
+                raise CompressedCheckpointError(  # worded as Compressed<Base>.from_pretrained words it
                     f"The checkpoint does not match its compression_config: missing_keys: {missing[:6]}. Save the "
                     "model again with save_pretrained, or fix compression_config in config.json."
                 )
