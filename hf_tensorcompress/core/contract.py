@@ -100,3 +100,12 @@ class CompressedLinear(CompressedLayer):
 
     def dense_multiply_adds(self, tokens: int) -> int:
         return tokens * self.in_features * self.out_features
+
+    def spec(self) -> dict:
+        """The sizes every linear replacement records; subclasses add their own structure (e.g. the rank)."""
+        return {
+            "type": self.layer_type,
+            "in_features": self.in_features,
+            "out_features": self.out_features,
+            "bias": getattr(self, "bias", None) is not None,
+        }

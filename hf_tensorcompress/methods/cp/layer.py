@@ -129,14 +129,7 @@ class CPLinear(CompressedLinear):
 
     def spec(self) -> dict:
         """Everything needed to rebuild an empty layer of this shape (stored in ``config.compression_config``)."""
-        return {
-            "type": self.layer_type,
-            "in_features": self.in_features,
-            "out_features": self.out_features,
-            "num_heads": self.num_heads,
-            "rank": self.rank,
-            "bias": self.bias is not None,
-        }
+        return {**super().spec(), "num_heads": self.num_heads, "rank": self.rank}
 
     @classmethod
     def from_spec(cls, spec: dict) -> "CPLinear":

@@ -64,13 +64,7 @@ class LowRankLinear(CompressedLinear):
                 nn.init.uniform_(self.bias, -bound, bound)
 
     def spec(self) -> dict:
-        return {
-            "type": self.layer_type,
-            "in_features": self.in_features,
-            "out_features": self.out_features,
-            "rank": self.rank,
-            "bias": self.bias is not None,
-        }
+        return {**super().spec(), "rank": self.rank}
 
     @classmethod
     def from_spec(cls, spec: dict) -> "LowRankLinear":
