@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 import textwrap
@@ -111,6 +112,26 @@ def test_the_cached_copy_follows_in_place_edits_of_the_cores():
         head(hidden)
         layer.set_vectors([5], torch.randn(1, 24))
         torch.testing.assert_close(head(hidden), layer.logits(hidden, path="rebuild"))
+
+
+def test_the_factored_path_keeps_its_layout_only_while_the_cores_and_exact_tokens_are_unchanged(monkeypatch):
+    monkeypatch.setattr(tt_module, "FACTORED_BLOCK", 7)  # several blocks over 40 tokens
+    layer = TTEmbedding.from_weight(spread_rows(40, 24, seed=5), [4, 6], [2])
+    layer.keep_exact(torch.tensor([0, 3, 9]), spread_rows(3, 24, seed=6))
+    hidden = torch.randn(2, 24)
+    with torch.no_grad():
+        torch.testing.assert_close(layer.logits(hidden, path="factored"), layer.logits(hidden, path="rebuild"))
+        kept = layer._blocks_cache
+        layer.logits(hidden, path="factored")
+        assert layer._blocks_cache is kept  # reused between steps
+        copied = pickle.loads(pickle.dumps(layer))  # the caches are not pickled, and rebuilt on use
+        torch.testing.assert_close(copied.logits(hidden, path="factored"), layer.logits(hidden, path="rebuild"))
+        layer.set_vectors([5], torch.randn(1, 24))  # the trains change
+        torch.testing.assert_close(layer.logits(hidden, path="factored"), layer.logits(hidden, path="rebuild"))
+        layer.keep_exact(torch.tensor([1, 5]), spread_rows(2, 24, seed=7))  # other exact tokens
+        torch.testing.assert_close(layer.logits(hidden, path="factored"), layer.logits(hidden, path="rebuild"))
+    layer.logits(hidden, path="factored").square().sum().backward()  # while training: built per call
+    assert layer._blocks_cache is None and all(core.grad is not None for core in layer.cores)
 
 
 def test_chunked_decomposition_equals_one_block_and_power_stays_close():

@@ -15,6 +15,7 @@ Imports: torch, transformers and sibling files only.
 
 from __future__ import annotations
 
+import logging
 import re
 
 import torch
@@ -64,6 +65,17 @@ def for_this_class(model: nn.Module, compression: dict) -> dict:
     if "attention_modules" in compression:
         renamed["attention_modules"] = [rename(name) for name in compression["attention_modules"]]
     return renamed
+
+
+class _NothingSkipped(logging.Filter):
+    """Drops transformers' "Unknown quantization type, got tensorcompress … we will skip the quantization" warning,
+    which appears where hf_tensorcompress is not installed: there ``Compressed<Base>`` rebuilds the compressed
+    layers itself, so nothing is skipped and the advice to delete ``quantization_config`` would only break the
+    refusal of plain classes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith("Unknown quantization type") and f"got {QUANT_METHOD} " in message)
 
 
 def is_compressed(model: nn.Module) -> bool:
@@ -169,6 +181,9 @@ class CompressedModelMixin:
     def from_pretrained(cls, *args, **kwargs):
         """``PreTrainedModel.from_pretrained`` that refuses checkpoints whose compressed tensors are missing or misshapen."""
         wants_info = kwargs.pop("output_loading_info", False)
+        quantizer_log = logging.getLogger("transformers.quantizers.auto")
+        quiet = _NothingSkipped()
+        quantizer_log.addFilter(quiet)
         try:
             model, info = super().from_pretrained(*args, output_loading_info=True, **kwargs)
         except RuntimeError as error:
@@ -179,6 +194,8 @@ class CompressedModelMixin:
                 "above lists them); the config.json and the weights come from different models, or the config was "
                 f"edited. Save the compressed model again with save_pretrained. ({error})"
             ) from error
+        finally:
+            quantizer_log.removeFilter(quiet)
         compressed = tuple((model.config.compression_config or {}).get("modules", {}))
         problems = {
             kind: sorted(key for key in info.get(kind, ()) if _is_key_of(key, compressed))

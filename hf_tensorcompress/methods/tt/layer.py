@@ -14,6 +14,7 @@ The vocabulary axis is never factorized, so single tokens can be added, replaced
 from __future__ import annotations
 
 import math
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -401,32 +402,66 @@ def best_cut(shape: list[int], ranks: list[int], rows: int) -> tuple[int, int]:
     return min(((cut, _factored_cost(shape, ranks, cut, rows)) for cut in range(1, len(shape))), key=lambda x: x[1])
 
 
+class TensorsState:
+    """Which tensors, at which version, a derived value was computed from: a cache stays valid while the very same
+    tensors (not a new one at a recycled address) are unchanged in place."""
+
+    def __init__(self, tensors: list[torch.Tensor]) -> None:
+        self.refs = [weakref.ref(t) for t in tensors]
+        self.marks = [(t._version, t.data_ptr(), t.device) for t in tensors]
+
+    def matches(self, tensors: list[torch.Tensor]) -> bool:
+        return len(tensors) == len(self.refs) and all(
+            ref() is t and mark == (t._version, t.data_ptr(), t.device)
+            for ref, mark, t in zip(self.refs, self.marks, tensors)
+        )
+
+
+#: Tokens per block of ``factored_logits``: its temporaries (partial trains, the GEMM's output) stay under ~1 MB
+#: and in cache whatever the vocabulary. Larger blocks were no faster and left the freed temporaries in the C
+#: allocator's heap: 4096 raised peak RSS of batch-8 generation by ~5 MB, the whole vocabulary at once by ~24 MB
+#: (benchmarks/tt_generate.py).
+FACTORED_BLOCK = 2048
+
+
+def token_minor_blocks(cores: list[torch.Tensor], ids: torch.Tensor | None = None) -> list[list[torch.Tensor]]:
+    """The cores of tokens ``ids`` (all if None) in blocks of ``FACTORED_BLOCK`` tokens, each core token-minor
+    ``(R_{k-1}, I_k, R_k, n)``: the layout ``factored_logits`` reads (see ``_partial_trains``)."""
+    count = cores[0].shape[0] if ids is None else ids.shape[0]
+    blocks = []
+    for start in range(0, count, FACTORED_BLOCK):
+        block = slice(start, start + FACTORED_BLOCK)
+        picked = [core[block] if ids is None else core.index_select(0, ids[block]) for core in cores]
+        blocks.append([core.permute(1, 2, 3, 0).contiguous() for core in picked])
+    return blocks
+
+
 def factored_logits(
-    hidden: torch.Tensor, cores: list[torch.Tensor], ids: torch.Tensor | None = None, cut: int | None = None
+    hidden: torch.Tensor, cores: list[torch.Tensor], ids: torch.Tensor | None = None, cut: int | None = None,
+    blocks: list[list[torch.Tensor]] | None = None,
 ) -> torch.Tensor:
     """``hidden @ Wᵀ`` ``(m, n)`` for the trains of tokens ``ids`` (all if None) without building ``W`` (n × d).
 
     With the trains split after core ``cut`` into ``left (P_l, R, n)`` and ``right (R, P_r, n)``, token ``t``'s
     logit is ``Σ_{q,r} right[r, q, t] · Σ_p H[p, q] left[p, r, t]`` (``H`` = a hidden vector folded to
-    ``P_l × P_r``). The inner sum for all tokens is one GEMM ``(m·P_r, P_l) @ (P_l, R·n)``; the rest are
-    multiply-adds over contiguous token rows. The (small) cores are gathered and transposed token-minor per
-    call, nothing is cached. Traffic ≈ ``n·R·(P_l + m·P_r)`` floats against ``n·d`` for a dense matrix: it wins
-    while ``R·m`` is small (decoding), and loses to rebuilding the rows for long inputs.
+    ``P_l × P_r``). The inner sum for a block of tokens is one GEMM ``(m·P_r, P_l) @ (P_l, R·n)``; the rest is
+    one multiply and a sum over contiguous token rows. ``blocks`` (``token_minor_blocks(cores, ids)``, e.g.
+    kept by the caller between decoding steps) saves gathering and transposing the cores per call. Traffic ≈
+    ``n·R·(P_l + m·P_r)`` floats against ``n·d`` for a dense matrix: it wins while ``R·m`` is small (decoding),
+    and loses to rebuilding the rows for long inputs.
     """
     m = hidden.shape[0]
-    picked = [core if ids is None else core.index_select(0, ids) for core in cores]
-    picked = [core.permute(1, 2, 3, 0).contiguous() for core in picked]  # (R_{k-1}, I_k, R_k, n)
     if cut is None:
-        cut = best_cut([core.shape[1] for core in picked], [core.shape[2] for core in picked[:-1]], m)[0]
-    left, right = _partial_trains(picked, cut)
-    p_left, rank, n = left.shape
-    p_right = right.shape[1]
-    folded = hidden.reshape(m, p_left, p_right).transpose(1, 2).reshape(m * p_right, p_left)
-    inner = (folded @ left.reshape(p_left, rank * n)).reshape(m, p_right, rank, n)
-    out = inner[:, 0] * right[:, 0][None]
-    for q in range(1, p_right):
-        out = out.addcmul(inner[:, q], right[:, q][None])
-    return out.sum(dim=1)
+        cut = best_cut([core.shape[2] for core in cores], [core.shape[3] for core in cores[:-1]], m)[0]
+    out = []
+    for picked in token_minor_blocks(cores, ids) if blocks is None else blocks:
+        left, right = _partial_trains(picked, cut)
+        p_left, rank, n = left.shape
+        p_right = right.shape[1]
+        folded = hidden.reshape(m, p_left, p_right).transpose(1, 2).reshape(m * p_right, p_left)
+        inner = (folded @ left.reshape(p_left, rank * n)).reshape(m, p_right * rank, n)
+        out.append((inner * right.transpose(0, 1).reshape(1, p_right * rank, n)).sum(dim=1))
+    return out[0] if len(out) == 1 else torch.cat(out, dim=1)
 
 
 class TTEmbedding(CompressedLayer):
@@ -473,6 +508,8 @@ class TTEmbedding(CompressedLayer):
         self.register_buffer(
             "token_ranks", torch.tensor(ranks, dtype=torch.int32, device=device).repeat(num_embeddings, 1)
         )
+        self._split_cache: tuple | None = None  # see _token_split
+        self._blocks_cache: tuple | None = None  # see _decode_blocks
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -701,24 +738,51 @@ class TTEmbedding(CompressedLayer):
         return best_cut(self.shape, [core.shape[-1] for core in self.cores[:-1]], rows)[1] < self.embedding_dim
 
     def _exact_logits(self, raw: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        """``logits`` with the exact tokens' columns replaced by ``raw @ exact_rowsᵀ``."""
-        exact = self._exact()
-        return logits if exact is None else logits.index_copy(-1, exact[0], F.linear(raw, exact[1]))
+        """``logits`` with the exact tokens' columns replaced by ``raw @ exact_rowsᵀ`` (the rows as stored, no gather)."""
+        if self.exact_rows is None:
+            return logits
+        return logits.index_copy(-1, self._token_split()[0], F.linear(raw, self.exact_rows))
 
     def _factored(self, raw: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
         """Logits without a ``V×d`` matrix: exact tokens as one dense GEMM over ``exact_rows`` as stored (no
         gather), the other tokens by ``factored_logits`` over their trains only."""
+        cores = list(self.cores)
         if self.exact_rows is None:
-            return factored_logits(projected, list(self.cores))
-        slot = self.exact_slot
-        exact_ids = (slot >= 0).nonzero().squeeze(1)
-        by_slot = torch.empty_like(exact_ids).index_copy_(0, slot[exact_ids].long(), exact_ids)
-        train_ids = (slot < 0).nonzero().squeeze(1)
+            return factored_logits(projected, cores, blocks=self._decode_blocks(None))
+        by_slot, train_ids = self._token_split()
         logits = raw.new_empty(raw.shape[0], self.num_embeddings)
-        logits = logits.index_copy(1, by_slot, F.linear(raw, self.exact_rows))
+        logits.index_copy_(1, by_slot, F.linear(raw, self.exact_rows))
         if train_ids.numel():
-            logits = logits.index_copy(1, train_ids, factored_logits(projected, list(self.cores), train_ids))
+            logits.index_copy_(1, train_ids, factored_logits(projected, cores, train_ids,
+                                                             blocks=self._decode_blocks(train_ids)))
         return logits
+
+    def __getstate__(self) -> dict:
+        """Pickled without the decoding caches (they hold weak references, and are rebuilt on use)."""
+        return {**super().__getstate__(), "_split_cache": None, "_blocks_cache": None}
+
+    def _token_split(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the token of each exact slot, the tokens served by trains), computed once per ``exact_slot``: every
+        decoding step needs both, and finding them scans the vocabulary."""
+        slot = self.exact_slot
+        if self._split_cache is None or not self._split_cache[0].matches([slot]):
+            exact_ids = (slot >= 0).nonzero().squeeze(1)
+            by_slot = torch.empty_like(exact_ids).index_copy_(0, slot[exact_ids].long(), exact_ids)
+            self._split_cache = (TensorsState([slot]), by_slot, (slot < 0).nonzero().squeeze(1))
+        return self._split_cache[1], self._split_cache[2]
+
+    def _decode_blocks(self, ids: torch.Tensor | None) -> list[list[torch.Tensor]] | None:
+        """The train tokens' cores laid out for ``factored_logits``, kept between decoding steps while the cores
+        and ``ids`` are unchanged (the size of those cores; transposing them per step cost a sixth of a step).
+        None while the cores train: the layout must follow their gradients, so it is built per call."""
+        if torch.is_grad_enabled() and any(core.requires_grad for core in self.cores):
+            self._blocks_cache = None
+            return None
+        sources = [*self.cores] + ([] if ids is None else [ids])
+        if self._blocks_cache is None or not self._blocks_cache[0].matches(sources):
+            self._blocks_cache = None  # free the old layout before building the new one
+            self._blocks_cache = (TensorsState(sources), token_minor_blocks(list(self.cores), ids))
+        return self._blocks_cache[1]
 
     @property
     def weight(self) -> torch.Tensor:
@@ -842,11 +906,15 @@ class TTTiedHead(nn.Module):
         if self.mode != "cached" or torch.is_grad_enabled():
             self._cache = None
             return None
-        key = tuple((id(core), core._version, core.data_ptr(), core.device) for core in self.embedding.cores)
-        if self._cache is None or self._cache[0] != key:
+        cores = list(self.embedding.cores)
+        if self._cache is None or not self._cache[0].matches(cores):
             self._cache = None  # free the old copy before building the new one
-            self._cache = (key, tt_reconstruct(list(self.embedding.cores)))
+            self._cache = (TensorsState(cores), tt_reconstruct(cores))
         return self._cache[1]
+
+    def __getstate__(self) -> dict:
+        """Pickled without the cached copy (it holds weak references, and is rebuilt on use)."""
+        return {**super().__getstate__(), "_cache": None}
 
     def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> "TTTiedHead":
         """Nothing to do: the head follows the embedding's vocabulary."""
