@@ -18,7 +18,8 @@ row all counted):
 - ``rows+svd-output-calib`` / ``-id``: the same SVD taken in the output-aware metric ``W C^{1/2}`` (calibration
   covariance), dense rows by calibration counts or lowest ids;
 - ``tt-calib`` / ``tt-id`` / ``tt-mixed``: TT of order 3 (SmolLM2: 8×8×9) at ranks 1,1, output-aware basis, dense rows by
-  ``tt_exact_prior`` ``"calibration"``, ``"token_id"`` or ``"mixed"``;
+  ``tt_exact_prior`` ``"calibration"``, ``"token_id"`` or ``"mixed"``; ``tt-r33-calib``: the same at ranks 3,3
+  with fewer dense rows (calibration counts);
 - ``tt-plain`` (at 2× only): TT ranks 5,5, no basis, no dense rows, no calibration.
 
 Arms without calibration are scored once per evaluation corpus. Writes ``results.json``, ``table.md`` (Δ ln PPL,
@@ -55,15 +56,18 @@ from hf_tensorcompress.methods.tt.calibration import TTCalibration, exact_token_
 from hf_tensorcompress.methods.tt.energy import apply_svd_embedding, svd_rank_for
 from hf_tensorcompress.methods.tt.layer import TTTiedHead, balanced_shape
 
-TAIL_RANKS = [1, 1]
+def train_parameters(hidden: int, ranks: list[int]) -> int:
+    """``Σ_k r_{k-1} I_k r_k`` of one token's train of order 3 at ``ranks``."""
+    shape, bounds = balanced_shape(hidden, 3), [1, *ranks, 1]
+    return sum(bounds[k] * shape[k] * bounds[k + 1] for k in range(3))
 
 
-def exact_for_ratio(vocab: int, hidden: int, ratio: float) -> int:
-    """Dense rows that bring TT ranks 1,1 + output-aware basis (``d²``) to ``ratio``: trains of every token
-    (``Σ I_k`` each at ranks 1,1), the basis and the rows together fill ``V·d / ratio``."""
-    budget = vocab * hidden / ratio - vocab * sum(balanced_shape(hidden, 3)) - hidden * hidden
+def exact_for_ratio(vocab: int, hidden: int, ratio: float, ranks: list[int] = (1, 1)) -> int:
+    """Dense rows that bring TT at ``ranks`` + output-aware basis (``d²``) to ``ratio``: trains of every token, the
+    basis and the rows together fill ``V·d / ratio``."""
+    budget = vocab * hidden / ratio - vocab * train_parameters(hidden, list(ranks)) - hidden * hidden
     if budget < 0:
-        raise ValueError(f"ratio {ratio} is beyond TT ranks 1,1 with an output-aware basis")
+        raise ValueError(f"ratio {ratio} is beyond TT ranks {list(ranks)} with an output-aware basis")
     return int(budget // hidden)
 
 
@@ -88,9 +92,9 @@ def score(model, ids: torch.Tensor, args) -> float:
     return perplexity(model, ids, window=args.window, stride=args.stride)["ln_perplexity"]
 
 
-def tt_arm(prior: str, exact: int):
+def tt_arm(prior: str, exact: int, ranks: list[int]):
     def build(model, calibration):
-        config = CompressionConfig(method="tt", tt_order=3, tt_ranks=TAIL_RANKS, tt_basis="output",
+        config = CompressionConfig(method="tt", tt_order=3, tt_ranks=ranks, tt_basis="output",
                                    tt_exact_tokens=exact, tt_exact_prior=prior, tt_solver="eigh")
         apply_compression(model, config, calibration=calibration)
         return model.get_input_embeddings().effective_parameters()
@@ -100,16 +104,16 @@ def tt_arm(prior: str, exact: int):
 def arms(vocab: int, hidden: int, ratio: float) -> list[tuple[str, bool, object]]:
     """(name, needs calibration, build(model, calibration) → parameters) at ``ratio``; the first sets the budget."""
     exact = exact_for_ratio(vocab, hidden, ratio)
-    budget = vocab * sum(balanced_shape(hidden, 3)) + hidden * hidden + exact * hidden
+    budget = vocab * train_parameters(hidden, [1, 1]) + hidden * hidden + exact * hidden
     keep, tail_rank = rows_for_budget(hidden, budget), tail_rank_for(vocab, hidden, exact, budget)
 
     def calibrated_rows(calibration, prior):
         return exact_token_ids(calibration.counts, exact, prior)
 
     runs = [
-        ("tt-calib", True, tt_arm("calibration", exact)),
-        ("tt-mixed", True, tt_arm("mixed", exact)),
-        ("tt-id", True, tt_arm("token_id", exact)),
+        ("tt-calib", True, tt_arm("calibration", exact, [1, 1])),
+        ("tt-mixed", True, tt_arm("mixed", exact, [1, 1])),
+        ("tt-id", True, tt_arm("token_id", exact, [1, 1])),
         ("svd", False, lambda model, _: apply_svd_embedding(model, svd_rank_for(vocab, hidden, budget))),
         ("freq-calib", True, lambda model, c: frequency_only(model, exact_token_ids(c.counts, keep))),
         ("freq-id", False, lambda model, _: frequency_only(model, torch.arange(keep))),
@@ -120,6 +124,8 @@ def arms(vocab: int, hidden: int, ratio: float) -> list[tuple[str, bool, object]
         ("rows+svd-output-id", True, lambda model, c: dense_rows_svd_tail(
             model, torch.arange(exact), tail_rank, c.covariance)),
     ]
+    if vocab * hidden / ratio >= vocab * train_parameters(hidden, [3, 3]) + hidden * hidden:
+        runs.insert(3, ("tt-r33-calib", True, tt_arm("calibration", exact_for_ratio(vocab, hidden, ratio, [3, 3]), [3, 3])))
     if ratio == 2:
         def plain(model, _):
             apply_compression(model, CompressionConfig(method="tt", tt_order=3, tt_ranks=[5, 5], tt_solver="eigh"))
@@ -140,7 +146,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--arms", nargs="+", default=None, help="only these arms (default: all)")
     parser.add_argument("--held-out-fraction", type=float, default=0.25)
     parser.add_argument("--eval-tokens", type=int, default=2048, help="held-out tokens scored per corpus")
-    parser.add_argument("--calibration-tokens", type=int, default=65536, help="tokens counted per corpus")
+    parser.add_argument("--calibration-tokens", type=int, default=None,
+                        help="tokens counted per corpus (default: all of its calibration part)")
     parser.add_argument("--covariance-tokens", type=int, default=4096, help="tokens of the hidden-state covariance")
     parser.add_argument("--window", type=int, default=256)
     parser.add_argument("--stride", type=int, default=256)
