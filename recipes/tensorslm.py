@@ -125,11 +125,11 @@ def baselines(name: str, params: int, exact: int, basis: str, calibration_ids: t
     if args.no_baselines:
         return runs
     if keep < vocab:
-        runs.append((f"freq{keep}@{name}", "frequency-only",
+        runs.append((f"freq-only{keep}", "frequency-only",
                      lambda model, _: frequency_only(model, exact_token_ids(counts, keep))))
     if exact and params - exact * hidden >= vocab - exact + hidden:
         tail = tail_rank_for(vocab, hidden, exact, params)
-        runs.append((f"rows{exact}+svd{tail}{'-output' if basis == 'output' else ''}@{name}", "rows+svd",
+        runs.append((f"rows{exact}+svd{tail}{'-output' if basis == 'output' else ''}", "rows+svd",
                      lambda model, covariance: dense_rows_svd_tail(model, exact_token_ids(counts, exact), tail,
                                                                    covariance)))
     return runs
@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> dict:
         if untied:
             continue
         for label, method, build in baselines(name, params, exact, basis, calibration_ids, vocab, hidden, args):
-            if any(run["name"] == label for run in runs):  # e.g. the SVD rank of an earlier run
+            if any(run["name"] == label for run in runs):  # the same baseline for an earlier run of the same size
                 continue
             if method == "rows+svd" and basis == "output" and covariance is None:
                 covariance = hidden_covariance(load(), calibration_ids[:4096])
