@@ -144,6 +144,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--ratios", type=float, nargs="+", default=[2.0], help="target compression ratios")
     parser.add_argument("--arms", nargs="+", default=None, help="only these arms (default: all)")
+    parser.add_argument("--calibration-corpora", nargs="+", default=None, metavar="NAME",
+                        help="calibrate only on these corpora (default: every corpus); all are still evaluated")
     parser.add_argument("--held-out-fraction", type=float, default=0.25)
     parser.add_argument("--eval-tokens", type=int, default=2048, help="held-out tokens scored per corpus")
     parser.add_argument("--calibration-tokens", type=int, default=None,
@@ -163,9 +165,17 @@ def main(argv: list[str] | None = None) -> dict:
     vocab, hidden = dense.get_input_embeddings().weight.shape
 
     texts = corpora(args)
+    unknown = set(args.calibration_corpora or []) - set(texts)
+    if unknown:
+        raise ValueError(f"--calibration-corpora {sorted(unknown)} names no corpus (corpora: {sorted(texts)})")
+    known = {name for ratio in args.ratios for name, *_ in arms(vocab, hidden, ratio)}
+    if set(args.arms or []) - known:
+        raise ValueError(f"--arms {sorted(set(args.arms) - known)}: no such arm; choose from {sorted(known)}")
     held_out = {name: token_ids(tokenizer, split[1], args.eval_tokens) for name, split in texts.items()}
     calibrations = {}
     for name, (build, _) in texts.items():
+        if args.calibration_corpora and name not in args.calibration_corpora:
+            continue
         ids = token_ids(tokenizer, build, args.calibration_tokens)
         counts = torch.bincount(ids, minlength=vocab)[:vocab]
         calibrations[name] = TTCalibration(counts, hidden_covariance(dense, ids[: args.covariance_tokens]))
@@ -197,7 +207,8 @@ def main(argv: list[str] | None = None) -> dict:
                            "held_out_tokens": len(held_out[name]), "dense_ln_ppl": base[name]}
                     for name, split in texts.items()},
         "settings": {key: getattr(args, key) for key in ("held_out_fraction", "eval_tokens", "calibration_tokens",
-                                                          "covariance_tokens", "window", "stride", "ratios")},
+                                                          "covariance_tokens", "window", "stride", "ratios",
+                                                          "calibration_corpora", "arms")},
         "runs": runs, "wall_seconds": time.perf_counter() - started,
     }
     if accelerator.is_main_process:

@@ -155,4 +155,9 @@ def test_domains_recipe_gives_every_arm_at_most_the_tt_budget_and_keeps_text_dis
     assert (tmp_path / "out" / "domains.png").stat().st_size > 1000
     table = (tmp_path / "out" / "table.md").read_text()
     assert "| tt-calib | low | 2.00× |" in table and "(in)" in table
+    common = ["--model", str(model_dir), "--corpus", f"low={tmp_path / 'low'}", "--output-dir", str(tmp_path / "x")]
+    with pytest.raises(ValueError, match="no such arm; choose from"):
+        recipe.main(common + ["--arms", "tt-magic"])
+    with pytest.raises(ValueError, match="names no corpus"):
+        recipe.main(common + ["--calibration-corpora", "high"])
 
