@@ -23,8 +23,8 @@ row all counted):
 - ``tt-plain`` (at 2× only): TT ranks 5,5, no basis, no dense rows, no calibration.
 
 Arms without calibration are scored once per evaluation corpus. Writes ``results.json``, ``table.md`` (Δ ln PPL,
-calibration corpus × evaluation corpus) and ``domains.png`` (Δ ln PPL against compression ratio per arm, in and
-across domains) to ``--output-dir``. The default model is SmolLM2-135M-Instruct from its Q4_1 GGUF (dequantised
+calibration corpus × evaluation corpus, then per arm the mean in domain and the mean and worst across domains)
+and ``domains.png`` (Δ ln PPL against compression ratio per arm, in and across domains) to ``--output-dir``. The default model is SmolLM2-135M-Instruct from its Q4_1 GGUF (dequantised
 4-bit weights, see ``causal_lm.WEIGHTS_NOTE``).
 """
 
@@ -213,9 +213,9 @@ def main(argv: list[str] | None = None) -> dict:
     }
     if accelerator.is_main_process:
         (output / "results.json").write_text(json.dumps(results, indent=2))
-        (output / "table.md").write_text(table(results))
+        (output / "table.md").write_text(table(results) + "\n" + summary(results))
         plot(results, output / "domains.png")
-        accelerator.print(table(results))
+        accelerator.print(table(results) + "\n" + summary(results))
         accelerator.print(f"wall time {results['wall_seconds']:.0f} s")
     return results
 
@@ -236,6 +236,22 @@ def table(results: dict) -> str:
                             if name in cells else "" for name in names)
         mean = f"{sum(other) / len(other):.3f}" if other else ""
         lines.append(f"| {arm} | {source or '—'} | {ratio:.2f}× | {values} | {mean} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary(results: dict) -> str:
+    """One row per (ratio, arm): mean Δ ln PPL in domain (calibration corpus = evaluation corpus), mean and worst
+    across domains (every other pair; every pair for arms without calibration)."""
+    lines = ["| arm | ratio | in domain, mean | across domains, mean | across domains, worst |", "|---|---|---|---|---|"]
+    groups: dict[tuple, list] = {}
+    for run in results["runs"]:
+        groups.setdefault((run["target_ratio"], run["arm"]), []).append(run)
+    for (_, arm), runs in groups.items():
+        inside = [run["delta_ln_ppl"] for run in runs if run["calibration"] == run["evaluation"]]
+        across = [run["delta_ln_ppl"] for run in runs if run["calibration"] != run["evaluation"]]
+        ratio = min(run["compression_ratio"] for run in runs)
+        lines.append(f"| {arm} | {ratio:.2f}× | {f'{sum(inside) / len(inside):.3f}' if inside else '—'} | "
+                     f"{sum(across) / len(across):.3f} | {max(across):.3f} |")
     return "\n".join(lines) + "\n"
 
 

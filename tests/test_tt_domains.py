@@ -154,7 +154,7 @@ def test_domains_recipe_gives_every_arm_at_most_the_tt_budget_and_keeps_text_dis
     assert abs(delta[("freq-calib", "low", "low")]) < abs(delta[("freq-calib", "high", "low")])
     assert (tmp_path / "out" / "domains.png").stat().st_size > 1000
     table = (tmp_path / "out" / "table.md").read_text()
-    assert "| tt-calib | low | 2.00× |" in table and "(in)" in table
+    assert "| tt-calib | low | 2.00× |" in table and "(in)" in table and "| svd | 2.1" in table  # + summary
     common = ["--model", str(model_dir), "--corpus", f"low={tmp_path / 'low'}", "--output-dir", str(tmp_path / "x")]
     with pytest.raises(ValueError, match="no such arm; choose from"):
         recipe.main(common + ["--arms", "tt-magic"])
