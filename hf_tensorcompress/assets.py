@@ -148,7 +148,7 @@ def sotu_dir() -> Path:
 
 
 def mail_dir() -> Path:
-    """The 5,000 "easy ham" (non-spam) mails of the SpamAssassin public corpus (mailing lists, 2002), one JSON file
+    """The 2,500 "easy ham" (non-spam) mails of the SpamAssassin public corpus (mailing lists, 2002), one JSON file
     per mail whose ``text`` is the raw message, headers included (``text_dataset(..., mail_bodies=True)`` keeps the
     bodies): informal technical prose, a third domain beside a novel and political addresses."""
     return fetch("mail")

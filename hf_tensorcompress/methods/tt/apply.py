@@ -102,9 +102,8 @@ def build(
     for key, value in options.items():
         setattr(layer, key, value)
     if config.tt_exact_tokens:
-        counts = None if calibration is None else calibration.counts
-        if counts is None:  # tt_exact_prior="token_id" needs no text
-            counts = torch.zeros(embedding.num_embeddings, dtype=torch.long)
+        # tt_exact_prior="token_id" needs no calibration text
+        counts = calibration.counts if calibration is not None else torch.zeros(embedding.num_embeddings, dtype=torch.long)
         frequent = exact_token_ids(counts, config.tt_exact_tokens, config.tt_exact_prior)
         layer.keep_exact(frequent, weight[frequent.to(weight.device)])
     if not config.tt_untie_output:
