@@ -15,8 +15,8 @@ row all counted):
 - ``freq-calib`` / ``freq-id``: frequency-only: the most frequent tokens keep their rows, the rest share their
   mean row; frequency from the calibration text, or the tokenizer's merge order (lowest ids, no calibration);
 - ``rows+svd-calib``: the TT arm's dense rows, the remaining rows as a rank-``k`` SVD;
-- ``rows+svd-output-calib`` / ``-id``: the same SVD taken in the output-aware metric ``W C^{1/2}`` (calibration
-  covariance), dense rows by calibration counts or lowest ids;
+- ``rows+svd-output-calib`` / ``-id`` / ``-mixed``: the same SVD taken in the output-aware metric ``W C^{1/2}``
+  (calibration covariance), dense rows by calibration counts, lowest ids or half of each (``tt_exact_prior``);
 - ``tt-calib`` / ``tt-id`` / ``tt-mixed``: TT of order 3 (SmolLM2: 8×8×9) at ranks 1,1, output-aware basis, dense rows by
   ``tt_exact_prior`` ``"calibration"``, ``"token_id"`` or ``"mixed"``; ``tt-r33-calib``: the same at ranks 3,3
   with fewer dense rows (calibration counts);
@@ -123,6 +123,8 @@ def arms(vocab: int, hidden: int, ratio: float) -> list[tuple[str, bool, object]
             model, calibrated_rows(c, "calibration"), tail_rank, c.covariance)),
         ("rows+svd-output-id", True, lambda model, c: dense_rows_svd_tail(
             model, torch.arange(exact), tail_rank, c.covariance)),
+        ("rows+svd-output-mixed", True, lambda model, c: dense_rows_svd_tail(
+            model, calibrated_rows(c, "mixed"), tail_rank, c.covariance)),
     ]
     if vocab * hidden / ratio >= vocab * train_parameters(hidden, [3, 3]) + hidden * hidden:
         runs.insert(3, ("tt-r33-calib", True, tt_arm("calibration", exact_for_ratio(vocab, hidden, ratio, [3, 3]), [3, 3])))
