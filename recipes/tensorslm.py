@@ -4,7 +4,10 @@
 
 For every run: compress the token embedding (tied output layer included), measure perplexity on held-out text
 with sliding windows, and record parameters, compression ratio (paper Eq. 21), estimated energy ratio
-(Eq. 2-5, ν/τ = 5) and compression time. Writes ``results.json`` and ``tradeoff.png`` (ln PPL vs compression
+(Eq. 2-5, ν/τ = 5) and compression time. Every tied TT run is followed by the simple baselines at (at most) its
+parameter count: matrix SVD, frequency-only (the most frequent calibration tokens keep their rows, the rest share
+one mean row) and, for runs with dense rows, the same rows dense + an SVD of the remaining rows (in the
+output-aware metric when the run uses that basis); ``--no-svd`` / ``--no-baselines`` skip them. Writes ``results.json`` and ``tradeoff.png`` (ln PPL vs compression
 ratio, TT vs SVD) in ``--output-dir``. The default model is SmolLM2-135M-Instruct from its Q4_1 GGUF
 (dequantised 4-bit weights, see ``causal_lm.WEIGHTS_NOTE``).
 """
@@ -25,6 +28,13 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from hf_tensorcompress import CompressionConfig
 from hf_tensorcompress.data.causal_lm import WEIGHTS_NOTE, smollm2_dir
 from hf_tensorcompress.extras import require
+from hf_tensorcompress.methods.tt.baselines import (
+    dense_rows_svd_tail,
+    frequency_only,
+    rows_for_budget,
+    tail_rank_for,
+)
+from hf_tensorcompress.methods.tt.calibration import exact_token_ids, hidden_covariance
 from hf_tensorcompress.methods.tt.healing import heal_tt_embedding
 from hf_tensorcompress.methods.tt.layer import TT_SOLVERS, TTTiedHead
 from hf_tensorcompress.methods.tt.apply import apply_tt
@@ -104,6 +114,27 @@ def evaluate_model(model, ids: torch.Tensor, args) -> dict:
     return perplexity(model, ids, window=args.window, stride=args.stride, progress=True)
 
 
+def baselines(name: str, params: int, exact: int, basis: str, calibration_ids: torch.Tensor, vocab: int,
+              hidden: int, args) -> list[tuple]:
+    """(label, method, build(model, covariance) → parameters) of the baselines at (at most) ``params``: matrix SVD,
+    frequency-only with the calibration counts, and for a run with ``exact`` dense rows the same rows + an SVD of
+    the other rows (output-aware, i.e. of ``W C^{1/2}``, when the run's basis is; ``covariance`` is then given)."""
+    counts = torch.bincount(calibration_ids, minlength=vocab)[:vocab]
+    rank, keep = svd_rank_for(vocab, hidden, params), rows_for_budget(hidden, params)
+    runs = [] if args.no_svd else [(f"svd-k{rank}", "svd", lambda model, _: apply_svd_embedding(model, rank))]
+    if args.no_baselines:
+        return runs
+    if keep < vocab:
+        runs.append((f"freq-only{keep}", "frequency-only",
+                     lambda model, _: frequency_only(model, exact_token_ids(counts, keep))))
+    if exact and params - exact * hidden >= vocab - exact + hidden:
+        tail = tail_rank_for(vocab, hidden, exact, params)
+        runs.append((f"rows{exact}+svd{tail}{'-output' if basis == 'output' else ''}", "rows+svd",
+                     lambda model, covariance: dense_rows_svd_tail(model, exact_token_ids(counts, exact), tail,
+                                                                   covariance)))
+    return runs
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="HF folder of a causal LM (default: SmolLM2-135M from GGUF)")
@@ -121,7 +152,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--window", type=int, default=512)
     parser.add_argument("--stride", type=int, default=256)
     parser.add_argument("--energy-length", type=int, default=100, help="query length l of the energy estimate")
-    parser.add_argument("--no-svd", action="store_true", help="skip the SVD baselines")
+    parser.add_argument("--no-svd", action="store_true", help="skip the matrix-SVD baselines")
+    parser.add_argument("--no-baselines", action="store_true",
+                        help="skip the frequency-only and dense-rows + SVD-tail baselines")
     parser.add_argument("--heal-steps", type=int, default=40, help="distillation steps of the runs marked healed")
     parser.add_argument("--heal-tokens", type=int, default=16384, help="calibration tokens whose hidden states heal")
     parser.add_argument("--heal-lr", type=float, default=3e-3)
@@ -156,7 +189,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     runs = [{"name": "dense", "method": "dense", "embedding_params": vocab * hidden, "compression_ratio": 1.0,
              "perplexity": dense["perplexity"], "delta_ln_ppl": 0.0, "energy_ratio": 1.0, "compress_seconds": 0.0}]
-    svd_done: set[int] = set()
+    covariance = None  # of the calibration hidden states, for the output-aware SVD-tail baseline (computed once)
     for name, shape, ranks, eps, untied, basis, *extra in SWEEPS[args.sweep]:
         exact, healed = (list(extra) + [0, False])[:2]
         model = load()
@@ -191,25 +224,30 @@ def main(argv: list[str] | None = None) -> dict:
         })
         accelerator.print(json.dumps(runs[-1]))
         del model
-        rank = svd_rank_for(vocab, hidden, params)
-        if args.no_svd or untied or basis != "identity" or rank in svd_done:
+        if untied:
             continue
-        svd_done.add(rank)
-        model = load()
-        start = time.perf_counter()
-        svd_params = apply_svd_embedding(model, rank)
-        seconds = time.perf_counter() - start
-        result = evaluate_model(model, ids, args)
-        runs.append({
-            "name": f"svd-k{rank}", "method": "svd", "svd_rank": rank, "output_layer": "tied",
-            "embedding_params": svd_params, "compression_ratio": compression_ratio(vocab * hidden, svd_params),
-            "eta": eta(vocab * hidden, svd_params), "perplexity": result["perplexity"],
-            "delta_ln_ppl": result["ln_perplexity"] - dense["ln_perplexity"],
-            "energy_ratio": energy_report(vocab, hidden, args.energy_length, svd_rank=rank)["svd"]["ratio"],
-            "compress_seconds": seconds,
-        })
-        accelerator.print(json.dumps(runs[-1]))
-        del model
+        for label, method, build in baselines(name, params, exact, basis, calibration_ids, vocab, hidden, args):
+            if any(run["name"] == label for run in runs):  # the same baseline for an earlier run of the same size
+                continue
+            if method == "rows+svd" and basis == "output" and covariance is None:
+                covariance = hidden_covariance(load(), calibration_ids[:4096])
+            model = load()
+            start = time.perf_counter()
+            base_params = build(model, covariance if basis == "output" else None)
+            seconds = time.perf_counter() - start
+            result = evaluate_model(model, ids, args)
+            runs.append({
+                "name": label, "method": method, "output_layer": "tied", "same_size_as": name,
+                "embedding_params": base_params, "compression_ratio": compression_ratio(vocab * hidden, base_params),
+                "eta": eta(vocab * hidden, base_params), "perplexity": result["perplexity"],
+                "delta_ln_ppl": result["ln_perplexity"] - dense["ln_perplexity"], "compress_seconds": seconds,
+            })
+            if method == "svd":
+                rank = svd_rank_for(vocab, hidden, params)
+                runs[-1] |= {"svd_rank": rank,
+                             "energy_ratio": energy_report(vocab, hidden, args.energy_length, svd_rank=rank)["svd"]["ratio"]}
+            accelerator.print(json.dumps(runs[-1]))
+            del model
 
     results = {
         "model": model_dir, "weights": WEIGHTS_NOTE if args.model is None else model_dir,
@@ -244,8 +282,10 @@ def plot(results: dict, path: Path) -> None:
         "TT healed by distillation (tied)": [r for r in tied if r.get("heal_steps")],
         "TT plain, dense untied output": [r for r in tt if r["output_layer"] != "tt (tied)"],
         "matrix SVD (tied)": [r for r in runs if r["method"] == "svd"],
+        "frequency-only (same size)": [r for r in runs if r["method"] == "frequency-only"],
+        "same dense rows + SVD tail (same size)": [r for r in runs if r["method"] == "rows+svd"],
     }
-    for (label, group), marker in zip(groups.items(), "o^DP*sx"):
+    for (label, group), marker in zip(groups.items(), "o^DP*sxvh"):
         group = sorted(group, key=lambda r: r["compression_ratio"])
         if group:
             ax.plot([r["compression_ratio"] for r in group], [math.log(r["perplexity"]) for r in group],

@@ -49,5 +49,9 @@ def test_real_text_folders_load_in_document_order_and_split_without_overlap():
     assert len(build) + len(held_out) == len(moby) and not set(build["source"]) & set(held_out["source"])
     sotu = text_dataset(assets.sotu_dir())
     assert sotu[0]["source"].startswith("1790") and len(sotu) > 200
+    raw, mail = text_dataset(assets.mail_dir()), text_dataset(assets.mail_dir(), mail_bodies=True)
+    assert len(raw) == len(mail) == 2500 and raw[0]["source"].startswith("00001.")
+    assert sum("Return-Path:" in text for text in raw["text"]) > 2000  # raw messages carry routing headers
+    assert sum(text.startswith(("Return-Path:", "From ", "Received:")) for text in mail["text"]) == 0
     with pytest.raises(ValueError, match="empty split"):
         split_documents(moby, 0.0)

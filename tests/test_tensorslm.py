@@ -89,4 +89,12 @@ def test_recipe_smoke_writes_results_and_plot(tmp_path):
     assert tt["compression_ratio"] == pytest.approx(97 * 72 / tt["embedding_params"])
     healed = next(run for run in written["runs"] if run["name"] == "tt3-r5-output-exact64-healed")
     assert healed["heal_steps"] == 3 and healed["heal_seconds"] > 0 and tt["heal_steps"] == 0
+    by_name = {run["name"]: run for run in written["runs"]}
+    baselines = [run for run in written["runs"] if run["method"] in ("svd", "frequency-only", "rows+svd")]
+    assert {"svd", "rows+svd"} <= {run["method"] for run in baselines}  # frequency-only needs a TT run below dense
+    for run in baselines:  # at most the parameters of the TT run they stand beside
+        assert run["embedding_params"] <= by_name[run["same_size_as"]]["embedding_params"]
+    rows = next(run for run in baselines if run["method"] == "rows+svd")
+    assert rows["name"].startswith("rows64+svd") and rows["name"].endswith("-output")
+    assert len({run["name"] for run in written["runs"]}) == len(written["runs"])  # no baseline twice
     assert (tmp_path / "out" / "tradeoff.png").stat().st_size > 1000

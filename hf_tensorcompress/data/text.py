@@ -14,14 +14,25 @@ def _natural_key(path: Path) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
 
 
-def text_dataset(folder: str | Path) -> datasets.Dataset:
+def mail_body(message: str) -> str:
+    """The body of a raw mail message: everything after the first blank line (RFC 5322 ends the headers there);
+    the whole text if it has no blank line."""
+    head, blank, body = message.replace("\r\n", "\n").partition("\n\n")
+    return body if blank else head
+
+
+def text_dataset(folder: str | Path, mail_bodies: bool = False) -> datasets.Dataset:
     """Every ``*.json`` file of ``folder`` holding an object with a ``"text"`` field, in natural file order
-    (Moby Dick: chapter_1 … chapter_135; State of the Union: by year), as columns ``source`` and ``text``."""
+    (Moby Dick: chapter_1 … chapter_135; State of the Union: by year; mails: by number), as columns ``source`` and
+    ``text``. ``mail_bodies=True`` keeps only each text's body (``mail_body``: the SpamAssassin mails are raw
+    messages whose routing headers are not prose); documents left empty are dropped."""
     rows = []
     for path in sorted(Path(folder).glob("*.json"), key=_natural_key):
         record = json.loads(path.read_text(encoding="utf-8"))
-        if isinstance(record, dict) and isinstance(record.get("text"), str) and record["text"].strip():
-            rows.append({"source": path.stem, "text": record["text"]})
+        if isinstance(record, dict) and isinstance(record.get("text"), str):
+            text = mail_body(record["text"]) if mail_bodies else record["text"]
+            if text.strip():
+                rows.append({"source": path.stem, "text": text})
     if not rows:
         raise ValueError(f"{folder} holds no JSON file with a 'text' field")
     return datasets.Dataset.from_list(rows)

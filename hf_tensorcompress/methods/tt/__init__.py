@@ -2,7 +2,8 @@
 
 ``config.py`` ``TTConfig`` · ``layer.py`` ``TTEmbedding`` / ``TTTiedHead`` (shipped in checkpoints) · ``apply.py``
 (``apply_tt``) · ``calibration.py`` (output-aware basis, exact tokens) · ``healing.py`` (optional distillation) ·
-``energy.py`` (the paper's η and energy model, the matrix-SVD baseline).
+``energy.py`` (the paper's η and energy model, the matrix-SVD baseline) · ``baselines.py`` (frequency-only and
+dense rows + SVD tail at a parameter budget).
 """
 
 from ...lazy import lazy_exports

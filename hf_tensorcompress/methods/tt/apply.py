@@ -102,7 +102,9 @@ def build(
     for key, value in options.items():
         setattr(layer, key, value)
     if config.tt_exact_tokens:
-        frequent = exact_token_ids(calibration.counts, config.tt_exact_tokens)
+        # tt_exact_prior="token_id" needs no calibration text
+        counts = calibration.counts if calibration is not None else torch.zeros(embedding.num_embeddings, dtype=torch.long)
+        frequent = exact_token_ids(counts, config.tt_exact_tokens, config.tt_exact_prior)
         layer.keep_exact(frequent, weight[frequent.to(weight.device)])
     if not config.tt_untie_output:
         layer.tied_output = tied_output_name(model, embedding)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .config import TTConfig
+from .config import EXACT_PRIORS, TTConfig
 
 
 @dataclass
@@ -34,7 +34,7 @@ class TTCalibration:
 
 
 def needs_calibration(config: TTConfig) -> bool:
-    return config.tt_basis == "output" or config.tt_exact_tokens > 0
+    return config.tt_basis == "output" or (config.tt_exact_tokens > 0 and config.tt_exact_prior != "token_id")
 
 
 def check_calibration(model: nn.Module, config: TTConfig, calibration: object) -> TTCalibration | None:
@@ -43,7 +43,7 @@ def check_calibration(model: nn.Module, config: TTConfig, calibration: object) -
         return None
     if not isinstance(calibration, TTCalibration) or (config.tt_basis == "output" and calibration.covariance is None):
         raise ValueError(
-            "tt_basis='output' and tt_exact_tokens need calibration text: call "
+            "tt_basis='output' and tt_exact_tokens (unless tt_exact_prior='token_id') need calibration text: call "
             "apply_tt(model, config, calibration_ids) with token ids of text the model should serve, or pass "
             "calibration=TTCalibration.from_ids(model, config, ids) to apply_compression"
         )
@@ -86,8 +86,23 @@ def output_basis(weight: torch.Tensor, covariance: torch.Tensor | None = None) -
 
 
 
-def exact_token_ids(counts: torch.Tensor, number: int) -> torch.Tensor:
-    """The ``number`` tokens kept exact: most frequent in the calibration text first, then the tokens it never
-    used in id order. BPE vocabularies (GPT-2, OPT, SmolLM2) number tokens by merge order, i.e. roughly by
-    frequency in the tokenizer's training corpus, so low ids are the common tokens any text is likely to need."""
-    return counts.argsort(descending=True, stable=True)[: min(number, len(counts))]
+def exact_token_ids(counts: torch.Tensor | None, number: int, prior: str = "calibration") -> torch.Tensor:
+    """The ``number`` tokens kept exact, under ``prior``:
+
+    - ``"calibration"``: most frequent in the calibration text first, then the tokens it never used in id order;
+    - ``"token_id"``: the lowest ids (no text needed). BPE vocabularies (GPT-2, OPT, SmolLM2) number tokens in merge
+      order, i.e. roughly by frequency in the tokenizer's own (broad) training corpus: a domain-free prior;
+    - ``"mixed"``: the most frequent half from the calibration text (tokens it used), the rest by lowest id.
+    """
+    if prior not in EXACT_PRIORS:
+        raise ValueError(f"prior={prior!r}; choose one of {list(EXACT_PRIORS)}")
+    if prior == "token_id":
+        return torch.arange(min(number, len(counts)))
+    order = counts.argsort(descending=True, stable=True)
+    if prior == "calibration":
+        return order[: min(number, len(counts))]
+    seen = order[: min(number // 2, int((counts > 0).sum()))]
+    chosen = torch.zeros(len(counts), dtype=torch.bool)
+    chosen[seen] = True
+    rest = (~chosen).nonzero().squeeze(1)[: max(number - len(seen), 0)]
+    return torch.cat([seen, rest])

@@ -10,6 +10,9 @@ from ...config import CompressionConfig, check_choice, check_int
 #: Bases the trains are built in.
 TT_BASES = ("identity", "pca", "output")
 
+#: Orders in which ``tt_exact_tokens`` picks its dense rows (calibration.EXACT_PRIORS, kept torch-free here).
+EXACT_PRIORS = ("calibration", "token_id", "mixed")
+
 
 def _positive_ints(value: Any) -> bool:
     return isinstance(value, (list, tuple)) and bool(value) and all(
@@ -36,7 +39,11 @@ class TTConfig(CompressionConfig):
             1.006× exact at 8×8×9, ranks 5,5; tokens whose spectrum it cannot resolve fall back to ``eigh``).
         tt_exact_tokens: serve this many of the most frequent tokens of the calibration text from dense rows
             (exact), the rest from their trains (needs calibration text, see ``apply_tt``); tokens the calibration
-            text never used follow in token-id order.
+            text never used follow in token-id order (``tt_exact_prior`` chooses other orders).
+        tt_exact_prior: which tokens ``tt_exact_tokens`` keeps dense: ``"calibration"`` (default: counts of the
+            calibration text), ``"token_id"`` (the lowest ids: BPE tokenizers number tokens in merge order, roughly
+            by frequency in their broad training corpus; needs no calibration text) or ``"mixed"`` (the calibration
+            text's most frequent half, then lowest ids).
         tt_untie_output: on a model with a tied output layer, keep a dense copy of the output matrix (the untied
             variant) instead of reading logits from the TT cores.
     """
@@ -49,6 +56,7 @@ class TTConfig(CompressionConfig):
     tt_basis: str = "identity"
     tt_solver: str = "auto"
     tt_exact_tokens: int = 0
+    tt_exact_prior: str = "calibration"
     tt_untie_output: bool = False
 
     method_name: ClassVar[str] = "tt"
@@ -71,6 +79,7 @@ class TTConfig(CompressionConfig):
                 "value; use tt_solver='eigh')"
             )
         check_int(self.tt_exact_tokens, "tt_exact_tokens", 0, " (tokens kept dense)")
+        check_choice(self.tt_exact_prior, "tt_exact_prior", EXACT_PRIORS)
         if not isinstance(self.tt_untie_output, bool):
             raise ValueError(f"tt_untie_output must be True or False, got {self.tt_untie_output!r}")
         if self.tt_ranks is None and self.tt_eps is None:

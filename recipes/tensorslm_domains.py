@@ -1,0 +1,292 @@
+"""TensorSLM across domains: calibrate on one corpus, score perplexity on the held-out part of every corpus, for TT
+token embeddings and the simple baselines at the same parameter count.
+
+    accelerate launch recipes/tensorslm_domains.py --output-dir out/domains [--model DIR] \\
+        [--corpus NAME=DIR ...] [--mail-corpus NAME ...] [--ratios 2]
+
+Every corpus (a folder of JSON documents with a ``text`` field; default: Moby Dick, the State of the Union
+addresses and SpamAssassin mails) is split by documents: the last ``--held-out-fraction`` is evaluation text, the
+rest calibration text, so calibration and evaluation text never overlap, in or across domains. For each target
+compression ratio the TT arm (ranks 1,1, output-aware basis, the most frequent tokens dense, as many as the ratio
+allows) sets the budget, and every other arm gets at most its parameters (dense rows, factors, basis and fill
+row all counted):
+
+- ``svd``: the whole matrix at rank ``k`` (no calibration);
+- ``freq-calib`` / ``freq-id``: frequency-only: the most frequent tokens keep their rows, the rest share their
+  mean row; frequency from the calibration text, or the tokenizer's merge order (lowest ids, no calibration);
+- ``rows+svd-calib``: the TT arm's dense rows, the remaining rows as a rank-``k`` SVD;
+- ``rows+svd-output-calib`` / ``-id`` / ``-mixed``: the same SVD taken in the output-aware metric ``W C^{1/2}``
+  (calibration covariance), dense rows by calibration counts, lowest ids or half of each (``tt_exact_prior``);
+- ``tt-calib`` / ``tt-id`` / ``tt-mixed``: TT of order 3 (SmolLM2: 8×8×9) at ranks 1,1, output-aware basis, dense rows by
+  ``tt_exact_prior`` ``"calibration"``, ``"token_id"`` or ``"mixed"``; ``tt-r33-calib``: the same at ranks 3,3
+  with fewer dense rows (calibration counts);
+- ``tt-plain`` (at 2× only): TT ranks 5,5, no basis, no dense rows, no calibration.
+
+Arms without calibration are scored once per evaluation corpus. Writes ``results.json``, ``table.md`` (Δ ln PPL,
+calibration corpus × evaluation corpus, then per arm the mean in domain and the mean and worst across domains)
+and ``domains.png`` (Δ ln PPL against compression ratio per arm, in and across domains) to ``--output-dir``. The default model is SmolLM2-135M-Instruct from its Q4_1 GGUF (dequantised
+4-bit weights, see ``causal_lm.WEIGHTS_NOTE``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress.data.causal_lm import WEIGHTS_NOTE, smollm2_dir
+from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
+from hf_tensorcompress.evaluation.perplexity import perplexity
+from hf_tensorcompress.extras import require
+from hf_tensorcompress.methods.tt.baselines import (
+    dense_rows_svd_tail,
+    frequency_only,
+    rows_for_budget,
+    tail_rank_for,
+)
+from hf_tensorcompress.methods.tt.calibration import TTCalibration, exact_token_ids, hidden_covariance
+from hf_tensorcompress.methods.tt.energy import apply_svd_embedding, svd_rank_for
+from hf_tensorcompress.methods.tt.layer import TTTiedHead, balanced_shape
+
+def train_parameters(hidden: int, ranks: list[int]) -> int:
+    """``Σ_k r_{k-1} I_k r_k`` of one token's train of order 3 at ``ranks``."""
+    shape, bounds = balanced_shape(hidden, 3), [1, *ranks, 1]
+    return sum(bounds[k] * shape[k] * bounds[k + 1] for k in range(3))
+
+
+def exact_for_ratio(vocab: int, hidden: int, ratio: float, ranks: list[int] = (1, 1)) -> int:
+    """Dense rows that bring TT at ``ranks`` + output-aware basis (``d²``) to ``ratio``: trains of every token, the
+    basis and the rows together fill ``V·d / ratio``."""
+    budget = vocab * hidden / ratio - vocab * train_parameters(hidden, list(ranks)) - hidden * hidden
+    if budget < 0:
+        raise ValueError(f"ratio {ratio} is beyond TT ranks {list(ranks)} with an output-aware basis")
+    return int(budget // hidden)
+
+
+def corpora(args) -> dict[str, tuple]:
+    """name → (calibration dataset, held-out dataset)."""
+    from hf_tensorcompress import assets
+
+    given = dict(item.split("=", 1) for item in args.corpus) if args.corpus else {
+        "moby_dick": str(assets.moby_dick_dir()), "sotu": str(assets.sotu_dir()), "mail": str(assets.mail_dir())}
+    mail = set(args.mail_corpus if args.corpus else ["mail"])
+    unknown = mail - set(given)
+    if unknown:
+        raise ValueError(f"--mail-corpus {sorted(unknown)} names no --corpus (given: {sorted(given)})")
+    return {name: split_documents(text_dataset(folder, mail_bodies=name in mail), args.held_out_fraction)
+            for name, folder in given.items()}
+
+
+def score(model, ids: torch.Tensor, args) -> float:
+    head = model.get_output_embeddings()
+    if isinstance(head, TTTiedHead):
+        head.mode = "cached"  # evaluation under no_grad: rebuild the tied matrix once, not per window
+    return perplexity(model, ids, window=args.window, stride=args.stride)["ln_perplexity"]
+
+
+def tt_arm(prior: str, exact: int, ranks: list[int]):
+    def build(model, calibration):
+        config = CompressionConfig(method="tt", tt_order=3, tt_ranks=ranks, tt_basis="output",
+                                   tt_exact_tokens=exact, tt_exact_prior=prior, tt_solver="eigh")
+        apply_compression(model, config, calibration=calibration)
+        return model.get_input_embeddings().effective_parameters()
+    return build
+
+
+def arms(vocab: int, hidden: int, ratio: float) -> list[tuple[str, bool, object]]:
+    """(name, needs calibration, build(model, calibration) → parameters) at ``ratio``; the first sets the budget."""
+    exact = exact_for_ratio(vocab, hidden, ratio)
+    budget = vocab * train_parameters(hidden, [1, 1]) + hidden * hidden + exact * hidden
+    keep, tail_rank = rows_for_budget(hidden, budget), tail_rank_for(vocab, hidden, exact, budget)
+
+    def calibrated_rows(calibration, prior):
+        return exact_token_ids(calibration.counts, exact, prior)
+
+    runs = [
+        ("tt-calib", True, tt_arm("calibration", exact, [1, 1])),
+        ("tt-mixed", True, tt_arm("mixed", exact, [1, 1])),
+        ("tt-id", True, tt_arm("token_id", exact, [1, 1])),
+        ("svd", False, lambda model, _: apply_svd_embedding(model, svd_rank_for(vocab, hidden, budget))),
+        ("freq-calib", True, lambda model, c: frequency_only(model, exact_token_ids(c.counts, keep))),
+        ("freq-id", False, lambda model, _: frequency_only(model, torch.arange(keep))),
+        ("rows+svd-calib", True, lambda model, c: dense_rows_svd_tail(model, calibrated_rows(c, "calibration"),
+                                                                      tail_rank)),
+        ("rows+svd-output-calib", True, lambda model, c: dense_rows_svd_tail(
+            model, calibrated_rows(c, "calibration"), tail_rank, c.covariance)),
+        ("rows+svd-output-id", True, lambda model, c: dense_rows_svd_tail(
+            model, torch.arange(exact), tail_rank, c.covariance)),
+        ("rows+svd-output-mixed", True, lambda model, c: dense_rows_svd_tail(
+            model, calibrated_rows(c, "mixed"), tail_rank, c.covariance)),
+    ]
+    if vocab * hidden / ratio >= vocab * train_parameters(hidden, [3, 3]) + hidden * hidden:
+        runs.insert(3, ("tt-r33-calib", True, tt_arm("calibration", exact_for_ratio(vocab, hidden, ratio, [3, 3]), [3, 3])))
+    if ratio == 2:
+        def plain(model, _):
+            apply_compression(model, CompressionConfig(method="tt", tt_order=3, tt_ranks=[5, 5], tt_solver="eigh"))
+            return model.get_input_embeddings().effective_parameters()
+        runs.append(("tt-plain", False, plain))
+    return runs
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default=None, help="HF folder of a causal LM (default: SmolLM2-135M from GGUF)")
+    parser.add_argument("--corpus", action="append", default=[], metavar="NAME=DIR",
+                        help="a folder of JSON documents with a 'text' field (repeat; default: moby_dick, sotu, mail)")
+    parser.add_argument("--mail-corpus", action="append", default=[], metavar="NAME",
+                        help="a --corpus whose texts are raw mail messages: keep their bodies")
+    parser.add_argument("--output-dir", required=True)
+    parser.add_argument("--ratios", type=float, nargs="+", default=[2.0], help="target compression ratios")
+    parser.add_argument("--arms", nargs="+", default=None, help="only these arms (default: all)")
+    parser.add_argument("--calibration-corpora", nargs="+", default=None, metavar="NAME",
+                        help="calibrate only on these corpora (default: every corpus); all are still evaluated")
+    parser.add_argument("--held-out-fraction", type=float, default=0.25)
+    parser.add_argument("--eval-tokens", type=int, default=2048, help="held-out tokens scored per corpus")
+    parser.add_argument("--calibration-tokens", type=int, default=None,
+                        help="tokens counted per corpus (default: all of its calibration part)")
+    parser.add_argument("--covariance-tokens", type=int, default=4096, help="tokens of the hidden-state covariance")
+    parser.add_argument("--window", type=int, default=256)
+    parser.add_argument("--stride", type=int, default=256)
+    args = parser.parse_args(argv)
+
+    started = time.perf_counter()
+    accelerator = Accelerator()
+    output = Path(args.output_dir)
+    output.mkdir(parents=True, exist_ok=True)
+    model_dir = args.model or str(smollm2_dir())
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    dense = accelerator.prepare_model(AutoModelForCausalLM.from_pretrained(model_dir), evaluation_mode=True).eval()
+    vocab, hidden = dense.get_input_embeddings().weight.shape
+
+    texts = corpora(args)
+    unknown = set(args.calibration_corpora or []) - set(texts)
+    if unknown:
+        raise ValueError(f"--calibration-corpora {sorted(unknown)} names no corpus (corpora: {sorted(texts)})")
+    known = {name for ratio in args.ratios for name, *_ in arms(vocab, hidden, ratio)}
+    if set(args.arms or []) - known:
+        raise ValueError(f"--arms {sorted(set(args.arms) - known)}: no such arm; choose from {sorted(known)}")
+    held_out = {name: token_ids(tokenizer, split[1], args.eval_tokens) for name, split in texts.items()}
+    calibrations = {}
+    for name, (build, _) in texts.items():
+        if args.calibration_corpora and name not in args.calibration_corpora:
+            continue
+        ids = token_ids(tokenizer, build, args.calibration_tokens)
+        counts = torch.bincount(ids, minlength=vocab)[:vocab]
+        calibrations[name] = TTCalibration(counts, hidden_covariance(dense, ids[: args.covariance_tokens]))
+    base = {name: score(dense, ids, args) for name, ids in held_out.items()}
+    accelerator.print("dense ln PPL: " + ", ".join(f"{name} {value:.3f}" for name, value in base.items()))
+
+    runs = []
+    for ratio in args.ratios:
+        for name, calibrated, build in arms(vocab, hidden, ratio):
+            if args.arms and name not in args.arms:
+                continue
+            for source in (calibrations if calibrated else [None]):
+                model = copy.deepcopy(dense)
+                start = time.perf_counter()
+                params = build(model, calibrations[source] if source else None)
+                seconds = time.perf_counter() - start
+                for target, ids in held_out.items():
+                    delta = score(model, ids, args) - base[target]
+                    runs.append({"arm": name, "target_ratio": ratio, "calibration": source, "evaluation": target,
+                                 "embedding_params": params, "compression_ratio": vocab * hidden / params,
+                                 "delta_ln_ppl": delta, "compress_seconds": seconds})
+                    accelerator.print(f"{ratio:g}x {name:<22} calib {source or '-':<10} eval {target:<10} "
+                                      f"{vocab * hidden / params:5.2f}x  Δ ln PPL {delta:7.3f}")
+                del model
+
+    results = {
+        "model": model_dir, "weights": WEIGHTS_NOTE if args.model is None else model_dir,
+        "corpora": {name: {"calibration_documents": len(split[0]), "held_out_documents": len(split[1]),
+                           "held_out_tokens": len(held_out[name]), "dense_ln_ppl": base[name]}
+                    for name, split in texts.items()},
+        "settings": {key: getattr(args, key) for key in ("held_out_fraction", "eval_tokens", "calibration_tokens",
+                                                          "covariance_tokens", "window", "stride", "ratios",
+                                                          "calibration_corpora", "arms")},
+        "runs": runs, "wall_seconds": time.perf_counter() - started,
+    }
+    if accelerator.is_main_process:
+        (output / "results.json").write_text(json.dumps(results, indent=2))
+        (output / "table.md").write_text(table(results) + "\n" + summary(results))
+        plot(results, output / "domains.png")
+        accelerator.print(table(results) + "\n" + summary(results))
+        accelerator.print(f"wall time {results['wall_seconds']:.0f} s")
+    return results
+
+
+def table(results: dict) -> str:
+    """One row per (ratio, arm, calibration corpus), one Δ ln PPL column per evaluation corpus, then the mean over
+    the evaluation corpora other than the calibration corpus (all of them for arms without calibration)."""
+    names = list(results["corpora"])
+    lines = ["| arm | calibration | ratio | " + " | ".join(f"Δ {name}" for name in names) + " | mean, other domains |",
+             "|---|---|---|" + "---|" * (len(names) + 1)]
+    rows: dict[tuple, dict] = {}
+    for run in results["runs"]:
+        rows.setdefault((run["target_ratio"], run["arm"], run["calibration"]), {})[run["evaluation"]] = run
+    for (_, arm, source), cells in rows.items():
+        ratio = next(iter(cells.values()))["compression_ratio"]
+        other = [cells[name]["delta_ln_ppl"] for name in names if name != source and name in cells]
+        values = " | ".join(f"{cells[name]['delta_ln_ppl']:.3f}" + (" (in)" if name == source else "")
+                            if name in cells else "" for name in names)
+        mean = f"{sum(other) / len(other):.3f}" if other else ""
+        lines.append(f"| {arm} | {source or '—'} | {ratio:.2f}× | {values} | {mean} |")
+    return "\n".join(lines) + "\n"
+
+
+def summary(results: dict) -> str:
+    """One row per (ratio, arm): mean Δ ln PPL in domain (calibration corpus = evaluation corpus), mean and worst
+    across domains (every other pair; every pair for arms without calibration)."""
+    lines = ["| arm | ratio | in domain, mean | across domains, mean | across domains, worst |", "|---|---|---|---|---|"]
+    groups: dict[tuple, list] = {}
+    for run in results["runs"]:
+        groups.setdefault((run["target_ratio"], run["arm"]), []).append(run)
+    for (_, arm), runs in groups.items():
+        inside = [run["delta_ln_ppl"] for run in runs if run["calibration"] == run["evaluation"]]
+        across = [run["delta_ln_ppl"] for run in runs if run["calibration"] != run["evaluation"]]
+        ratio = min(run["compression_ratio"] for run in runs)
+        lines.append(f"| {arm} | {ratio:.2f}× | {f'{sum(inside) / len(inside):.3f}' if inside else '—'} | "
+                     f"{sum(across) / len(across):.3f} | {max(across):.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict, path: Path) -> None:
+    """Δ ln PPL (log scale) against the target compression ratio per arm: mean over the pairs across domains
+    (solid), in domain (dashed)."""
+    matplotlib = require("matplotlib", "the cross-domain figure")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    arm_names = list(dict.fromkeys(run["arm"] for run in results["runs"]))
+    for index, arm in enumerate(arm_names):
+        color = f"C{index % 10}"
+        for inside, style in ((False, "-o"), (True, "--x")):
+            points: dict[float, list] = {}
+            for run in results["runs"]:
+                if run["arm"] == arm and (run["calibration"] == run["evaluation"]) == inside:
+                    points.setdefault(run["target_ratio"], []).append(run["delta_ln_ppl"])
+            if points:
+                xs = sorted(points)
+                ax.plot(xs, [max(sum(points[x]) / len(points[x]), 1e-3) for x in xs], style, color=color,
+                        label=f"{arm}{' (in domain)' if inside else ' (across domains)'}")
+    ax.axhline(0.10, color="gray", linestyle=":", label="Δ 0.10")
+    ax.set_yscale("log")
+    ax.set_xlabel("target embedding compression ratio (dense params / compressed params)")
+    ax.set_ylabel("Δ ln perplexity vs dense (held-out)")
+    ax.set_title("Token-embedding compression across domains: " + Path(results["model"]).name)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
