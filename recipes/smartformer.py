@@ -300,6 +300,10 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     size = FULL if args.full else SIZES[args.size]
     with user_errors("smartformer.py"):
+        for flag in ("random_draws", "validation_batches", "save_steps"):
+            value = getattr(args, flag)
+            if value is not None and value < 1:
+                raise ValueError(f"--{flag.replace('_', '-')} {value} must be >= 1")
         if args.steps is not None or args.grid is not None:
             if args.steps is not None and args.steps < 1:
                 raise ValueError(f"--steps {args.steps} must be >= 1")
