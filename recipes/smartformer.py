@@ -2,6 +2,7 @@
 
     accelerate launch recipes/smartformer.py                     # Autoformer on Appliances Energy, horizon 96
     accelerate launch recipes/smartformer.py --model patchtst --horizon 192 --seeds 0 1 2
+    accelerate launch recipes/smartformer.py --model patchtst --size medium --seeds 0 1 2   # attention 35 % of the model
     accelerate launch recipes/smartformer.py --dataset my.csv --output-dir out/ --full
     python recipes/smartformer.py --model patchtst --dataset air.csv --timestamp-columns year month day hour \
         --drop-columns No --target pm2.5 --covariates TEMP cbwd --one-hot cbwd
@@ -13,8 +14,11 @@ The data flags (``--dataset``, ``--timestamp-column(s)``, ``--id-column``, ``--t
 flags do not explain (text columns, calendar fields, duplicated times) stops with one ``error:`` line saying what
 to pass. Missing values are masked in the loss and in every metric; covariates are inputs, never scored.
 
-Compares, with the same data, steps and seed: the dense model, Smartformer (cp + search), SVD-Smartformer
-(svd + search) and CP at fixed ranks (the paper's Table 8 grid: parameter ratios 0.1 … 1.0; a subset by default).
+Compares, with the same data, steps and seed: the dense model, Smartformer (cp + search; also with the
+validation-loss reward), SVD-Smartformer (svd + search), CP at fixed ranks (the paper's Table 8 grid: parameter
+ratios 0.1 … 1.0; a subset by default) and, per seed after that seed's Smartformer run, the baselines at its final
+attention parameter count: one rank everywhere (``uniform-cp``), random ranks (``random-ranks``, ``--random-draws``
+of them) and the searched ranks trained from the start (``searched-ranks``).
 Writes ``results.json``, ``results.md`` (a table like the paper's Tables 3–8), the search trace and its plot, and
 the Smartformer model (``save_pretrained``: config with compression_config, safetensors, remote code, model card).
 Every run is scored on the test windows with the weights of its best validation MSE (checked every few steps;
@@ -269,7 +273,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--budget", type=float, default=0.75, help="attention parameter budget of the search (fraction of dense)")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--steps", type=int, default=None, help="optimizer steps of every run, the same for each (default by size: 600, --full 3000)")
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps of every run, the same for each (default by size: demo 600, medium 200, full 3000)")
     parser.add_argument("--grid", type=float, nargs="*", default=None, help="fixed-rank CP parameter ratios (default by size)")
     parser.add_argument("--runs", nargs="*", default=None, help="only these run names (e.g. dense smartformer)")
     parser.add_argument("--save-steps", type=int, default=None, help="write a checkpoint (with the search state) every N steps of every run")
@@ -288,7 +292,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--size", choices=tuple(SIZES), default="demo",
-        help="demo: d_model 32, 600 steps (minutes); medium: d_model 128, 8 heads, 3 layers, 300 steps, where the "
+        help="demo: d_model 32, 600 steps (minutes); medium: d_model 128, 8 heads, 2 layers, FFN 256, batch 16, 200 steps, where the "
         "attention projections are a real share of the model; full: the paper's d_model 512, 3000 steps",
     )
     parser.add_argument("--full", action="store_true", help="the paper's size, the same as --size full")
