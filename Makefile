@@ -19,7 +19,8 @@ install: $(BIN)/python
 	$(BIN)/python -m hf_tensorcompress.assets
 
 demo: install
-	$(BIN)/accelerate launch recipes/smartformer.py --output-dir $(OUTPUT)
+	$(BIN)/accelerate launch recipes/smartformer.py --output-dir $(OUTPUT) \
+		--runs dense smartformer svd-smartformer cp-fixed-0.3 cp-fixed-0.6 cp-fixed-1
 
 # The fast tier: every method and family, the command line, checkpoints, the fast README examples.
 test: install

@@ -3,10 +3,12 @@
 Trains a PatchTST on the real Appliances Energy data three ways, one after the other in this process, with the
 same steps, batches and seed: dense, CP with fixed ranks (the layer's own cost), and Smartformer (CP + search).
 The Smartformer time is split into agent time (MDP + A2C), re-decomposition time (set_rank, optimizer swap,
-config refresh, DDP rebuild), importance accumulation and the rest (training). Target: Smartformer / dense ≤ 1.5.
+config refresh, DDP rebuild), importance accumulation and the rest (training). Target: Smartformer / dense ≤ 1.5
+(≤ 1.2 with ``--size medium``, the setting of the recipe's ``--size medium``).
 The last printed line is one JSON object with the figures.
 
     OMP_NUM_THREADS=1 python benchmarks/search_overhead.py [--steps 200] [--interval 10] [--repeats 2]
+    OMP_NUM_THREADS=1 python benchmarks/search_overhead.py --size medium
 """
 
 from __future__ import annotations
@@ -72,7 +74,19 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument(
+        "--size", choices=("medium",), default=None,
+        help="medium: the Smartformer recipe's --size medium (d_model 128, 8 heads, 2 layers, batch 16, stages of 8 "
+        "steps, k = 3, at most 6 actions per layer, budget 0.75); target Smartformer / dense <= 1.2",
+    )
     args = parser.parse_args()
+    target = 1.5
+    search = SearchConfig(interval=args.interval, trace_file=None, plot_file=None)
+    if args.size == "medium":
+        args.d_model, args.heads, args.layers, args.batch_size, args.interval, target = 128, 8, 2, 16, 8, 1.2
+        search = SearchConfig(
+            interval=8, consecutive_actions=3, max_actions_per_layer=6, param_budget=0.75, trace_file=None, plot_file=None
+        )
 
     data = appliances_train_windows(args.context, args.horizon)
     channels = data.values.shape[1]
@@ -81,7 +95,6 @@ def main() -> None:
         out, max_steps=args.steps, per_device_train_batch_size=args.batch_size, learning_rate=1e-3,
         report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, use_cpu=not torch.cuda.is_available(),
     )
-    search = SearchConfig(interval=args.interval, trace_file=None, plot_file=None)
 
     # interleaved repeats on a shared machine: the fastest run of each variant is the least disturbed one
     dense_runs, fixed_runs, smart_runs = [], [], []
@@ -108,7 +121,8 @@ def main() -> None:
         "smartformer_over_dense": round(smart_seconds / dense_seconds, 3),
         "cp_fixed_over_dense": round(fixed_seconds / dense_seconds, 3),
         "search_only_over_cp_fixed": round(smart_seconds / fixed_seconds, 3),
-        "target_smartformer_over_dense": 1.5,
+        "size": args.size or "custom",
+        "target_smartformer_over_dense": target,
     }
     print(f"dense {dense_seconds:.1f}s | CP fixed ranks {fixed_seconds:.1f}s | Smartformer {smart_seconds:.1f}s "
           f"(agent {parts['agent']}s, re-decomposition {parts['redecompose']}s, importance {parts['importance']}s)")

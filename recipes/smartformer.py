@@ -2,6 +2,7 @@
 
     accelerate launch recipes/smartformer.py                     # Autoformer on Appliances Energy, horizon 96
     accelerate launch recipes/smartformer.py --model patchtst --horizon 192 --seeds 0 1 2
+    accelerate launch recipes/smartformer.py --model patchtst --size medium --seeds 0 1 2   # attention 35 % of the model
     accelerate launch recipes/smartformer.py --dataset my.csv --output-dir out/ --full
     python recipes/smartformer.py --model patchtst --dataset air.csv --timestamp-columns year month day hour \
         --drop-columns No --target pm2.5 --covariates TEMP cbwd --one-hot cbwd
@@ -13,8 +14,11 @@ The data flags (``--dataset``, ``--timestamp-column(s)``, ``--id-column``, ``--t
 flags do not explain (text columns, calendar fields, duplicated times) stops with one ``error:`` line saying what
 to pass. Missing values are masked in the loss and in every metric; covariates are inputs, never scored.
 
-Compares, with the same data, steps and seed: the dense model, Smartformer (cp + search), SVD-Smartformer
-(svd + search) and CP at fixed ranks (the paper's Table 8 grid: parameter ratios 0.1 … 1.0; a subset by default).
+Compares, with the same data, steps and seed: the dense model, Smartformer (cp + search; also with the
+validation-loss reward), SVD-Smartformer (svd + search), CP at fixed ranks (the paper's Table 8 grid: parameter
+ratios 0.1 … 1.0; a subset by default) and, per seed after that seed's Smartformer run, the baselines at its final
+attention parameter count: one rank everywhere (``uniform-cp``), random ranks (``random-ranks``, ``--random-draws``
+of them) and the searched ranks trained from the start (``searched-ranks``).
 Writes ``results.json``, ``results.md`` (a table like the paper's Tables 3–8), the search trace and its plot, and
 the Smartformer model (``save_pretrained``: config with compression_config, safetensors, remote code, model card).
 Every run is scored on the test windows with the weights of its best validation MSE (checked every few steps;
@@ -28,11 +32,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import time
 from dataclasses import dataclass
 
 import torch
 from accelerate import PartialState
+from accelerate.utils import gather_object
+from torch.utils.flop_counter import FlopCounterMode
 from transformers import (
     AutoformerConfig,
     AutoformerForPrediction,
@@ -43,6 +50,7 @@ from transformers import (
     PatchTSTForPrediction,
     TrainingArguments,
 )
+from transformers.trainer_utils import get_last_checkpoint
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
 from hf_tensorcompress.core.targets import attention_projections
@@ -51,7 +59,13 @@ from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_for
 from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
 from hf_tensorcompress.evaluation.tables import runs_table
 from hf_tensorcompress.search import SearchConfig, attention_groups
-from hf_tensorcompress.training.forecasting import BestValidation, ForecastSmartformerTrainer, ForecastTrainer
+from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total_params, uniform_ranks
+from hf_tensorcompress.training.forecasting import (
+    BestValidation,
+    ForecastSmartformerTrainer,
+    ForecastTrainer,
+    point_forecast_for_training,
+)
 from hf_tensorcompress.usage import user_errors
 
 FAMILIES = ("autoformer", "patchtst", "informer")
@@ -78,7 +92,10 @@ class Size:
 
 
 SMALL = Size(32, 4, 2, 1, 64, 600, 32, 8, 16, 8, 3, 6, (0.3, 0.6, 1.0), 25)
+#: ``--size medium``: where the attention projections are a real share of the model (see the README's table).
+MEDIUM = Size(128, 8, 2, 1, 256, 200, 16, 8, 16, 8, 3, 6, (), 25)
 FULL = Size(512, 8, 2, 1, 2048, 3000, 32, 1, 1, 100, 5, 15, tuple(k / 10 for k in range(1, 11)), 100)
+SIZES = {"demo": SMALL, "medium": MEDIUM, "full": FULL}
 
 
 CLASSES = {"autoformer": AutoformerForPrediction, "patchtst": PatchTSTForPrediction, "informer": InformerForPrediction}
@@ -124,27 +141,45 @@ def projection_flops(model: torch.nn.Module) -> int:
     return sum(2 * model.get_submodule(name).weight.numel() for name in attention_projections(model))
 
 
-def run_one(name: str, method: str | None, rank: float, search: SearchConfig | None, seed: int, args, size: Size, data):
+def model_flops(model: torch.nn.Module, windows) -> int:
+    """FLOPs of one forward of the whole model on one window (counted by torch, so every layer is in it: embedding,
+    attention, feed-forward, head; the training-mode forward, teacher-forced for Autoformer/Informer)."""
+    batch = {key: value.unsqueeze(0) for key, value in windows[0].items() if isinstance(value, torch.Tensor)}
+    was_training = model.training
+    model.eval()
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        point_forecast_for_training(model, batch)
+    model.train(was_training)
+    return int(counter.get_total_flops())
+
+
+def run_one(name: str, method: str | None, rank, search: SearchConfig | None, seed: int, args, size: Size, data):
+    """Train one arm. ``rank``: one rank (int, or a parameter ratio) for every projection, or ``{module: rank}``."""
     train, validation, test = data
     model = build_model(args.model, args.channels, args.context, args.horizon, size, seed, args.model_path)
     if method is not None:
-        apply_compression(model, CompressionConfig(method=method, rank=rank))
+        per_module = rank if isinstance(rank, dict) else {}
+        apply_compression(model, CompressionConfig(method=method, rank=1.0 if per_module else rank, ranks=per_module))
     output_dir = os.path.join(args.output_dir, "runs", f"{name}-seed{seed}")
     training = TrainingArguments(
         output_dir, max_steps=size.steps, per_device_train_batch_size=size.batch_size, learning_rate=args.learning_rate,
-        lr_scheduler_type="linear", warmup_steps=0, report_to=[], save_strategy="no", logging_steps=50, seed=seed,
+        lr_scheduler_type="linear", warmup_steps=0, report_to=[], logging_steps=50, seed=seed,
         data_seed=seed, use_cpu=not torch.cuda.is_available(), dataloader_drop_last=True,
+        save_strategy="steps" if args.save_steps else "no", save_steps=args.save_steps or 500,
     )
     if search is not None:
-        trainer = ForecastSmartformerTrainer(model=model, args=training, train_dataset=train, search=search)
+        trainer = ForecastSmartformerTrainer(
+            model=model, args=training, train_dataset=train, eval_dataset=validation, search=search
+        )
     else:
         trainer = ForecastTrainer(model=model, args=training, train_dataset=train)
     selection = None
     if not args.keep_last:
         selection = BestValidation(trainer, validation, size.validate_every, size.batch_size)
         trainer.add_callback(selection)
+    checkpoint = get_last_checkpoint(output_dir) if args.resume and os.path.isdir(output_dir) else None
     start = time.perf_counter()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=checkpoint)
     seconds = time.perf_counter() - start
     model = trainer.model
     ranks = {}
@@ -160,20 +195,50 @@ def run_one(name: str, method: str | None, rank: float, search: SearchConfig | N
         "params": sum(p.numel() for p in model.parameters()),
         "attention_params": attention_params(model),
         "flops": projection_flops(model),
+        "model_flops": model_flops(model, test),
         "ranks": ranks,
         "train_seconds": round(seconds, 2),
+        "resumed_from": checkpoint and os.path.basename(checkpoint),
     }
+    if PartialState().num_processes > 1:  # what every process holds (the search decides on one and broadcasts)
+        result["ranks_per_process"] = gather_object([ranks])
     return result, trainer
+
+
+#: Arms derived from each seed's Smartformer run: its final attention parameter count, spent three other ways.
+DERIVED = ("uniform-cp", "random-ranks", "searched-ranks")
+
+
+def derived_arms(name: str, groups, ranks: dict[str, int], seed: int, draws: int) -> list[tuple[str, dict, int | None]]:
+    """(run name, {module: rank}, draw) of a derived arm at the search's final parameter count: one rank in every
+    layer (closest count), ``draws`` random assignments (never above the count, within one rank-1 component of
+    it), or the search's own final ranks trained from the start."""
+    params = total_params(groups, ranks)
+    if name == "uniform-cp":
+        return [(name, module_ranks(groups, uniform_ranks(groups, params)), None)]
+    if name == "random-ranks":
+        return [
+            (name, module_ranks(groups, random_ranks(groups, params, random.Random(1000 * seed + draw))), draw)
+            for draw in range(draws)
+        ]
+    return [(name, module_ranks(groups, ranks), None)]
 
 
 def markdown(results: dict) -> str:
     """Mean (± std) over seeds per run name, like the paper's tables; every run trained for the same steps."""
     dense = next((r["attention_params"] for r in results["runs"] if r["name"] == "dense"), None)
-    runs = [{**run, "attention_ratio": f"{run['attention_params'] / dense:.2f}" if dense else "-"} for run in results["runs"]]
+    runs = [
+        {
+            **run,
+            "metrics": {**run["metrics"], "seconds": run["train_seconds"]},
+            "attention_ratio": f"{run['attention_params'] / dense:.2f}" if dense else "-",
+        }
+        for run in results["runs"]
+    ]
     table = runs_table(
-        runs, {"mse": "MSE", "mae": "MAE"},
+        runs, {"mse": "MSE", "mae": "MAE", "seconds": "train s"},
         {"params": "params", "attention_params": "attention params", "attention_ratio": "attention / dense",
-         "flops": "q/k/v FLOPs per token", "steps": "steps"},
+         "model_flops": "model FLOPs per window", "flops": "q/k/v FLOPs per token", "steps": "steps"},
     )
     return (
         f"### {results['model']} on {results['dataset']}, horizon {results['horizon']}\n\n{table}\n"
@@ -208,22 +273,41 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument("--budget", type=float, default=0.75, help="attention parameter budget of the search (fraction of dense)")
     parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--steps", type=int, default=None, help="optimizer steps of every run, the same for each (default by size: 600, --full 3000)")
+    parser.add_argument("--steps", type=int, default=None, help="optimizer steps of every run, the same for each (default by size: demo 600, medium 200, full 3000)")
     parser.add_argument("--grid", type=float, nargs="*", default=None, help="fixed-rank CP parameter ratios (default by size)")
     parser.add_argument("--runs", nargs="*", default=None, help="only these run names (e.g. dense smartformer)")
+    parser.add_argument("--save-steps", type=int, default=None, help="write a checkpoint (with the search state) every N steps of every run")
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="continue every run from the last checkpoint in its folder under --output-dir (written by --save-steps)",
+    )
+    parser.add_argument("--random-draws", type=int, default=3, help="random rank assignments per seed (random-ranks arm)")
+    parser.add_argument(
+        "--validation-batches", type=int, default=4,
+        help="batches of validation windows behind the validation-loss reward (smartformer-validation-reward)",
+    )
     parser.add_argument(
         "--keep-last", action="store_true",
         help="score the final weights instead of those with the best validation MSE (checked every few steps)",
     )
-    parser.add_argument("--full", action="store_true", help="the paper's size: d_model 512, 8 heads, 3000 steps, full grid")
+    parser.add_argument(
+        "--size", choices=tuple(SIZES), default="demo",
+        help="demo: d_model 32, 600 steps (minutes); medium: d_model 128, 8 heads, 2 layers, FFN 256, batch 16, 200 steps, where the "
+        "attention projections are a real share of the model; full: the paper's d_model 512, 3000 steps",
+    )
+    parser.add_argument("--full", action="store_true", help="the paper's size, the same as --size full")
     parser.add_argument("--output-dir", default="smartformer-output")
     return parser.parse_args(argv)
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    size = FULL if args.full else SMALL
+    size = FULL if args.full else SIZES[args.size]
     with user_errors("smartformer.py"):
+        for flag in ("random_draws", "validation_batches", "save_steps"):
+            value = getattr(args, flag)
+            if value is not None and value < 1:
+                raise ValueError(f"--{flag.replace('_', '-')} {value} must be >= 1")
         if args.steps is not None or args.grid is not None:
             if args.steps is not None and args.steps < 1:
                 raise ValueError(f"--steps {args.steps} must be >= 1")
@@ -238,17 +322,26 @@ def main(argv=None) -> dict:
             forecasting_windows(dataset["validation"], shape_model.config, stride=size.eval_stride),
             forecasting_windows(dataset["test"], shape_model.config, stride=size.eval_stride),
         )
-    search = lambda: SearchConfig(  # noqa: E731  (a fresh config per run: the trainer keeps it)
+    search = lambda reward="loss": SearchConfig(  # noqa: E731  (a fresh config per run: the trainer keeps it)
         interval=size.interval, consecutive_actions=size.consecutive_actions,
-        max_actions_per_layer=size.max_actions_per_layer, param_budget=args.budget,
+        max_actions_per_layer=size.max_actions_per_layer, param_budget=args.budget, reward=reward,
+        validation_batches=args.validation_batches,
     )
-    plan = [("dense", None, 1.0, None), ("smartformer", "cp", 1.0, search), ("svd-smartformer", "svd", 1.0, search)]
+    plan = [("dense", None, 1.0, None), ("smartformer", "cp", 1.0, search)]
+    plan += [("smartformer-validation-reward", "cp", 1.0, lambda: search("validation_loss"))]
+    plan += [("svd-smartformer", "svd", 1.0, search)]
     plan += [(f"cp-fixed-{ratio:g}", "cp", ratio, None) for ratio in size.grid]
+    plan += [(name, "cp", None, None) for name in DERIVED]
     if args.runs is not None:
         unknown = sorted(set(args.runs) - {entry[0] for entry in plan})
-        if unknown:
+        if unknown or (set(args.runs) & set(DERIVED) and "smartformer" not in args.runs):
             with user_errors("smartformer.py"):
-                raise ValueError(f"--runs {args.runs}: unknown {unknown}; choose from {[e[0] for e in plan]}")
+                if unknown:
+                    raise ValueError(f"--runs {args.runs}: unknown {unknown}; choose from {[e[0] for e in plan]}")
+                raise ValueError(
+                    f"--runs {args.runs}: {sorted(set(args.runs) & set(DERIVED))} take their parameter count from "
+                    "the Smartformer search of the same seed; add smartformer"
+                )
         plan = [entry for entry in plan if entry[0] in args.runs]
     results = {
         "model": args.model, "dataset": args.dataset or "appliances_energy", "horizon": args.horizon,
@@ -257,11 +350,22 @@ def main(argv=None) -> dict:
     os.makedirs(args.output_dir, exist_ok=True)
     smart_model = smart_dir = None
     for seed in args.seeds:
+        searched = None  # (groups, final ranks) of this seed's Smartformer run
         for name, method, rank, make_search in plan:
-            result, trainer = run_one(name, method, rank, make_search() if make_search else None, seed, args, size, data)
-            results["runs"].append(result)
-            if trainer.is_world_process_zero():
-                print(json.dumps({k: result[k] for k in ("name", "seed", "metrics", "attention_params", "ranks")}))
+            arms = [(name, rank, None)]
+            if name in DERIVED:
+                arms = derived_arms(name, *searched, seed, args.random_draws)
+            for run_name, run_rank, draw in arms:
+                result, trainer = run_one(run_name, method, run_rank, make_search() if make_search else None, seed, args, size, data)
+                if draw is not None:
+                    result["draw"] = draw
+                results["runs"].append(result)
+                if trainer.is_world_process_zero():
+                    print(json.dumps({k: result[k] for k in ("name", "seed", "metrics", "attention_params", "ranks")}))
+                    with open(os.path.join(args.output_dir, "results.json"), "w", encoding="utf-8") as handle:
+                        json.dump(results, handle, indent=2)  # after every run: a long job's finished runs are kept
+            if name == "smartformer":
+                searched = (trainer.search.groups, dict(trainer.search.ranks))
             if name == "smartformer" and seed == args.seeds[0] and trainer.is_world_process_zero():
                 smart_model, smart_dir = trainer.model, trainer.args.output_dir
     if not trainer.is_world_process_zero():

@@ -58,3 +58,12 @@ def test_sbt_reports_user_errors_in_one_line(tmp_path, capsys):
     line = error_line(capsys, module, ["--dataset", str(tmp_path / "long.csv"), "--label-column", "class", *out])
     assert "--label-column" in line and "'class'" in line
     assert "--steps" in error_line(capsys, module, ["--steps", "0", *out])
+
+
+def test_smartformer_baselines_at_the_search_count_need_the_search(tmp_path, capsys):
+    module = recipe("smartformer")
+    out = ["--output-dir", str(tmp_path / "out"), "--model", "patchtst"]
+    line = error_line(capsys, module, ["--runs", "dense", "random-ranks", *out])
+    assert "['random-ranks']" in line and "add smartformer" in line
+    assert "unknown ['uniform']" in error_line(capsys, module, ["--runs", "uniform", *out])
+    assert "--random-draws 0 must be >= 1" in error_line(capsys, module, ["--random-draws", "0", *out])

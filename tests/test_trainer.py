@@ -119,6 +119,41 @@ def test_epoch_stages_and_accuracy_reward_with_svd(tmp_path):
     assert trainer.search.groups[0].layer_type == "svd"
 
 
+def test_validation_loss_reward_scores_every_stage_on_the_same_held_out_batches(tmp_path):
+    held_out = sines(seed=1)
+    with pytest.raises(ValueError, match="eval_dataset"):
+        SmartformerTrainer(model=tiny_patchtst(), args=_args(tmp_path), train_dataset=sines(),
+                           search=SearchConfig(reward="validation_loss"))
+
+    class Probe(TrainerCallback):  # the loss of the first 2 held-out batches, measured independently at each stage end
+        def __init__(self):
+            self.losses = {}
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step % 4 == 0 and not trainer.search.done:
+                model = trainer.model.eval()
+                with torch.no_grad():
+                    losses = []
+                    for start in (0, 8):
+                        items = [held_out[i] for i in range(start, start + 8)]
+                        batch = {k: torch.stack([item[k] for item in items]) for k in items[0]}
+                        losses.append(float(model(**batch).loss))
+                model.train()
+                self.losses[state.global_step] = sum(losses) / 2
+
+    search = SearchConfig(reward="validation_loss", validation_batches=2, interval=4, consecutive_actions=2,
+                          max_actions_per_layer=3)
+    args = _args(tmp_path, max_steps=24, per_device_eval_batch_size=8)
+    trainer = SmartformerTrainer(model=tiny_patchtst(), args=args, train_dataset=sines(), eval_dataset=held_out, search=search)
+    probe = Probe()
+    trainer.callback_handler.callbacks.insert(0, probe)  # before the search acts on the same step
+    trainer.train()
+    assert trainer.search.trace and all(
+        record["metric"] == pytest.approx(probe.losses[record["step"]], rel=1e-5) for record in trainer.search.trace
+    )
+    assert len({record["metric"] for record in trainer.search.trace}) == len(trainer.search.trace)
+
+
 class StopAt(TrainerCallback):
     def __init__(self, step):
         self.step = step

@@ -7,9 +7,10 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 INTERVAL_UNITS = ("steps", "epochs")
-REWARDS = ("loss", "accuracy")
-#: The paper's tolerances: ε = 1.125 for the loss reward (14), ε = 0.1 for the accuracy reward (13).
-DEFAULT_TOLERANCE = {"loss": 1.125, "accuracy": 0.1}
+REWARDS = ("loss", "accuracy", "validation_loss")
+#: The paper's tolerances: ε = 1.125 for the loss reward (14), ε = 0.1 for the accuracy reward (13); the
+#: validation-loss reward is (14) on held-out batches, with the same ε.
+DEFAULT_TOLERANCE = {"loss": 1.125, "accuracy": 0.1, "validation_loss": 1.125}
 
 
 def _positive_int(value: Any, name: str) -> None:
@@ -32,7 +33,10 @@ class SearchConfig:
         max_candidates: the action space holds every rank when a layer has at most this many candidate ranks,
             otherwise this many ranks at evenly spaced parameter ratios 1/n … 1 of the dense layer.
         reward: ``"loss"`` (paper eq. 14, for forecasting) or ``"accuracy"`` (eq. 13, for classification; the
-            accuracy of the training batches' ``logits`` against ``labels``).
+            accuracy of the training batches' ``logits`` against ``labels``), or ``"validation_loss"``: eq. 14 on
+            the loss of the same ``validation_batches`` batches of the trainer's ``eval_dataset`` at every stage
+            end (not the training batches, which differ from stage to stage and reward mini-batch luck).
+        validation_batches: batches of ``eval_dataset`` behind the validation-loss reward (its first ones, in order).
         tolerance: ε of the reward; ``None`` takes the paper's value (1.125 for loss, 0.1 for accuracy).
         epsilon_start, epsilon_end, epsilon_decay: ε-greedy exploration; after ``t`` actions
             ``ε_t = max(epsilon_end, epsilon_start · epsilon_decay**t)``, compared with a *uniform* draw.
@@ -54,6 +58,7 @@ class SearchConfig:
     interval_unit: str = "steps"
     max_candidates: int = 10
     reward: str = "loss"
+    validation_batches: int = 4
     tolerance: float | None = None
     epsilon_start: float = 0.5
     epsilon_end: float = 0.02
@@ -83,10 +88,14 @@ class SearchConfig:
             raise ValueError(f"interval_unit={self.interval_unit!r}; choose one of {list(INTERVAL_UNITS)}")
         _positive_int(self.max_candidates, "max_candidates")
         if self.reward not in REWARDS:
-            raise ValueError(f"reward={self.reward!r}; choose 'loss' (forecasting) or 'accuracy' (classification)")
+            raise ValueError(
+                f"reward={self.reward!r}; choose 'loss' (forecasting), 'accuracy' (classification) or "
+                "'validation_loss' (the loss on held-out batches; the trainer needs an eval_dataset)"
+            )
         if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float)):
             raise ValueError(f"tolerance must be a number (paper: 1.125 for loss, 0.1 for accuracy), got {self.tolerance!r}")
-        if self.reward == "loss" and self.tolerance < 1.0:
+        _positive_int(self.validation_batches, "validation_batches")
+        if self.reward in ("loss", "validation_loss") and self.tolerance < 1.0:
             raise ValueError(
                 f"tolerance={self.tolerance} for the loss reward is a factor on the previous loss and must be >= 1 "
                 "(paper: 1.125; larger favours compression)"

@@ -15,4 +15,4 @@ def accuracy_reward(before: float, after: float, tolerance: float) -> float:
     return after / before if after >= before - tolerance else -before / after
 
 
-REWARDS = {"loss": loss_reward, "accuracy": accuracy_reward}
+REWARDS = {"loss": loss_reward, "accuracy": accuracy_reward, "validation_loss": loss_reward}

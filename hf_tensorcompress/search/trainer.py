@@ -91,6 +91,11 @@ class SmartformerTrainer(Trainer):
         self.search_config.validate()
         groups = attention_groups(self.model, self.search_config.max_candidates)
         ranks = {group.name: current_rank(self.model, group) for group in groups}
+        if self.search_config.reward == "validation_loss" and self.eval_dataset is None:
+            raise ValueError(
+                "SearchConfig(reward='validation_loss') scores each stage on held-out batches: pass "
+                "eval_dataset=... to the trainer, or use reward='loss'"
+            )
         self.search = RankSearch(groups, ranks, self.search_config)
         self.rank_history: list[tuple[int, dict[str, int]]] = []
         self.search_seconds = {"agent": 0.0, "redecompose": 0.0, "importance": 0.0}
@@ -126,6 +131,23 @@ class SmartformerTrainer(Trainer):
         self.search.importance.accumulate(self.model)
         self.search_seconds["importance"] += time.perf_counter() - start
 
+    @torch.no_grad()
+    def _validation_loss(self) -> float:
+        """Mean training loss (``compute_loss``) of the first ``validation_batches`` batches of ``eval_dataset``,
+        in eval mode: the same windows at every stage end, so two stages differ only by what training did."""
+        loader = torch.utils.data.DataLoader(
+            self.eval_dataset, batch_size=self.args.per_device_eval_batch_size, collate_fn=self.data_collator
+        )
+        was_training = self.model.training
+        self.model.eval()
+        losses = []
+        for index, batch in enumerate(loader):
+            if index == self.search_config.validation_batches:
+                break
+            losses.append(float(self.compute_loss(self.model, self._prepare_inputs(batch))))
+        self.model.train(was_training)
+        return sum(losses) / max(len(losses), 1)
+
     def _global_stage_metric(self) -> tuple[float, int]:
         """Sum and count of this stage's metric over all processes (and over a resumed stage's first part)."""
         pair = self._stage_metric if self._stage_metric is not None else torch.zeros(2, device=self.args.device)
@@ -146,7 +168,8 @@ class SmartformerTrainer(Trainer):
         record = None
         if self.is_world_process_zero():
             start = time.perf_counter()
-            record = self.search.end_stage(self.state.global_step, total / max(count, 1))
+            metric = self._validation_loss() if self.search_config.reward == "validation_loss" else total / max(count, 1)
+            record = self.search.end_stage(self.state.global_step, metric)
             self.search_seconds["agent"] += time.perf_counter() - start
         if _distributed():
             payload = [record]
