@@ -162,3 +162,17 @@ def first_output(output) -> torch.Tensor:
         if isinstance(value, torch.Tensor):
             return value
     raise AssertionError(f"no known output tensor in {type(output).__name__}")
+
+
+def train_a_few_steps(model, steps: int = 6, lr: float = 1e-2, **inputs) -> list[float]:
+    """The losses of ``steps`` AdamW steps on ``model``'s trainable parameters over one batch ``inputs``: enough to
+    see that training moves the loss."""
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    losses = []
+    for _ in range(steps):
+        loss = model(**inputs).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses

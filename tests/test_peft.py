@@ -10,6 +10,7 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from family_models import tiny
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.core.loading import load_model
+from helpers import train_a_few_steps
 
 IDS = torch.randint(3, 96, (2, 12), generator=torch.Generator().manual_seed(0))
 CONFIGS = {
@@ -29,14 +30,7 @@ def test_lora_trains_saves_loads_and_merges_on_a_compressed_model(method, tmp_pa
     peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=LORA_TARGETS, lora_dropout=0.0))
     trainable = [name for name, p in peft_model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in name for name in trainable)
-    optimizer = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=1e-2)
-    losses = []
-    for _ in range(6):
-        loss = peft_model(input_ids=IDS, labels=IDS).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    losses = train_a_few_steps(peft_model, input_ids=IDS, labels=IDS)
     assert losses[-1] < losses[0]
     peft_model.eval()
     with torch.no_grad():

@@ -17,7 +17,7 @@ from transformers import (
 )
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from helpers import LM_VOCAB, tiny_causal_lm, tiny_patchtst_config
+from helpers import LM_VOCAB, tiny_causal_lm, tiny_patchtst_config, train_a_few_steps
 
 
 def word_tokenizer() -> PreTrainedTokenizerFast:
@@ -103,14 +103,7 @@ def test_lora_on_a_cp_model_trains_saves_and_loads(cp_folder, tmp_path):
     assert trainable and all("lora_" in name for name in trainable)
     batch = forecasting_data()[:8]
     past, future = torch.tensor(batch["past_values"]), torch.tensor(batch["future_values"])
-    optimizer = torch.optim.AdamW([p for p in peft_model.parameters() if p.requires_grad], lr=1e-2)
-    losses = []
-    for _ in range(6):
-        loss = peft_model(past_values=past, future_values=future).loss
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        losses.append(loss.item())
+    losses = train_a_few_steps(peft_model, past_values=past, future_values=future)
     assert losses[-1] < losses[0]
     peft_model.eval()
     tuned = peft_model(past_values=past).prediction_outputs
