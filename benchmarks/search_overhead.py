@@ -1,6 +1,6 @@
 """Wall time of Smartformer training (CP attention + RL rank search) against dense training for the same steps.
 
-Trains a PatchTST on the real Appliances Energy data three ways, one after the other in this process, with the
+Trains a PatchTST on real data (Appliances Energy, or ``--dataset electricity``) three ways, one after the other in this process, with the
 same steps, batches and seed: dense, CP with fixed ranks (the layer's own cost), and Smartformer (CP + search).
 The Smartformer time is split into agent time (MDP + A2C), re-decomposition time (set_rank, optimizer swap,
 config refresh, DDP rebuild), importance accumulation and the rest (training). Target: Smartformer / dense ≤ 1.5
@@ -9,6 +9,7 @@ The last printed line is one JSON object with the figures.
 
     OMP_NUM_THREADS=1 python benchmarks/search_overhead.py [--steps 200] [--interval 10] [--repeats 2]
     OMP_NUM_THREADS=1 python benchmarks/search_overhead.py --size medium
+    OMP_NUM_THREADS=1 python benchmarks/search_overhead.py --size medium --dataset electricity --context 336 --budget 0.2
 """
 
 from __future__ import annotations
@@ -18,12 +19,11 @@ import json
 import tempfile
 import time
 
-import pandas as pd
 import torch
 from transformers import PatchTSTConfig, PatchTSTForPrediction, Trainer, TrainingArguments
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.assets import appliances_energy_csv
+from hf_tensorcompress.data import BUILTIN_SOURCES, load_forecasting_dataset, standardization_of
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.trainer import SmartformerTrainer
 
@@ -40,10 +40,12 @@ class Windows(torch.utils.data.Dataset):
         return {"past_values": window[: self.context], "future_values": window[self.context :]}
 
 
-def appliances_train_windows(context: int, horizon: int) -> Windows:
-    frame = pd.read_csv(appliances_energy_csv()).drop(columns=["date", "rv1", "rv2"])
-    values = torch.tensor(frame.to_numpy()[: int(len(frame) * 0.7)], dtype=torch.float32)
-    return Windows((values - values.mean(0)) / values.std(0).clamp_min(1e-6), context, horizon)
+def train_windows(dataset: str, context: int, horizon: int) -> Windows:
+    """Every window of the standardised training split of a built-in data set."""
+    split = load_forecasting_dataset(dataset)["train"]
+    columns = list(standardization_of(split).columns)
+    values = torch.tensor(split.select_columns(columns).to_pandas().to_numpy(), dtype=torch.float32)
+    return Windows(values, context, horizon)
 
 
 def model(method: str | None, args: argparse.Namespace, channels: int) -> PatchTSTForPrediction:
@@ -74,21 +76,24 @@ def main() -> None:
     parser.add_argument("--d-model", type=int, default=64)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--dataset", choices=sorted(BUILTIN_SOURCES), default="appliances_energy")
     parser.add_argument(
         "--size", choices=("medium",), default=None,
         help="medium: the Smartformer recipe's --size medium (d_model 128, 8 heads, 2 layers, batch 16, stages of 8 "
-        "steps, k = 3, at most 6 actions per layer, budget 0.75); target Smartformer / dense <= 1.2",
+        "steps, k = 3, at most 6 actions per layer); target Smartformer / dense <= 1.2",
     )
+    parser.add_argument("--budget", type=float, default=0.75, help="--size medium: the search's parameter budget")
     args = parser.parse_args()
     target = 1.5
     search = SearchConfig(interval=args.interval, trace_file=None, plot_file=None)
     if args.size == "medium":
         args.d_model, args.heads, args.layers, args.batch_size, args.interval, target = 128, 8, 2, 16, 8, 1.2
         search = SearchConfig(
-            interval=8, consecutive_actions=3, max_actions_per_layer=6, param_budget=0.75, trace_file=None, plot_file=None
+            interval=8, consecutive_actions=3, max_actions_per_layer=6, param_budget=args.budget, trace_file=None,
+            plot_file=None,
         )
 
-    data = appliances_train_windows(args.context, args.horizon)
+    data = train_windows(args.dataset, args.context, args.horizon)
     channels = data.values.shape[1]
     out = tempfile.mkdtemp()
     training = TrainingArguments(
@@ -122,6 +127,8 @@ def main() -> None:
         "cp_fixed_over_dense": round(fixed_seconds / dense_seconds, 3),
         "search_only_over_cp_fixed": round(smart_seconds / fixed_seconds, 3),
         "size": args.size or "custom",
+        "dataset": args.dataset,
+        "context": args.context,
         "target_smartformer_over_dense": target,
     }
     print(f"dense {dense_seconds:.1f}s | CP fixed ranks {fixed_seconds:.1f}s | Smartformer {smart_seconds:.1f}s "

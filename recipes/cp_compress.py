@@ -42,7 +42,7 @@ from transformers import (
 )
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
-from hf_tensorcompress.data import describe_forecasting, forecasting_windows, standardization_of
+from hf_tensorcompress.data import describe_forecasting, describe_source, forecasting_windows, standardization_of
 from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_forecasting_from_args
 from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
 from hf_tensorcompress.evaluation.tables import runs_table
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> dict:
         data = load_forecasting_from_args(args)
         stats = standardization_of(data)
         if state.is_main_process:
-            print(describe_forecasting(data, args.dataset or "UCI Appliances Energy (default)"))
+            print(describe_forecasting(data, describe_source(args.dataset)))
         model = build_model(args, channels=len(stats.columns))
         train_windows = forecasting_windows(data["train"], model.config, stride=args.train_stride, future_mask=True)
         validation_windows = forecasting_windows(data["validation"], model.config, stride=args.eval_stride)

@@ -35,7 +35,7 @@ from transformers import PatchTSTConfig, PatchTSTForClassification, PatchTSTForP
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.core.metrics import nonzero_flops, storage_bits
-from hf_tensorcompress.data import standardization_of
+from hf_tensorcompress.data import describe_source, standardization_of
 from hf_tensorcompress.data.anomaly import load_anomaly_series
 from hf_tensorcompress.data.arguments import (
     add_classification_arguments,
@@ -62,7 +62,7 @@ from hf_tensorcompress.usage import user_errors
 
 PROG = "sbt.py"
 TASK_DEFAULTS = {
-    "classification": dict(steps=800, learning_rate=2e-3, score_learning_rate=0.05, batch_size=32, d_model=32,
+    "classification": dict(steps=800, learning_rate=5e-3, score_learning_rate=0.05, batch_size=32, d_model=32,
                            heads=2, ffn_dim=64, dropout=0.1, validate_every=50),
     "forecasting": dict(steps=200, learning_rate=1e-3, score_learning_rate=0.05, batch_size=64, d_model=32, heads=2,
                         ffn_dim=64, dropout=0.0, validate_every=50),
@@ -81,7 +81,7 @@ def load_data(args) -> tuple[dict, int, str, dict]:
         data = load_forecasting_from_args(args)
         columns = list(standardization_of(data).columns)
         splits = {name: step_windows(split_values(data[name], columns), args.window, args.stride) for name in data}
-        return splits, 0, describe_forecasting(data, args.dataset or "UCI Appliances Energy (26 channels, rv1/rv2 dropped)"), {}
+        return splits, 0, describe_forecasting(data, describe_source(args.dataset)), {}
     fit, val, test, labels = load_anomaly_series(args.dataset, args.window, args.validation)
     splits = {"train": step_windows(fit, args.window), "validation": step_windows(val, args.window),
               "test": step_windows(test, args.window, labels=labels)}

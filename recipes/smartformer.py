@@ -14,11 +14,15 @@ The data flags (``--dataset``, ``--timestamp-column(s)``, ``--id-column``, ``--t
 flags do not explain (text columns, calendar fields, duplicated times) stops with one ``error:`` line saying what
 to pass. Missing values are masked in the loss and in every metric; covariates are inputs, never scored.
 
-Compares, with the same data, steps and seed: the dense model, Smartformer (cp + search; also with the
+Compares, with the same data, steps and seed (which also seeds the search's agent, so seeds vary the search too):
+the dense model, Smartformer (cp + search; also with the
 validation-loss reward), SVD-Smartformer (svd + search), CP at fixed ranks (the paper's Table 8 grid: parameter
 ratios 0.1 … 1.0; a subset by default) and, per seed after that seed's Smartformer run, the baselines at its final
 attention parameter count: one rank everywhere (``uniform-cp``), random ranks (``random-ranks``, ``--random-draws``
-of them) and the searched ranks trained from the start (``searched-ranks``).
+of them) and the searched ranks trained from the start (``searched-ranks``); ``uniform-cp-scheduled`` and
+``random-ranks-scheduled`` take the same ranks on the search's schedule: full rank until the step its search ended,
+then cut to them at once (the search cuts layer by layer up to that step), so they differ from Smartformer in where
+the ranks go, not in how long the model first trained at full rank.
 Writes ``results.json``, ``results.md`` (a table like the paper's Tables 3–8), the search trace and its plot, and
 the Smartformer model (``save_pretrained``: config with compression_config, safetensors, remote code, model card).
 Every run is scored on the test windows with the weights of its best validation MSE (checked every few steps;
@@ -54,12 +58,19 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
 from hf_tensorcompress.core.targets import attention_projections
-from hf_tensorcompress.data import NUM_TIME_FEATURES, describe_forecasting, forecasting_windows, standardization_of
+from hf_tensorcompress.data import (
+    NUM_TIME_FEATURES,
+    describe_forecasting,
+    describe_source,
+    forecasting_windows,
+    standardization_of,
+)
 from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_forecasting_from_args
 from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
 from hf_tensorcompress.evaluation.tables import runs_table
 from hf_tensorcompress.search import SearchConfig, attention_groups
 from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total_params, uniform_ranks
+from hf_tensorcompress.search.schedule import RankSchedule
 from hf_tensorcompress.training.forecasting import (
     BestValidation,
     ForecastSmartformerTrainer,
@@ -153,13 +164,15 @@ def model_flops(model: torch.nn.Module, windows) -> int:
     return int(counter.get_total_flops())
 
 
-def run_one(name: str, method: str | None, rank, search: SearchConfig | None, seed: int, args, size: Size, data):
-    """Train one arm. ``rank``: one rank (int, or a parameter ratio) for every projection, or ``{module: rank}``."""
+def run_one(name: str, method: str | None, rank, search: SearchConfig | None, seed: int, args, size: Size, data,
+            switch_at: int | None = None):
+    """Train one arm. ``rank``: one rank (int, or a parameter ratio) for every projection, or ``{module: rank}``;
+    with ``switch_at`` the model trains at full rank (like a search's start) and takes those ranks after that step."""
     train, validation, test = data
     model = build_model(args.model, args.channels, args.context, args.horizon, size, seed, args.model_path)
     if method is not None:
-        per_module = rank if isinstance(rank, dict) else {}
-        apply_compression(model, CompressionConfig(method=method, rank=1.0 if per_module else rank, ranks=per_module))
+        per_module = rank if isinstance(rank, dict) and switch_at is None else {}
+        apply_compression(model, CompressionConfig(method=method, rank=1.0 if isinstance(rank, dict) else rank, ranks=per_module))
     output_dir = os.path.join(args.output_dir, "runs", f"{name}-seed{seed}")
     training = TrainingArguments(
         output_dir, max_steps=size.steps, per_device_train_batch_size=size.batch_size, learning_rate=args.learning_rate,
@@ -173,9 +186,14 @@ def run_one(name: str, method: str | None, rank, search: SearchConfig | None, se
         )
     else:
         trainer = ForecastTrainer(model=model, args=training, train_dataset=train)
+    schedule = None
+    if switch_at is not None:
+        schedule = RankSchedule(trainer, switch_at, rank)
+        trainer.add_callback(schedule)  # before model selection: a check at the switch step sees the new shapes
     selection = None
     if not args.keep_last:
-        selection = BestValidation(trainer, validation, size.validate_every, size.batch_size)
+        final_shape = None if schedule is None else (lambda: schedule.done)
+        selection = BestValidation(trainer, validation, size.validate_every, size.batch_size, final_shape)
         trainer.add_callback(selection)
     checkpoint = get_last_checkpoint(output_dir) if args.resume and os.path.isdir(output_dir) else None
     start = time.perf_counter()
@@ -197,6 +215,8 @@ def run_one(name: str, method: str | None, rank, search: SearchConfig | None, se
         "flops": projection_flops(model),
         "model_flops": model_flops(model, test),
         "ranks": ranks,
+        "agent_seed": None if search is None else search.seed,
+        "switch_step": switch_at,
         "train_seconds": round(seconds, 2),
         "resumed_from": checkpoint and os.path.basename(checkpoint),
     }
@@ -205,23 +225,33 @@ def run_one(name: str, method: str | None, rank, search: SearchConfig | None, se
     return result, trainer
 
 
-#: Arms derived from each seed's Smartformer run: its final attention parameter count, spent three other ways.
-DERIVED = ("uniform-cp", "random-ranks", "searched-ranks")
+#: Arms derived from each seed's Smartformer run: its final attention parameter count, spent other ways; the
+#: ``-scheduled`` ones train at full rank until the step the search ended and take their ranks there.
+DERIVED = ("uniform-cp", "random-ranks", "searched-ranks", "uniform-cp-scheduled", "random-ranks-scheduled")
 
 
 def derived_arms(name: str, groups, ranks: dict[str, int], seed: int, draws: int) -> list[tuple[str, dict, int | None]]:
     """(run name, {module: rank}, draw) of a derived arm at the search's final parameter count: one rank in every
     layer (closest count), ``draws`` random assignments (never above the count, within one rank-1 component of
-    it), or the search's own final ranks trained from the start."""
+    it), or the search's own final ranks trained from the start. A ``-scheduled`` name gets the same ranks as
+    its base arm (the same draws too)."""
     params = total_params(groups, ranks)
-    if name == "uniform-cp":
+    base = name.removesuffix("-scheduled")
+    if base == "uniform-cp":
         return [(name, module_ranks(groups, uniform_ranks(groups, params)), None)]
-    if name == "random-ranks":
+    if base == "random-ranks":
         return [
             (name, module_ranks(groups, random_ranks(groups, params, random.Random(1000 * seed + draw))), draw)
             for draw in range(draws)
         ]
     return [(name, module_ranks(groups, ranks), None)]
+
+
+def search_end_step(trace: list[dict]) -> int:
+    """The optimizer step at which the search decided its last layer (its last decision if it never finished)."""
+    if not trace:  # no stage ended (a run shorter than one interval): nothing was cut, so nothing to wait for
+        return 1
+    return next((record["step"] for record in trace if record["done"]), trace[-1]["step"])
 
 
 def markdown(results: dict) -> str:
@@ -315,20 +345,20 @@ def main(argv=None) -> dict:
         dataset = load_forecasting_from_args(args)
         args.channels = len(standardization_of(dataset["train"]).columns)
         if PartialState().is_main_process:
-            print(describe_forecasting(dataset, args.dataset or "UCI Appliances Energy (default)"))
+            print(describe_forecasting(dataset, describe_source(args.dataset)))
         shape_model = build_model(args.model, args.channels, args.context, args.horizon, size, 0, args.model_path)
         data = (
             forecasting_windows(dataset["train"], shape_model.config, stride=size.train_stride, future_mask=True),
             forecasting_windows(dataset["validation"], shape_model.config, stride=size.eval_stride),
             forecasting_windows(dataset["test"], shape_model.config, stride=size.eval_stride),
         )
-    search = lambda reward="loss": SearchConfig(  # noqa: E731  (a fresh config per run: the trainer keeps it)
-        interval=size.interval, consecutive_actions=size.consecutive_actions,
+    search = lambda seed, reward="loss": SearchConfig(  # noqa: E731  (a fresh config per run: the trainer keeps it)
+        seed=seed, interval=size.interval, consecutive_actions=size.consecutive_actions,
         max_actions_per_layer=size.max_actions_per_layer, param_budget=args.budget, reward=reward,
         validation_batches=args.validation_batches,
     )
     plan = [("dense", None, 1.0, None), ("smartformer", "cp", 1.0, search)]
-    plan += [("smartformer-validation-reward", "cp", 1.0, lambda: search("validation_loss"))]
+    plan += [("smartformer-validation-reward", "cp", 1.0, lambda seed: search(seed, "validation_loss"))]
     plan += [("svd-smartformer", "svd", 1.0, search)]
     plan += [(f"cp-fixed-{ratio:g}", "cp", ratio, None) for ratio in size.grid]
     plan += [(name, "cp", None, None) for name in DERIVED]
@@ -350,13 +380,15 @@ def main(argv=None) -> dict:
     os.makedirs(args.output_dir, exist_ok=True)
     smart_model = smart_dir = None
     for seed in args.seeds:
-        searched = None  # (groups, final ranks) of this seed's Smartformer run
+        searched = None  # (groups, final ranks, step its search ended) of this seed's Smartformer run
         for name, method, rank, make_search in plan:
             arms = [(name, rank, None)]
             if name in DERIVED:
-                arms = derived_arms(name, *searched, seed, args.random_draws)
+                arms = derived_arms(name, *searched[:2], seed, args.random_draws)
+            switch_at = searched[2] if name.endswith("-scheduled") else None
             for run_name, run_rank, draw in arms:
-                result, trainer = run_one(run_name, method, run_rank, make_search() if make_search else None, seed, args, size, data)
+                result, trainer = run_one(run_name, method, run_rank, make_search(seed) if make_search else None, seed,
+                                          args, size, data, switch_at)
                 if draw is not None:
                     result["draw"] = draw
                 results["runs"].append(result)
@@ -365,7 +397,7 @@ def main(argv=None) -> dict:
                     with open(os.path.join(args.output_dir, "results.json"), "w", encoding="utf-8") as handle:
                         json.dump(results, handle, indent=2)  # after every run: a long job's finished runs are kept
             if name == "smartformer":
-                searched = (trainer.search.groups, dict(trainer.search.ranks))
+                searched = (trainer.search.groups, dict(trainer.search.ranks), search_end_step(trainer.search.trace))
             if name == "smartformer" and seed == args.seeds[0] and trainer.is_world_process_zero():
                 smart_model, smart_dir = trainer.model, trainer.args.output_dir
     if not trainer.is_world_process_zero():

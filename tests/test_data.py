@@ -19,6 +19,7 @@ from transformers import (
 from hf_tensorcompress.assets import appliances_energy_csv
 from hf_tensorcompress.data import (
     NUM_TIME_FEATURES,
+    describe_source,
     forecasting_windows,
     load_appliances_energy,
     load_forecasting_csv,
@@ -178,6 +179,24 @@ def test_datasets_inputs(appliances, tmp_path):
     csv_folder.mkdir()
     pd.read_csv(appliances_energy_csv()).iloc[:500].to_csv(csv_folder / "part.csv", index=False)
     assert len(load_forecasting_dataset(str(csv_folder), drop_columns=["rv1", "rv2"])["train"]) == 350
+
+
+def test_built_in_names_load_their_data_and_a_local_path_of_that_name_wins(tmp_path, monkeypatch):
+    electricity = load_forecasting_dataset("electricity")
+    assert {name: len(split) for name, split in electricity.items()} == {"train": 18412, "validation": 2632, "test": 5260}
+    assert list(standardization_of(electricity["train"]).columns) == ["y"]
+    first, last = electricity["train"][0]["ts"], electricity["test"][-1]["ts"]
+    assert (str(first), str(last)) == ("2012-01-01 00:00:00", "2014-12-31 23:00:00")
+    assert describe_source("electricity").startswith("hourly electricity (built in")
+    assert describe_source(None).startswith("UCI Appliances Energy")
+    monkeypatch.chdir(tmp_path)
+    pd.DataFrame({"when": pd.date_range("2024-01-01", periods=40, freq="h"), "v": np.arange(40.0)}).to_csv(
+        tmp_path / "local.csv", index=False)
+    (tmp_path / "electricity").mkdir()
+    (tmp_path / "local.csv").rename(tmp_path / "electricity" / "part.csv")
+    local = load_forecasting_dataset("electricity")  # the user's folder, not the built-in
+    assert sum(len(split) for split in local.values()) == 40
+    assert describe_source("electricity") == "electricity"
 
 
 def test_error_cases(appliances, tmp_path):

@@ -29,7 +29,7 @@ def test_recipe_runs_on_a_csv_and_writes_results_trace_and_model(tmp_path):
     out = tmp_path / "out"
     command = [
         sys.executable, str(RECIPE), "--model", "patchtst", "--dataset", str(tmp_path / "series.csv"),
-        "--horizon", "8", "--context", "32", "--steps", "24", "--runs", "dense", "smartformer",
+        "--horizon", "8", "--context", "32", "--steps", "24", "--seeds", "3", "--runs", "dense", "smartformer", "uniform-cp-scheduled",
         "--output-dir", str(out),
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
@@ -37,11 +37,16 @@ def test_recipe_runs_on_a_csv_and_writes_results_trace_and_model(tmp_path):
 
     results = json.loads((out / "results.json").read_text())
     assert results["model"] == "patchtst" and results["horizon"] == 8
-    assert [run["name"] for run in results["runs"]] == ["dense", "smartformer"]
+    assert [run["name"] for run in results["runs"]] == ["dense", "smartformer", "uniform-cp-scheduled"]
     for run in results["runs"]:
         assert {"name", "seed", "metrics", "params", "attention_params", "flops", "ranks", "train_seconds"} <= set(run)
         assert np.isfinite(run["metrics"]["mse"]) and np.isfinite(run["metrics"]["mae"])
-    dense, smart = results["runs"]
+    dense, smart, scheduled = results["runs"]
+    trace = json.loads((out / "smartformer_trace.json").read_text())
+    # the baseline on the search's schedule: cut where the search ended, to one rank at the search's count
+    assert scheduled["switch_step"] == next((r["step"] for r in trace if r["done"]), trace[-1]["step"])
+    assert len(set(scheduled["ranks"].values())) == 1 and scheduled["selected_step"] >= scheduled["switch_step"]
+    assert smart["seed"] == 3 and smart["agent_seed"] == 3  # the training seed seeds the search's agent too
     assert smart["attention_params"] <= dense["attention_params"]
     # model selection: the dense run is checked on validation at its last step (24 < every 25 steps)
     assert dense["selected_step"] == 24 and np.isfinite(dense["validation_mse"])

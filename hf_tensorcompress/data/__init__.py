@@ -3,7 +3,15 @@ standardise, window; classification data (UEA names, .ts/.arff, CSV, datasets fo
 
 from .layout import Layout
 from .prepare import SPLITS, prepare_forecasting, split_sizes
-from .sources import APPLIANCES_NOISE_COLUMNS, load_appliances_energy, load_forecasting_csv, load_forecasting_dataset
+from .sources import (
+    APPLIANCES_NOISE_COLUMNS,
+    BUILTIN_SOURCES,
+    describe_source,
+    load_appliances_energy,
+    load_electricity,
+    load_forecasting_csv,
+    load_forecasting_dataset,
+)
 from .standardize import Standardization, standardization_of
 from .summary import describe_forecasting
 from .tables import read_table
@@ -22,6 +30,9 @@ __all__ = [
     "describe_forecasting",
     "forecasting_windows",
     "load_appliances_energy",
+    "load_electricity",
+    "BUILTIN_SOURCES",
+    "describe_source",
     "load_forecasting_csv",
     "load_forecasting_dataset",
     "prepare_forecasting",

@@ -14,7 +14,8 @@ from .sources import load_forecasting_dataset
 def add_forecasting_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("data (forecasting)")
     group.add_argument("--dataset", default=None,
-                       help="CSV or Parquet file, a datasets folder, or a datasets id (default: Appliances Energy)")
+                       help="CSV or Parquet file, a datasets folder, a datasets id, or a built-in data set: appliances_energy "
+                       "(the default) or electricity (hourly, 2012-2014)")
     group.add_argument("--timestamp-column", default="auto", help="the date column ('auto' finds one; 'none': no time axis)")
     group.add_argument("--timestamp-columns", nargs="+", default=None, metavar="COLUMN",
                        help="calendar columns combined into the time axis, in the order year month day [hour [minute [second]]]")

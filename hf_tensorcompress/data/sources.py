@@ -1,4 +1,5 @@
-"""Where forecasting data comes from: the Appliances Energy default, a file, a local folder or a datasets id."""
+"""Where forecasting data comes from: a built-in data set (Appliances Energy, the default; hourly electricity), a
+file, a local folder or a datasets id."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 import datasets
 import pandas as pd
 
-from ..assets import appliances_energy_csv
+from ..assets import appliances_energy_csv, electricity_csv
 from .prepare import prepare_forecasting
 from .tables import CSV_SUFFIXES, read_table
 
@@ -21,6 +22,29 @@ def load_appliances_energy(**kwargs: Any) -> datasets.DatasetDict:
     kwargs.setdefault("drop_columns", APPLIANCES_NOISE_COLUMNS)
     kwargs.setdefault("timestamp_column", "date")
     return load_forecasting_csv(appliances_energy_csv(), **kwargs)
+
+
+def load_electricity(**kwargs: Any) -> datasets.DatasetDict:
+    """Hourly electricity load 2012–2014 (26,304 rows, one channel ``y``: the mean of the 321 ECL clients), 7:1:2
+    chronological split, standardised. Daily and weekly cycles a model must read from a long context."""
+    kwargs.setdefault("timestamp_column", "ts")
+    return load_forecasting_csv(electricity_csv(), **kwargs)
+
+
+#: ``--dataset`` names of the data sets fetched by ``make install`` (name -> loader, what the summary calls it).
+BUILTIN_SOURCES = {
+    "appliances_energy": (load_appliances_energy, "UCI Appliances Energy (built in; 10-minute, 26 channels; noise columns rv1/rv2 dropped)"),
+    "electricity": (load_electricity, "hourly electricity (built in; mean load of 321 clients, 2012-2014)"),
+}
+
+
+def describe_source(source: Any) -> str:
+    """What the data summary calls ``source`` (the user's path as given, or a built-in's description)."""
+    if source is None:
+        return BUILTIN_SOURCES["appliances_energy"][1] + ", the default"
+    if isinstance(source, str) and source in BUILTIN_SOURCES and not Path(source).exists():
+        return BUILTIN_SOURCES[source][1]
+    return str(source)
 
 
 def load_forecasting_csv(path: str | Path, **kwargs: Any) -> datasets.DatasetDict:
@@ -36,12 +60,15 @@ def load_forecasting_csv(path: str | Path, **kwargs: Any) -> datasets.DatasetDic
 def load_forecasting_dataset(source: Any, **kwargs: Any) -> datasets.DatasetDict:
     """Any forecasting source -> ``prepare_forecasting`` (keyword arguments go there: columns, id_column, ...).
 
-    ``source``: ``None`` (the Appliances Energy default), a DataFrame / Dataset / DatasetDict, a CSV or Parquet
+    ``source``: ``None`` (the Appliances Energy default), a built-in name (``BUILTIN_SOURCES``; a file or
+    folder of the same name wins), a DataFrame / Dataset / DatasetDict, a CSV or Parquet
     file, a folder written by ``save_to_disk``, any other folder ``datasets.load_dataset`` reads, or a dataset id
     (needs the Hub). A path that does not exist is a ``FileNotFoundError``.
     """
     if source is None:
         return load_appliances_energy(**kwargs)
+    if isinstance(source, str) and source in BUILTIN_SOURCES and not Path(source).exists():
+        return BUILTIN_SOURCES[source][0](**kwargs)
     if isinstance(source, (pd.DataFrame, datasets.Dataset, datasets.DatasetDict)):
         return prepare_forecasting(source, **kwargs)
     return prepare_forecasting(read_table(source), **kwargs)

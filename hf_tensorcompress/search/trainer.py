@@ -36,6 +36,38 @@ from .space import attention_groups, current_rank
 logger = logging.get_logger(__name__)
 
 
+def apply_ranks(trainer: Trainer, ranks: dict[str, int], als_iterations: int) -> None:
+    """Re-decompose each module of ``ranks`` ({module name: rank}) in the middle of ``trainer.train`` and keep its
+    optimizer, scheduler, compression config and DDP wrapper valid."""
+    if not ranks:
+        return
+    replaced: dict[nn.Parameter, nn.Parameter] = {}
+    for name, rank in ranks.items():
+        replaced.update(trainer.model.get_submodule(name).set_rank(rank, n_iter=als_iterations))
+    if trainer.optimizer is not None:
+        # the accelerate wrapper forwards param_groups/state to the torch optimizer; the scheduler holds
+        # the same optimizer object, so it keeps stepping the learning rate of the new factors too
+        replace_parameters_in_optimizer(getattr(trainer.optimizer, "optimizer", trainer.optimizer), replaced)
+    refresh_compression_config(trainer.model)
+    _rewrap_ddp(trainer)
+
+
+def _rewrap_ddp(trainer: Trainer) -> None:
+    old = trainer.model_wrapped
+    if not isinstance(old, DistributedDataParallel):
+        return
+    handler = getattr(trainer.accelerator, "ddp_handler", None)
+    kwargs = handler.to_kwargs() if handler is not None else {}
+    new = DistributedDataParallel(trainer.model, device_ids=old.device_ids, output_device=old.output_device, **kwargs)
+    if handler is not None:
+        handler.register_comm_hook(new)
+    models = trainer.accelerator._models  # accelerate's registry of prepared models (used by save_state etc.)
+    for index, model in enumerate(models):
+        if model is old:
+            models[index] = new
+    trainer.model_wrapped = new
+
+
 class SmartformerCallback(TrainerCallback):
     """Feeds the search at the points of the training loop it needs: before the optimizer step (complete,
     synchronized gradients for the Taylor importance) and at each stage end (after the step, before saving)."""
@@ -184,35 +216,8 @@ class SmartformerTrainer(Trainer):
         self._log_decision(record)
 
     def _apply_ranks(self, changes: dict[str, int]) -> None:
-        """Re-decompose each changed layer and keep optimizer, scheduler, config and DDP wrapper valid."""
-        if not changes:
-            return
-        replaced: dict[nn.Parameter, nn.Parameter] = {}
-        for group_name, rank in changes.items():
-            for name in self.search.by_name[group_name].modules:
-                layer = self.model.get_submodule(name)
-                replaced.update(layer.set_rank(rank, n_iter=self.search_config.als_iterations))
-        if self.optimizer is not None:
-            # the accelerate wrapper forwards param_groups/state to the torch optimizer; the scheduler holds
-            # the same optimizer object, so it keeps stepping the learning rate of the new factors too
-            replace_parameters_in_optimizer(getattr(self.optimizer, "optimizer", self.optimizer), replaced)
-        refresh_compression_config(self.model)
-        self._rewrap_ddp()
-
-    def _rewrap_ddp(self) -> None:
-        old = self.model_wrapped
-        if not isinstance(old, DistributedDataParallel):
-            return
-        handler = getattr(self.accelerator, "ddp_handler", None)
-        kwargs = handler.to_kwargs() if handler is not None else {}
-        new = DistributedDataParallel(self.model, device_ids=old.device_ids, output_device=old.output_device, **kwargs)
-        if handler is not None:
-            handler.register_comm_hook(new)
-        models = self.accelerator._models  # accelerate's registry of prepared models (used by save_state etc.)
-        for index, model in enumerate(models):
-            if model is old:
-                models[index] = new
-        self.model_wrapped = new
+        modules = {name: rank for group, rank in changes.items() for name in self.search.by_name[group].modules}
+        apply_ranks(self, modules, self.search_config.als_iterations)
 
     # ------------------------------------------------------------------ visibility
     def _log_decision(self, record: dict) -> None:

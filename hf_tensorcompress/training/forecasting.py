@@ -3,6 +3,8 @@ values masked for every family, PatchTST included), and model selection on the v
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch.utils.data import Dataset
 from transformers import Trainer, TrainerCallback
@@ -45,14 +47,21 @@ class BestValidation(TrainerCallback):
 
     Not the Trainer's ``load_best_model_at_end``: that reloads a disk checkpoint into the final model, and a
     Smartformer run changes layer shapes while its search runs. Here a search run only competes once every
-    layer's rank is decided, so the kept weights always fit the final model.
+    layer's rank is decided (``final_shape``: when else the shapes are final, e.g. after a ``RankSchedule``), so
+    the kept weights always fit the final model.
     """
 
-    def __init__(self, trainer: Trainer, windows: Dataset, every: int, batch_size: int) -> None:
+    def __init__(
+        self, trainer: Trainer, windows: Dataset, every: int, batch_size: int,
+        final_shape: Callable[[], bool] | None = None,
+    ) -> None:
         self.trainer, self.windows, self.every, self.batch_size = trainer, windows, every, batch_size
+        self.final_shape = final_shape
         self.best: tuple[float, int, dict[str, torch.Tensor]] | None = None
 
     def _architecture_final(self) -> bool:
+        if self.final_shape is not None:
+            return self.final_shape()
         search = getattr(self.trainer, "search", None)
         return search is None or search.done
 
