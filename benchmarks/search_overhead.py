@@ -1,7 +1,7 @@
 """Wall time of Smartformer training (CP attention + RL rank search) against dense training for the same steps.
 
-Trains a PatchTST on real data (Appliances Energy, or ``--dataset electricity``) three ways, one after the other in this process, with the
-same steps, batches and seed: dense, CP with fixed ranks (the layer's own cost), and Smartformer (CP + search).
+Trains a PatchTST on real data (Appliances Energy, or ``--dataset electricity``) three ways, one after the other
+in this process, with the same steps, batches and seed: dense, CP with fixed ranks (the layer's own cost), and Smartformer (CP + search).
 The Smartformer time is split into agent time (MDP + A2C), re-decomposition time (set_rank, optimizer swap,
 config refresh, DDP rebuild), importance accumulation and the rest (training). Target: Smartformer / dense ≤ 1.5
 (≤ 1.2 with ``--size medium``, the setting of the recipe's ``--size medium``).

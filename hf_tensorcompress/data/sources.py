@@ -38,13 +38,19 @@ BUILTIN_SOURCES = {
 }
 
 
+def builtin_name(source: Any) -> str | None:
+    """``source`` if it names a built-in data set and no file or folder of that name exists, else ``None``."""
+    if isinstance(source, str) and source in BUILTIN_SOURCES and not Path(source).exists():
+        return source
+    return None
+
+
 def describe_source(source: Any) -> str:
     """What the data summary calls ``source`` (the user's path as given, or a built-in's description)."""
     if source is None:
         return BUILTIN_SOURCES["appliances_energy"][1] + ", the default"
-    if isinstance(source, str) and source in BUILTIN_SOURCES and not Path(source).exists():
-        return BUILTIN_SOURCES[source][1]
-    return str(source)
+    name = builtin_name(source)
+    return BUILTIN_SOURCES[name][1] if name else str(source)
 
 
 def load_forecasting_csv(path: str | Path, **kwargs: Any) -> datasets.DatasetDict:
@@ -67,7 +73,7 @@ def load_forecasting_dataset(source: Any, **kwargs: Any) -> datasets.DatasetDict
     """
     if source is None:
         return load_appliances_energy(**kwargs)
-    if isinstance(source, str) and source in BUILTIN_SOURCES and not Path(source).exists():
+    if builtin_name(source):
         return BUILTIN_SOURCES[source][0](**kwargs)
     if isinstance(source, (pd.DataFrame, datasets.Dataset, datasets.DatasetDict)):
         return prepare_forecasting(source, **kwargs)
