@@ -169,11 +169,15 @@ def run_one(name: str, method: str | None, rank, search: SearchConfig | None, se
     """Train one arm. ``rank``: one rank (int, or a parameter ratio) for every projection, or ``{module: rank}``;
     with ``switch_at`` the model trains at full rank (like a search's start) and takes those ranks after that step."""
     train, validation, test = data
+    output_dir = os.path.join(args.output_dir, "runs", f"{name}-seed{seed}")
+    checkpoint = get_last_checkpoint(output_dir) if args.resume and os.path.isdir(output_dir) else None
+    schedule_at = switch_at
+    if switch_at is not None and checkpoint and int(checkpoint.rsplit("-", 1)[1]) >= switch_at:
+        schedule_at = None  # saved after the cut: build the model at its final ranks, the checkpoint's shapes
     model = build_model(args.model, args.channels, args.context, args.horizon, size, seed, args.model_path)
     if method is not None:
-        per_module = rank if isinstance(rank, dict) and switch_at is None else {}
+        per_module = rank if isinstance(rank, dict) and schedule_at is None else {}
         apply_compression(model, CompressionConfig(method=method, rank=1.0 if isinstance(rank, dict) else rank, ranks=per_module))
-    output_dir = os.path.join(args.output_dir, "runs", f"{name}-seed{seed}")
     training = TrainingArguments(
         output_dir, max_steps=size.steps, per_device_train_batch_size=size.batch_size, learning_rate=args.learning_rate,
         lr_scheduler_type="linear", warmup_steps=0, report_to=[], logging_steps=50, seed=seed,
@@ -187,15 +191,14 @@ def run_one(name: str, method: str | None, rank, search: SearchConfig | None, se
     else:
         trainer = ForecastTrainer(model=model, args=training, train_dataset=train)
     schedule = None
-    if switch_at is not None:
-        schedule = RankSchedule(trainer, switch_at, rank)
+    if schedule_at is not None:
+        schedule = RankSchedule(trainer, schedule_at, rank)
         trainer.add_callback(schedule)  # before model selection: a check at the switch step sees the new shapes
     selection = None
     if not args.keep_last:
         final_shape = None if schedule is None else (lambda: schedule.done)
         selection = BestValidation(trainer, validation, size.validate_every, size.batch_size, final_shape)
         trainer.add_callback(selection)
-    checkpoint = get_last_checkpoint(output_dir) if args.resume and os.path.isdir(output_dir) else None
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=checkpoint)
     seconds = time.perf_counter() - start

@@ -4,6 +4,7 @@ own schedule), with the optimizer, the recorded config and model selection follo
 from __future__ import annotations
 
 import pytest
+import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from hf_tensorcompress.search import attention_groups
@@ -67,3 +68,25 @@ def test_a_step_outside_the_run_is_refused(tmp_path):
     with pytest.raises(ValueError, match="after the run's last step"):
         trainer.train()
     assert layer.rank == rank and trainer.state.global_step == 0  # refused before anything trained or changed
+
+
+def test_a_run_resumed_after_the_cut_starts_at_the_final_ranks_and_the_schedule_stays_done(tmp_path):
+    def run(model, resume=None):
+        args = TrainingArguments(
+            str(tmp_path), max_steps=8, per_device_train_batch_size=16, learning_rate=2e-3, report_to=[],
+            save_strategy="steps", save_steps=4, use_cpu=True, disable_tqdm=True, seed=0, data_seed=0,
+        )
+        trainer = Trainer(model=model, args=args, train_dataset=sines())
+        modules = [m for g in attention_groups(model) for m in g.modules]
+        schedule = RankSchedule(trainer, 3, {m: 2 for m in modules})
+        trainer.add_callback(schedule)
+        trainer.train(resume_from_checkpoint=resume)
+        return trainer, schedule, modules
+
+    uninterrupted, _, modules = run(tiny_patchtst(layers=2))
+    final = tiny_patchtst(layers=2, rank=2)  # the checkpoint's shapes: the ranks after the cut at step 3
+    resumed, schedule, _ = run(final, resume=str(tmp_path / "checkpoint-4"))
+    assert schedule.done and resumed.state.global_step == 8
+    assert {final.get_submodule(m).rank for m in modules} == {2}
+    for name, param in uninterrupted.model.named_parameters():  # the same weights as the run that never stopped
+        assert torch.allclose(param, dict(final.named_parameters())[name], atol=1e-5), name

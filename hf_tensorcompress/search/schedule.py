@@ -3,7 +3,8 @@
 A search changes ranks *while* it trains: its model first trains at full rank and is cut later. A baseline
 trained at low rank from the first step differs from it in two ways at once, where the ranks go and when the cut
 happens. ``RankSchedule`` removes the second: full rank until ``step`` (e.g. the step a search finished), then the
-baseline's ranks, re-decomposed from the trained factors like the search's own cuts.
+baseline's ranks, re-decomposed from the trained factors like the search's own cuts. To resume from a checkpoint
+saved after the cut, build the model at the final ranks (the checkpoint's shapes); the schedule then does nothing.
 """
 
 from __future__ import annotations
@@ -24,11 +25,8 @@ class RankSchedule(TrainerCallback):
         self.done = False
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if state.global_step >= self.step and not self.done:
-            raise ValueError(
-                f"training resumes at step {state.global_step}, after the rank change at step {self.step}: "
-                "RankSchedule cannot rebuild that checkpoint's shapes; start the run from the beginning"
-            )
+        if state.global_step >= self.step:  # resumed after the cut: the checkpoint loaded, so the model has its ranks
+            self.done = True
         if state.max_steps and self.step > state.max_steps:
             raise ValueError(f"step={self.step} is after the run's last step ({state.max_steps}): the ranks would never change")
 
