@@ -162,12 +162,12 @@ def compression_config(args: argparse.Namespace) -> CompressionConfig:
 def compress_command(args: argparse.Namespace) -> int:
     from .compress import apply_compression
     from .hub import CardInfo, set_card_info
+    from .core.atomic import atomic_folder
     from .core.loading import gguf_provenance, load_model
 
     source, output = Path(args.source), Path(args.output)
     config = compression_config(args)  # validate before the (slow) load
-    if output.exists() and any(output.iterdir()) and not args.overwrite:
-        raise UsageError(f"{output} exists and is not empty; choose a new folder or pass --overwrite")
+    check_output(source, output, args.overwrite)
     print(f"loading {source}", file=sys.stderr, flush=True)
     model = load_model(source)
     apply_compression(model, config)
@@ -176,11 +176,29 @@ def compress_command(args: argparse.Namespace) -> int:
         info.base_model, note = gguf_provenance(source)
         info.limitations.append(note)
     set_card_info(model, info)
-    model.save_pretrained(output)
-    _save_tokenizer(source, output)
+    with atomic_folder(output) as staging:  # the model and its tokenizer replace the folder together, or nothing
+        model.save_pretrained(staging)
+        _save_tokenizer(source, staging)
     print(f"saved compressed model ({config.method}, {len(model.config.compression_config['modules'])} modules) "
           f"to {output}")
     return 0
+
+
+def check_output(source: Path, output: Path, overwrite: bool) -> None:
+    """Refuse an output that would destroy what is there: a file, the source itself, a folder inside the source or
+    one holding it, a non-empty folder without ``--overwrite``."""
+    if output.exists() and not output.is_dir():
+        raise UsageError(f"{output} is a file; pass a folder path for the compressed model")
+    src, out = source.resolve(), output.resolve()
+    if src.is_file():
+        src = src.parent if out == src.parent else src
+    if out == src or src in out.parents or out in src.parents:
+        raise UsageError(
+            f"output {output} is the source {source} or lies inside it (or holds it); writing there would replace "
+            "the dense model: choose a folder outside the source"
+        )
+    if output.exists() and any(output.iterdir()) and not overwrite:
+        raise UsageError(f"{output} exists and is not empty; choose a new folder or pass --overwrite")
 
 
 def _tokenizer(source: Path):

@@ -42,6 +42,7 @@ from transformers import (
 )
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
+from hf_tensorcompress.core.atomic import atomic_folder
 from hf_tensorcompress.data import describe_forecasting, describe_source, forecasting_windows, standardization_of
 from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_forecasting_from_args
 from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
@@ -172,25 +173,26 @@ def main(argv: list[str] | None = None) -> dict:
                      tuned_seconds, total))
     results = {}
     if state.is_main_process:
-        compressed.save_pretrained(output_dir)
-        (output_dir / "standardization.json").write_text(stats.to_json())
-        results = {
-            "model": args.model or "PatchTSTForPrediction (small, trained here)",
-            "dataset": args.dataset or "appliances_energy",
-            "horizon": model.config.prediction_length,
-            "context_length": model.config.context_length,
-            "method": args.method,
-            "rank": args.rank,
-            "eval_stride": args.eval_stride,
-            "runs": [run_entry(*run) for run in runs],
-        }
-        (output_dir / "results.json").write_text(json.dumps(results, indent=2))
-        table = markdown_table(results["runs"])
-        note = (f"\nSteps: the dense model {args.max_steps}; then {args.finetune_steps} more for the dense control and for "
-                f"the compressed model alike (each phase keeps its best validation MSE, checked every "
-                f"{args.validate_every} steps).\n")
-        (output_dir / "results.md").write_text(f"### {results['model']} on {results['dataset']}, horizon "
-                                               f"{results['horizon']}\n\n{table}{note}")
+        with atomic_folder(output_dir) as staging:  # model, statistics and results replace the folder together
+            compressed.save_pretrained(staging)
+            (staging / "standardization.json").write_text(stats.to_json())
+            results = {
+                "model": args.model or "PatchTSTForPrediction (small, trained here)",
+                "dataset": args.dataset or "appliances_energy",
+                "horizon": model.config.prediction_length,
+                "context_length": model.config.context_length,
+                "method": args.method,
+                "rank": args.rank,
+                "eval_stride": args.eval_stride,
+                "runs": [run_entry(*run) for run in runs],
+            }
+            (staging / "results.json").write_text(json.dumps(results, indent=2))
+            table = markdown_table(results["runs"])
+            note = (f"\nSteps: the dense model {args.max_steps}; then {args.finetune_steps} more for the dense control and for "
+                    f"the compressed model alike (each phase keeps its best validation MSE, checked every "
+                    f"{args.validate_every} steps).\n")
+            (staging / "results.md").write_text(f"### {results['model']} on {results['dataset']}, horizon "
+                                                   f"{results['horizon']}\n\n{table}{note}")
         print(table + note)
         print(f"saved the compressed model and results.json to {output_dir}")
     state.wait_for_everyone()

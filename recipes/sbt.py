@@ -33,6 +33,7 @@ import torch
 from accelerate import Accelerator
 from transformers import PatchTSTConfig, PatchTSTForClassification, PatchTSTForPretraining
 
+from hf_tensorcompress.core.atomic import atomic_folder
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.core.metrics import nonzero_flops, storage_bits
 from hf_tensorcompress.data import describe_source, standardization_of
@@ -259,7 +260,8 @@ def main(argv=None) -> dict:
             metrics = test(model, splits, extra)
             checkpoint = out / "checkpoints" / f"{name}-seed{seed}"
             if accelerator.is_main_process:
-                model.save_pretrained(checkpoint)
+                with atomic_folder(checkpoint) as staging:  # a dense run too: all files or the old folder
+                    model.save_pretrained(staging)
             run = measure(model, name, keep_ratio, seed, metrics, outcome, sample, checkpoint)
             results["runs"].append(run)
             accelerator.print(json.dumps({k: run[k] for k in ("name", "seed", "metrics", "selected_step", "train_seconds")}))

@@ -57,6 +57,7 @@ from transformers import (
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
+from hf_tensorcompress.core.atomic import atomic_folder
 from hf_tensorcompress.core.targets import attention_projections
 from hf_tensorcompress.data import (
     NUM_TIME_FEATURES,
@@ -281,7 +282,15 @@ def markdown(results: dict) -> str:
 
 
 def save_smartformer(model: torch.nn.Module, results: dict, folder: str) -> None:
-    """``save_pretrained`` (remote code included) plus a short model card, then a check that it loads back."""
+    """``save_pretrained`` (remote code included) plus a short model card, written together into a staging folder
+    that replaces ``folder`` (``atomic_folder``), then a check that it loads back."""
+    with atomic_folder(folder) as staging:
+        write_smartformer(model, results, staging)
+    AutoModel.from_pretrained(folder, trust_remote_code=True)
+
+
+def write_smartformer(model: torch.nn.Module, results: dict, folder: str | os.PathLike) -> None:
+    """The model and its card, into ``folder``."""
     model.save_pretrained(folder)
     smart = [r for r in results["runs"] if r["name"] == "smartformer"]
     card = [
@@ -293,7 +302,6 @@ def save_smartformer(model: torch.nn.Module, results: dict, folder: str) -> None
     ]
     with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as handle:
         handle.write("\n".join(card))
-    AutoModel.from_pretrained(folder, trust_remote_code=True)
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -16,12 +16,14 @@ Imports: torch, transformers and sibling files only.
 from __future__ import annotations
 
 import logging
+import os
 import re
 
 import torch
 import transformers
 from torch import nn
 
+from .atomic import atomic_folder
 from .contract import QUANT_METHOD, TOMBSTONE_KEY, CompressedLayer
 from .structure import CompressedCheckpointError, install_layers, install_model_options, qkv_masks
 
@@ -161,13 +163,19 @@ class CompressedModelMixin:
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """``PreTrainedModel.save_pretrained`` with a tombstone under each replaced module's dense key, plus the
-        modeling code and model card when hf_tensorcompress is installed."""
+        modeling code and model card when hf_tensorcompress is installed. The main process writes all of it into a
+        staging folder that then replaces ``save_directory`` (``atomic.py``): a failed save leaves the old folder."""
         state_dict = kwargs.pop("state_dict", None)
         state_dict = dict(self.state_dict() if state_dict is None else state_dict)
         state_dict.update(tombstones(compression_of(self.config)["modules"]))
-        result = super().save_pretrained(save_directory, *args, state_dict=state_dict, **kwargs)
-        if self.save_hook is not None and kwargs.get("is_main_process", True):
-            self.save_hook(self, save_directory)
+        if not kwargs.get("is_main_process", True):
+            return super().save_pretrained(save_directory, *args, state_dict=state_dict, **kwargs)
+        if kwargs.get("push_to_hub"):  # transformers names the repo after the folder it is given
+            kwargs.setdefault("repo_id", os.path.basename(os.path.normpath(str(save_directory))))
+        with atomic_folder(save_directory) as staging:
+            result = super().save_pretrained(str(staging), *args, state_dict=state_dict, **kwargs)
+            if self.save_hook is not None:
+                self.save_hook(self, staging)
         return result
 
     def _upload_modified_files(self, working_dir, repo_id, *args, **kwargs):
