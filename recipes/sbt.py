@@ -33,8 +33,8 @@ import torch
 from accelerate import Accelerator
 from transformers import PatchTSTConfig, PatchTSTForClassification, PatchTSTForPretraining
 
-from hf_tensorcompress.core.atomic import atomic_folder
 from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress.core.atomic import atomic_folder
 from hf_tensorcompress.core.metrics import nonzero_flops, storage_bits
 from hf_tensorcompress.data import describe_source, standardization_of
 from hf_tensorcompress.data.anomaly import load_anomaly_series
