@@ -8,9 +8,10 @@ from tqdm.auto import tqdm
 from torch import nn
 from transformers import PretrainedConfig
 
-from .config import CompressionConfig
+from .config import CompressionConfig, as_config
 from .core.export import mark_compressed
-from .core.modeling_tensorcompress import CompressedModelMixin
+from .core.contract import CompressedLayer
+from .core.modeling_tensorcompress import CompressedModelMixin, is_compressed
 from .core.registry import get_method
 from .core.structure import bind_layers, install_model_options
 from .core.targets import match_targets
@@ -39,6 +40,31 @@ def resolve_targets(model: nn.Module, config: CompressionConfig) -> list[str]:
             f"({type(model.get_submodule(wrong[0])).__name__}); narrow target_modules"
         )
     return names
+
+
+def compressed_layers(model: nn.Module) -> list[str]:
+    """Names of ``model``'s compressed layers, whichever copy of the layer code defined them (this package's, or
+    the one ``trust_remote_code`` loaded from a checkpoint): a layer is known by its contract, not its class object."""
+    return [
+        name for name, module in model.named_modules()
+        if any(cls.__name__ == CompressedLayer.__name__ for cls in type(module).__mro__)
+    ]
+
+
+def check_not_compressed(model: nn.Module) -> None:
+    """Refuse a model that is compressed already, whatever its class object (e.g. a class from
+    ``transformers_modules`` after ``trust_remote_code=True``): its config records the compression, or its modules
+    are compressed layers. Re-compressing would mix two records of the structure in one checkpoint."""
+    recorded = getattr(getattr(model, "config", None), "compression_config", None)
+    layers = compressed_layers(model)
+    if isinstance(model, CompressedModelMixin) or is_compressed(model) or recorded or layers:
+        method = recorded.get("method", "?") if isinstance(recorded, dict) else "?"
+        count = len(recorded.get("modules", {})) if isinstance(recorded, dict) else len(layers)
+        raise ValueError(
+            f"{type(model).__name__} is already compressed (method {method!r}, {count} modules); apply_compression "
+            "starts from a dense model: load the dense checkpoint and compress it with one config whose "
+            "target_modules lists every module to compress (see docs/guide/errors.md)"
+        )
 
 
 def check_model(model: nn.Module) -> None:
@@ -83,7 +109,7 @@ def own_config(model: nn.Module) -> None:
     model.config = copied
 
 
-def apply_compression(model: nn.Module, config: CompressionConfig, calibration: object | None = None) -> nn.Module:
+def apply_compression(model: nn.Module, config: CompressionConfig | dict | str, calibration: object | None = None) -> nn.Module:
     """Compress ``model`` in place and return it (same object, still an instance of its transformers class).
 
     Every replacement layer is built before any is installed, so an error leaves the model untouched (its state
@@ -91,15 +117,12 @@ def apply_compression(model: nn.Module, config: CompressionConfig, calibration: 
     models is left as it was.
     The resolved per-module specs are recorded in ``config.compression_config`` and the class becomes
     ``Compressed<Class>`` so that ``save_pretrained`` writes the self-contained modeling code. ``calibration`` is
-    data a method needs beyond the weights (tt: ``TTCalibration``; see ``apply_tt``).
+    data a method needs beyond the weights (tt: ``TTCalibration``; see ``apply_tt``). ``config`` may also be a dict
+    or its JSON text (read by ``CompressionConfig.from_dict``). A model that is compressed already is refused.
     """
-    if isinstance(model, CompressedModelMixin):
-        raise ValueError(
-            f"{type(model).__name__} is already compressed ({model.config.compression_config['method']}); "
-            "start from the dense model to compress it differently"
-        )
+    check_not_compressed(model)
     check_model(model)
-    config.validate()
+    config = as_config(config)
     method = get_method(config.method)
     names = resolve_targets(model, config)
     check_ranks(config, names)

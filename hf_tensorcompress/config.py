@@ -131,7 +131,14 @@ class CompressionConfig(QuantizationConfigMixin):
     def from_dict(cls, data: dict[str, Any]) -> "CompressionConfig":
         """The config ``data`` describes. Version 1 dicts held every method's fields (the other methods' unused): those
         are dropped; in a version 2 dict another method's field is an error naming the config it belongs to."""
+        if not isinstance(data, dict):
+            raise TypeError(
+                f"from_dict takes a dict such as {{'method': 'cp', 'rank': 0.5}}, got {type(data).__name__}; "
+                "for JSON text use CompressionConfig.from_json_string"
+            )
         data = dict(data)
+        if "method" in data and not isinstance(data["method"], str):
+            raise ValueError(f"method must be a string naming a method, got {data['method']!r}")
         target = config_class(data.get("method", "cp")) if cls is CompressionConfig else cls
         if data.get("version", 1) < 2:
             data = {key: value for key, value in data.items() if key in target.field_names() or not _owner_of(key)}
@@ -153,6 +160,28 @@ class CompressionConfig(QuantizationConfigMixin):
     def from_json_file(cls, path: str) -> "CompressionConfig":
         with open(path, encoding="utf-8") as handle:
             return cls.from_json_string(handle.read())
+
+
+def as_config(value: Any) -> CompressionConfig:
+    """``value`` as a validated config: a ``CompressionConfig``, a dict (``CompressionConfig.from_dict``) or its JSON
+    text; anything else is refused with the call that would work."""
+    if isinstance(value, CompressionConfig):
+        value.validate()
+        return value
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise ValueError(
+                f"config {value[:60]!r} is not JSON; pass CompressionConfig(method=..., ...), a dict such as "
+                f"{{'method': 'cp', 'rank': 0.5}}, or its JSON text (e.g. CompressionConfig.from_json_file(path))"
+            ) from None
+    if isinstance(value, dict):
+        return CompressionConfig.from_dict(value)
+    raise TypeError(
+        f"config must be a CompressionConfig, a dict or a JSON string, got {type(value).__name__}; "
+        "e.g. CompressionConfig(method='cp', rank=0.5) or CompressionConfig.from_dict({'method': 'cp', 'rank': 0.5})"
+    )
 
 
 # ---------------------------------------------------------------------- checks shared by the method configs

@@ -21,6 +21,11 @@ QUANTIZATION_MARKER = {"quant_method": QUANT_METHOD, "version": 1}
 #: The dense key a compressed module no longer has; checkpoints hold a tombstone there (``modeling_tensorcompress``).
 TOMBSTONE_KEY = "weight"
 
+#: A one-byte tensor every checkpoint holds under this key: where hf_tensorcompress is not installed, a plain
+#: transformers class lists it in its load report (an unexpected key) right beside the tombstones' size mismatch,
+#: so the report names the fix; transformers' own error text is fixed. No digits or dots: the report groups on them.
+SIGNPOST_KEY = "hf_tensorcompress checkpoint: pip install hf_tensorcompress, or pass trust_remote_code=True"
+
 
 class CompressedLayer(nn.Module):
     """A module that replaces a dense one. What the library relies on:

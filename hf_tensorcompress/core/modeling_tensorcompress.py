@@ -24,15 +24,17 @@ import transformers
 from torch import nn
 
 from .atomic import atomic_folder
-from .contract import QUANT_METHOD, TOMBSTONE_KEY, CompressedLayer
+from .checks import check_finite, check_shapes
+from .contract import QUANT_METHOD, SIGNPOST_KEY, TOMBSTONE_KEY, CompressedLayer
 from .structure import CompressedCheckpointError, install_layers, install_model_options, qkv_masks
 
 CLASS_PREFIX = "Compressed"
 
 
 def tombstones(module_names) -> dict[str, torch.Tensor]:
-    """One uint8 scalar per replaced module, under its dense weight's key."""
-    return {f"{name}.{TOMBSTONE_KEY}": torch.zeros((), dtype=torch.uint8) for name in module_names}
+    """One uint8 scalar per replaced module, under its dense weight's key, and the signpost naming the fix."""
+    marks = {f"{name}.{TOMBSTONE_KEY}": torch.zeros((), dtype=torch.uint8) for name in module_names}
+    return {**marks, SIGNPOST_KEY: torch.zeros((), dtype=torch.uint8)}
 
 
 def compression_of(config) -> dict:
@@ -86,7 +88,7 @@ def is_compressed(model: nn.Module) -> bool:
 
 
 def _expect_tombstones(model: nn.Module, module_names) -> None:
-    patterns = {re.escape(name) + rf"\.{TOMBSTONE_KEY}$" for name in module_names}
+    patterns = {re.escape(name) + rf"\.{TOMBSTONE_KEY}$" for name in module_names} | {"^" + re.escape(SIGNPOST_KEY) + "$"}
     model._keys_to_ignore_on_load_unexpected = set(model._keys_to_ignore_on_load_unexpected or ()) | patterns
 
 
@@ -197,6 +199,9 @@ class CompressedModelMixin:
         except RuntimeError as error:
             if "mismatch" not in str(error):  # "size mismatch" (torch) / "ignore_mismatched_sizes" (transformers 5)
                 raise
+            folder = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+            if folder is not None:  # name the file, the key and the spec
+                check_shapes(folder)
             raise CompressedCheckpointError(
                 "The checkpoint's tensors do not have the shapes its compression_config describes (the load report "
                 "above lists them); the config.json and the weights come from different models, or the config was "
@@ -215,6 +220,7 @@ class CompressedModelMixin:
                 + "; ".join(f"{kind}: {keys[:6]}" for kind, keys in problems.items() if keys)
                 + ". Save the model again with save_pretrained, or fix compression_config in config.json."
             )
+        check_finite(model, args[0] if args else kwargs.get("pretrained_model_name_or_path"))
         return (model, info) if wants_info else model
 
     # ``resize_token_embeddings`` builds a new dense nn.Embedding / nn.Linear from ``old.weight``; a compressed

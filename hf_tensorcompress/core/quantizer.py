@@ -51,6 +51,23 @@ class CompressedCheckpointConfig(QuantizationConfigMixin):
         self.version = version
 
 
+def check_method(config: Any) -> None:
+    """A checkpoint's ``compression_config["method"]`` must be a registered method (an edited or foreign name
+    would otherwise load unchecked and save back under a name no code knows)."""
+    from .structure import CompressedCheckpointError  # registration may run while structure imports
+
+    compression = getattr(config, "compression_config", None)
+    method = compression.get("method") if isinstance(compression, dict) else None
+    try:
+        get_method(method)
+    except ValueError as error:
+        raise CompressedCheckpointError(
+            f"config.json: compression_config['method'] = {method!r} is not a method of this hf_tensorcompress "
+            f"({error}); restore config.json from the saved checkpoint, or upgrade hf_tensorcompress if a newer "
+            "version wrote it"
+        ) from None
+
+
 class TensorCompressQuantizer(HfQuantizer):
     """Loads compressed checkpoints exactly, or compresses a dense checkpoint while it loads (module docstring)."""
 
@@ -78,8 +95,12 @@ class TensorCompressQuantizer(HfQuantizer):
 
     def _process_model_before_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
         from . import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
+        from .checks import check_shapes
         if self.pre_quantized:
-            return modeling.make_compressed(model)
+            check_method(model.config)
+            modeling.make_compressed(model)
+            check_shapes(model.config.name_or_path)  # before transformers' generic size-mismatch message
+            return model
         if modeling.is_compressed(model):
             raise ValueError(
                 "this checkpoint is already compressed; load it without quantization_config (or compress the dense one)"
@@ -92,6 +113,7 @@ class TensorCompressQuantizer(HfQuantizer):
 
     def _process_model_after_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
         from . import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
+        from .checks import check_finite
         from .structure import CompressedCheckpointError
         if self.pre_quantized:
             missing = modeling.unloaded_tensors(model)
@@ -100,6 +122,7 @@ class TensorCompressQuantizer(HfQuantizer):
                     f"The checkpoint does not match its compression_config: missing_keys: {missing[:6]}. Save the "
                     "model again with save_pretrained, or fix compression_config in config.json."
                 )
+            check_finite(model, model.config.name_or_path)
         config = self.quantization_config
         self.remove_quantization_config(model)
         for module in model.modules():

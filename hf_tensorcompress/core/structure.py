@@ -30,6 +30,8 @@ class CompressedCheckpointError(ValueError):
 
 def build_layer(spec: dict) -> nn.Module:
     """An empty layer of the type and shape ``spec`` describes (weights are loaded afterwards)."""
+    if not isinstance(spec, dict):
+        raise CompressedCheckpointError(f"a module spec in compression_config must be a dict, got {spec!r}")
     layer_type = spec.get("type")
     if layer_type not in CompressedLayer.types:
         raise CompressedCheckpointError(
@@ -49,7 +51,13 @@ def install_layers(model: nn.Module, module_specs: dict[str, dict]) -> None:
                 f"compression_config lists module {name!r}, but the model built from config.json has no such "
                 f"module; the config does not belong to this architecture."
             ) from error
-        layer = build_layer(spec)
+        try:
+            layer = build_layer(spec)
+        except (KeyError, TypeError, ValueError) as error:
+            raise CompressedCheckpointError(
+                f"config.json: compression_config['modules'][{name!r}] is not a valid spec ({type(error).__name__}: "
+                f"{error}); restore config.json from the saved checkpoint, or save the compressed model again"
+            ) from error
         reference = next(old.parameters(), None)
         if reference is not None:
             layer.to(device=reference.device, dtype=reference.dtype)

@@ -51,6 +51,13 @@ def seeded_signs(seed: int, numel: int, device: torch.device | None = None) -> t
     return (bits * 2 - 1).to(torch.int8)
 
 
+def sign_check(seed: int, numel: int) -> str:
+    """A short fingerprint of the signs ``seed`` regenerates (the first 64, packed, as hex), recorded in the spec: a
+    checkpoint whose ``sign_seed`` was edited, or code whose hash differs, is refused instead of giving other outputs."""
+    signs = seeded_signs(seed, min(numel, 64), device=torch.device("cpu"))
+    return "".join(f"{byte:02x}" for byte in pack_bits(signs > 0).tolist())
+
+
 def pack_bits(bits: torch.Tensor) -> torch.Tensor:
     """A bool/0-1 tensor flattened and packed 8 per byte (most significant first) into uint8."""
     flat = bits.reshape(-1).to(torch.uint8)
@@ -239,12 +246,23 @@ class BipropLinear(CompressedLinear):
             "keep_ratio": self.keep_ratio,
             "weight_init": self.weight_init,
             "sign_seed": self.sign_seed,
+            "sign_check": sign_check(self.sign_seed, self.in_features * self.out_features),
             "save_scores": self.save_scores,
         }
 
     @classmethod
     def from_spec(cls, spec: dict) -> "BipropLinear":
-        """The layer as a checkpoint holds it: trainable only if the checkpoint kept its scores."""
+        """The layer as a checkpoint holds it: trainable only if the checkpoint kept its scores. The regenerated signs
+        must match the recorded ``sign_check`` (specs written before it existed have none)."""
+        recorded = spec.get("sign_check")
+        if recorded is not None:
+            expected = sign_check(spec["sign_seed"], spec["in_features"] * spec["out_features"])
+            if recorded != expected:
+                raise ValueError(
+                    f"sign_seed={spec['sign_seed']} regenerates signs with fingerprint {expected}, but the layer was "
+                    f"trained with fingerprint {recorded}: sign_seed was edited (restore it) or this code regenerates "
+                    "signs differently from the code that saved the checkpoint"
+                )
         return cls(
             spec["in_features"],
             spec["out_features"],
