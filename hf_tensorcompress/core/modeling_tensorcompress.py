@@ -180,6 +180,12 @@ class CompressedModelMixin:
                 self.save_hook(self, staging)
         return result
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """torch's ``load_state_dict`` (the Trainer resuming a checkpoint) reads the signpost as an unexpected key;
+        it only speaks to plain classes, so it is dropped."""
+        state_dict.pop(prefix + SIGNPOST_KEY, None)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     def _upload_modified_files(self, working_dir, repo_id, *args, **kwargs):
         # push_to_hub replaces the saved README.md with transformers' generic card just before this upload step;
         # write ours again, now knowing the repo id.

@@ -97,8 +97,8 @@ class TensorCompressQuantizer(HfQuantizer):
         from . import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
         from .checks import check_shapes
         if self.pre_quantized:
-            check_method(model.config)
             modeling.make_compressed(model)
+            check_method(model.config)
             check_shapes(model.config.name_or_path)  # before transformers' generic size-mismatch message
             return model
         if modeling.is_compressed(model):

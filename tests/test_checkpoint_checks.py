@@ -1,0 +1,143 @@
+"""A tampered checkpoint is refused at load with the library's error naming the file and the key, through every
+load path (the base class, load_model, trust_remote_code); where the library is absent the load report names the fix."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from contextlib import contextmanager
+from typing import Iterator
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoModel, LlamaForCausalLM, PatchTSTForPrediction
+
+from hf_tensorcompress import CompressedCheckpointError, CompressionConfig, apply_compression
+from hf_tensorcompress.core.contract import SIGNPOST_KEY
+from hf_tensorcompress.core.loading import load_model
+from helpers import run_without_library, tiny_causal_lm, tiny_patchtst_config
+
+Q_PROJ = "model.encoder.layers.0.self_attn.q_proj"
+LOADS = {
+    "base class": lambda folder, base: base.from_pretrained(folder),
+    "load_model": lambda folder, base: load_model(folder),
+    "trust_remote_code": lambda folder, base: AutoModel.from_pretrained(folder, trust_remote_code=True),
+}
+
+
+@contextmanager
+def refused(pattern: str) -> Iterator[None]:
+    """The library's CompressedCheckpointError matching ``pattern``: this package's class, or the same class of the
+    copy of the shipped code that trust_remote_code loads."""
+    with pytest.raises(ValueError, match=pattern) as raised:
+        yield
+    assert type(raised.value).__name__ == CompressedCheckpointError.__name__
+
+
+def patchtst() -> PatchTSTForPrediction:
+    torch.manual_seed(0)
+    return PatchTSTForPrediction(tiny_patchtst_config()).eval()
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    root = tmp_path_factory.mktemp("checks")
+    apply_compression(patchtst(), CompressionConfig(method="cp", rank=2, cp_iterations=2)).save_pretrained(root / "cp")
+    apply_compression(patchtst(), CompressionConfig(method="biprop")).save_pretrained(root / "biprop")
+    lm = apply_compression(tiny_causal_lm("llama"), CompressionConfig(method="tt", tt_order=3, tt_ranks=2))
+    lm.save_pretrained(root / "tt")
+    return root
+
+
+def edited(folders, name, tmp_path, edit_config=None, edit_tensors=None):
+    folder = tmp_path / name
+    shutil.copytree(folders / name, folder)
+    if edit_config:
+        config = json.loads((folder / "config.json").read_text())
+        edit_config(config["compression_config"])
+        (folder / "config.json").write_text(json.dumps(config))
+    if edit_tensors:
+        tensors = load_file(folder / "model.safetensors")
+        edit_tensors(tensors)
+        save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    return folder
+
+
+@pytest.mark.parametrize("load", list(LOADS))
+def test_a_nan_in_a_factor_is_refused_naming_file_and_key(folders, tmp_path, load):
+    def poison(tensors):
+        tensors[f"{Q_PROJ}.factor_out"][0, 0] = float("nan")
+
+    folder = edited(folders, "cp", tmp_path, edit_tensors=poison)
+    with refused(rf"model.safetensors: tensor '{Q_PROJ}.factor_out' holds NaN"):
+        LOADS[load](folder, PatchTSTForPrediction)
+
+
+def test_a_nan_in_a_tt_core_is_refused(folders, tmp_path):
+    key = next(k for k in load_file(folders / "tt" / "model.safetensors") if "embed_tokens.core" in k)
+
+    def poison(tensors):
+        tensors[key].view(-1)[0] = float("inf")
+
+    folder = edited(folders, "tt", tmp_path, edit_tensors=poison)
+    with refused(rf"model.safetensors: tensor '{key}' holds NaN or infinite"):
+        LlamaForCausalLM.from_pretrained(folder)
+
+
+@pytest.mark.parametrize("load", ["base class", "load_model"])
+def test_an_unknown_method_name_is_refused(folders, tmp_path, load):
+    folder = edited(folders, "cp", tmp_path, edit_config=lambda c: c.update(method="cpp"))
+    with refused(r"config.json: compression_config\['method'\] = 'cpp'.*'cp'"):
+        LOADS[load](folder, PatchTSTForPrediction)
+
+
+@pytest.mark.parametrize("load", list(LOADS))
+def test_an_edited_rank_names_the_file_the_key_and_the_spec(folders, tmp_path, load):
+    def edit(compression):
+        compression["modules"][Q_PROJ]["rank"] += 3
+
+    folder = edited(folders, "cp", tmp_path, edit_config=edit)
+    with refused(rf"model.safetensors: {Q_PROJ}.factor_\w+ has shape "
+                                                        rf".*compression_config\['modules'\]\['{Q_PROJ}'\]"):
+        LOADS[load](folder, PatchTSTForPrediction)
+
+
+@pytest.mark.parametrize("load", list(LOADS))
+def test_a_spec_with_a_missing_field_names_the_module(folders, tmp_path, load):
+    folder = edited(folders, "cp", tmp_path, edit_config=lambda c: c["modules"][Q_PROJ].pop("rank"))
+    with refused(rf"compression_config\['modules'\]\['{Q_PROJ}'\] is not a valid"):
+        LOADS[load](folder, PatchTSTForPrediction)
+
+
+@pytest.mark.parametrize("load", list(LOADS))
+def test_an_edited_biprop_sign_seed_is_refused(folders, tmp_path, load):
+    def edit(compression):
+        compression["modules"][Q_PROJ]["sign_seed"] += 1
+
+    folder = edited(folders, "biprop", tmp_path, edit_config=edit)
+    with refused(rf"\['{Q_PROJ}'\].*sign_seed=\d+ regenerates signs"):
+        LOADS[load](folder, PatchTSTForPrediction)
+
+
+def test_the_untouched_checkpoints_load(folders):
+    for name, base in (("cp", PatchTSTForPrediction), ("biprop", PatchTSTForPrediction), ("tt", LlamaForCausalLM)):
+        for load in LOADS.values():
+            assert type(load(folders / name, base)).__name__.startswith("Compressed")
+
+
+def test_without_the_library_the_load_report_names_the_fix(folders):
+    """transformers' own error text is fixed ("You set `ignore_mismatched_sizes` to `False`…"); the load report
+    printed above it lists the checkpoint's keys, and the signpost key there says what to do."""
+    result = run_without_library(
+        f"""
+        from transformers import PatchTSTForPrediction
+        try:
+            PatchTSTForPrediction.from_pretrained({str(folders / "cp")!r})
+        except RuntimeError as error:
+            print("refused:", error)
+        """,
+        cwd=folders,
+    )
+    assert "refused:" in result.stdout
+    assert SIGNPOST_KEY in result.stderr and "trust_remote_code=True" in SIGNPOST_KEY
