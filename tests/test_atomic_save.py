@@ -1,0 +1,149 @@
+"""Saves are all or nothing: a failure inside the writer leaves the previous folder byte-identical (and no staging
+folder behind); the command line refuses outputs that would destroy its source, with one error line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import transformers.modeling_utils
+from transformers import PatchTSTForPrediction
+
+from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress.core import export
+from hf_tensorcompress.core.atomic import atomic_folder
+from helpers import tiny_patchtst_config
+from hf_tensorcompress.cli import main
+
+
+def cli_error(capsys, *args: str) -> str:
+    """The one stderr line of a refused command (exit code 2, in process: the refusals come before any loading)."""
+    assert main(list(args)) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hf-tensorcompress compress: error: "), lines
+    return lines[0]
+
+
+def compressed(method: str = "svd") -> PatchTSTForPrediction:
+    torch.manual_seed(0)
+    options = {"cp_iterations": 1} if method == "cp" else {}
+    config = CompressionConfig(method=method, rank=2, **options)
+    return apply_compression(PatchTSTForPrediction(tiny_patchtst_config()).eval(), config)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` with its bytes, and the names beside it (a left-over staging folder shows)."""
+    files = {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {**files, "<siblings>": repr(sorted(p.name for p in folder.parent.iterdir())).encode()}
+
+
+class Killed(Exception):
+    """Stands for the process dying mid-write."""
+
+
+def half_write(tensors, filename, *args, **kwargs) -> None:
+    Path(filename).write_bytes(b"half a file")
+    raise Killed("killed while writing the weights")
+
+
+@pytest.fixture
+def previous(tmp_path) -> Path:
+    """A folder holding an earlier save and a file the user put there (e.g. a tokenizer)."""
+    folder = tmp_path / "model"
+    compressed("cp").save_pretrained(folder)
+    (folder / "tokenizer.json").write_text("{}")
+    return folder
+
+
+def test_killed_while_writing_the_weights_leaves_the_old_folder_byte_identical(previous, monkeypatch):
+    before = snapshot(previous)
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", half_write)
+    with pytest.raises(Killed):
+        compressed("svd").save_pretrained(previous)
+    assert snapshot(previous) == before
+
+
+def test_killed_while_writing_the_code_or_card_leaves_the_old_folder_byte_identical(previous, monkeypatch):
+    before = snapshot(previous)
+
+    def dies(folder):
+        raise Killed("killed while writing the modeling code")
+
+    monkeypatch.setattr(export, "write_modeling_code", dies)
+    with pytest.raises(Killed):
+        compressed("svd").save_pretrained(previous)
+    assert snapshot(previous) == before
+
+
+def test_a_save_that_succeeds_replaces_the_model_and_keeps_the_other_files(previous):
+    compressed("svd").save_pretrained(previous)
+    assert '"method": "svd"' in (previous / "config.json").read_text()
+    assert (previous / "tokenizer.json").read_text() == "{}"
+    assert sorted(p.name for p in previous.parent.iterdir()) == ["model"]
+
+
+def test_a_first_save_creates_the_folder_with_the_usual_permissions(tmp_path):
+    reference = tmp_path / "plain"
+    reference.mkdir()
+    compressed().save_pretrained(tmp_path / "new")
+    assert (tmp_path / "new" / "config.json").is_file()
+    assert (tmp_path / "new").stat().st_mode == reference.stat().st_mode
+
+
+def test_saving_onto_a_file_is_refused_and_the_file_kept(tmp_path):
+    target = tmp_path / "model"
+    target.write_text("not a folder")
+    with pytest.raises(NotADirectoryError, match="is a file"):
+        compressed().save_pretrained(target)
+    assert target.read_text() == "not a folder"
+
+
+def test_atomic_folder_leaves_nothing_behind_on_error(tmp_path):
+    with pytest.raises(Killed):
+        with atomic_folder(tmp_path / "out") as staging:
+            (staging / "a").write_text("a")
+            raise Killed
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def dense(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("source") / "dense"
+    torch.manual_seed(0)
+    PatchTSTForPrediction(tiny_patchtst_config()).save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("where", ["itself", "inside", "holding"])
+def test_the_cli_refuses_to_write_over_its_source(dense, where, capsys):
+    before = snapshot(dense)
+    output = {"itself": dense, "inside": dense / "compressed", "holding": dense.parent}[where]
+    line = cli_error(capsys, "compress", str(dense), str(output), "--method", "svd", "--overwrite")
+    assert "is the source" in line and "outside the source" in line
+    assert snapshot(dense) == before
+
+
+def test_the_cli_refuses_an_output_that_is_a_file(dense, tmp_path, capsys):
+    output = tmp_path / "model.bin"
+    output.write_text("keep me")
+    line = cli_error(capsys, "compress", str(dense), str(output), "--method", "svd")
+    assert "is a file" in line and "folder path" in line
+    assert output.read_text() == "keep me"
+
+
+def test_the_cli_writes_model_and_tokenizer_together(dense, tmp_path, monkeypatch):
+    """A failure after the model is written (here: the tokenizer) leaves the earlier output as it was."""
+    output = tmp_path / "out"
+    output.mkdir()
+    (output / "earlier.txt").write_text("earlier run")
+    before = snapshot(output)
+
+    def dies(source, folder):
+        assert (Path(folder) / "model.safetensors").is_file()
+        raise Killed("killed while copying the tokenizer")
+
+    monkeypatch.setattr("hf_tensorcompress.cli._save_tokenizer", dies)
+    with pytest.raises(Killed):
+        main(["compress", str(dense), str(output), "--method", "svd", "--rank", "2", "--overwrite"])
+    assert snapshot(output) == before
