@@ -176,8 +176,8 @@ def as_config(value: Any) -> CompressionConfig:
                 f"config {value[:60]!r} is not JSON; pass CompressionConfig(method=..., ...), a dict such as "
                 f"{{'method': 'cp', 'rank': 0.5}}, or its JSON text (e.g. CompressionConfig.from_json_file(path))"
             ) from None
-    if isinstance(value, dict):
-        return CompressionConfig.from_dict(value)
+    if isinstance(value, dict):  # written now, so read as the current version: another method's option is an error
+        return CompressionConfig.from_dict({"version": CONFIG_VERSION, **value})
     raise TypeError(
         f"config must be a CompressionConfig, a dict or a JSON string, got {type(value).__name__}; "
         "e.g. CompressionConfig(method='cp', rank=0.5) or CompressionConfig.from_dict({'method': 'cp', 'rank': 0.5})"
