@@ -12,9 +12,10 @@ from .config import CompressionConfig, as_config
 from .core.export import mark_compressed
 from .core.contract import CompressedLayer
 from .core.modeling_tensorcompress import CompressedModelMixin, is_compressed
-from .core.registry import get_method
 from .core.structure import bind_layers, install_model_options
 from .core.targets import match_targets
+from .methods import get_method
+from .saving import save_extras
 
 
 def resolve_targets(model: nn.Module, config: CompressionConfig) -> list[str]:
@@ -142,7 +143,7 @@ def apply_compression(model: nn.Module, config: CompressionConfig | dict | str, 
     bind_layers(model, layers)
     specs = {n: l.spec() for n, l in layers.items()}
     recorded = type(config).from_dict({**config.to_dict(), **options, "modules": specs})
-    mark_compressed(model, recorded)
+    mark_compressed(model, recorded.to_dict(), save_hook=save_extras)
     install_model_options(model, model.config.compression_config)
     return model
 

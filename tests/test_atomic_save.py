@@ -11,7 +11,7 @@ import transformers.modeling_utils
 from transformers import PatchTSTForPrediction
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.core import export
+from hf_tensorcompress import saving
 from hf_tensorcompress.core.atomic import atomic_folder
 from helpers import tiny_patchtst_config
 from hf_tensorcompress.cli import main
@@ -70,7 +70,7 @@ def test_killed_while_writing_the_code_or_card_leaves_the_old_folder_byte_identi
     def dies(folder):
         raise Killed("killed while writing the modeling code")
 
-    monkeypatch.setattr(export, "write_modeling_code", dies)
+    monkeypatch.setattr(saving, "write_modeling_code", dies)
     with pytest.raises(Killed):
         compressed("svd").save_pretrained(previous)
     assert snapshot(previous) == before

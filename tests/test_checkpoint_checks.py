@@ -15,7 +15,7 @@ from transformers import AutoModel, LlamaForCausalLM, PatchTSTForPrediction
 
 from hf_tensorcompress import CompressedCheckpointError, CompressionConfig, apply_compression
 from hf_tensorcompress.core.contract import SIGNPOST_KEY
-from hf_tensorcompress.core.loading import load_model
+from hf_tensorcompress.loading import load_model
 from helpers import run_without_library, tiny_causal_lm, tiny_patchtst_config
 
 Q_PROJ = "model.encoder.layers.0.self_attn.q_proj"
