@@ -16,7 +16,7 @@ from torch import nn
 from .config import CompressionConfig
 from .core.modeling_tensorcompress import CLASS_PREFIX
 from .extras import require
-from .methods import get_method
+from .quantizer import check_method
 from .saving import library_class
 
 
@@ -31,7 +31,7 @@ def model_class(folder: Path) -> type[nn.Module]:
         raise ModelLoadError(f"{folder} has no config.json; pass a folder written by save_pretrained or a .gguf file")
     data = json.loads(config_file.read_text(encoding="utf-8"))
     if isinstance(data.get("compression_config"), dict):  # its method's layer types must be registered before loading
-        get_method(data["compression_config"].get("method", "cp"))
+        check_method(data["compression_config"])
     architectures = data.get("architectures") or []
     if not architectures:
         raise ModelLoadError(f"{config_file} names no architectures; cannot tell which model class to load")
