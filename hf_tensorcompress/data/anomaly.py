@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ..extras import require
+from .columns import not_numeric
 from .tables import read_table
 
 
@@ -41,7 +42,7 @@ def load_anomaly_series(
         labels_all = frame.pop(label_column).to_numpy()
         text = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]
         if text:
-            raise ValueError(f"column(s) {text} are not numeric; drop them from {source}")
+            raise not_numeric(frame, text, f"drop them from {source}")
         values = frame.to_numpy(np.float32)
         benign_end = int(np.argmax(labels_all > 0) * 0.5) or len(values) // 3
         benign, test, test_labels = values[:benign_end], values[benign_end:], labels_all[benign_end:]

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from ..extras import require
+from .columns import not_numeric
 from .tables import looks_like_path, read_table
 
 SERIES_FORMATS = (".ts", ".arff")
@@ -91,9 +92,9 @@ def _require(frame: pd.DataFrame, names: Sequence[str], what: str) -> None:
 def _numeric(frame: pd.DataFrame, names: Sequence[str]) -> None:
     text = [name for name in names if not pd.api.types.is_numeric_dtype(frame[name])]
     if text:
-        raise ValueError(
-            f"column(s) {text[:5]} are not numeric; every column besides the label, id and time columns must be a "
-            f"number (name the series column with --id-column, the time column with --time-column)"
+        raise not_numeric(
+            frame, text, "every column besides the label, id and time columns must be a number (name the series "
+            "column with --id-column, the time column with --time-column)"
         )
 
 

@@ -21,6 +21,35 @@ def is_numeric(series: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(series)
 
 
+def stray_text(frame: pd.DataFrame, names: Sequence[str]) -> str | None:
+    """A message about the first of ``names`` that is not numeric only because a few cells are not numbers (a typo,
+    "n/a"), naming the first bad cell and its row, or None when every non-numeric column is text throughout."""
+    for name in names:
+        series = frame[name]
+        if is_numeric(series):
+            continue
+        parsed = pd.to_numeric(series, errors="coerce")
+        bad = series.notna() & parsed.isna()
+        if parsed.notna().any() and bad.any():
+            row = bad.to_numpy().argmax()
+            return (
+                f"column {name!r} holds numbers except {int(bad.sum())} cell(s), e.g. {series[bad].iloc[0]!r} in data "
+                f"row {row} (line {row + 2} of a CSV with a header); correct the cell, or leave it empty: an empty "
+                "cell is a missing value, which is masked"
+            )
+    return None
+
+
+def not_numeric(frame: pd.DataFrame, names: Sequence[str], advice: str) -> ValueError:
+    """The error for columns ``names`` that are not numeric: a stray bad cell is named with its row; a text column
+    is shown with one of its text cells and ``advice`` (what to do with a categorical column)."""
+    stray = stray_text(frame, names)
+    if stray:
+        return ValueError(stray)
+    example = next((frame[n].dropna().iloc[0] for n in names if frame[n].notna().any()), None)
+    return ValueError(f"column(s) {list(names)[:5]} are not numeric (e.g. {example!r}); {advice}")
+
+
 def combine_calendar_columns(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """Replace calendar columns (year, month, day[, hour[, minute[, second]]] in that order) by one timestamp."""
     unknown = [name for name in columns if name not in frame.columns]
@@ -126,10 +155,9 @@ def suspicious_channels(frame: pd.DataFrame, candidates: Sequence[str], timestam
     """Errors for columns that would silently become channels by default: text, row counters, calendar fields."""
     text = [name for name in candidates if not is_numeric(frame[name])]
     if text:
-        example = frame[text[0]].dropna().iloc[0] if frame[text[0]].notna().any() else None
-        raise ValueError(
-            f"column(s) {text} are not numeric (e.g. {example!r}); encode them with one_hot={text} (--one-hot "
-            f"{' '.join(text)}) or leave them out with drop_columns={text} (--drop-columns {' '.join(text)})"
+        raise not_numeric(
+            frame, text, f"encode them with one_hot={text} (--one-hot {' '.join(text)}) or leave them out with "
+            f"drop_columns={text} (--drop-columns {' '.join(text)})"
         )
     for name in candidates:
         series = frame[name]

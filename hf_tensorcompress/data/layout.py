@@ -13,6 +13,7 @@ from .columns import (
     check_timestamps,
     combine_calendar_columns,
     is_numeric,
+    not_numeric,
     one_hot,
     pivot_long,
     suspicious_channels,
@@ -104,9 +105,9 @@ def _value_columns(frame: pd.DataFrame, layout: Layout, skip: set[str], timestam
         targets = [name for name in layout.columns if name not in layout.drop_columns]
         wrong = [name for name in [*targets, *covariates] if not is_numeric(frame[name])]
         if wrong:
-            raise ValueError(
-                f"column(s) {wrong} are not numeric; forecasting channels must be numbers (encode categories with "
-                f"one_hot={wrong}, --one-hot {' '.join(wrong)})"
+            raise not_numeric(
+                frame, wrong, f"forecasting channels must be numbers (encode categories with one_hot={wrong}, "
+                f"--one-hot {' '.join(wrong)})"
             )
         return targets, covariates
     rest = [name for name in frame.columns if name not in skip | set(covariates) | set(layout.drop_columns)]
