@@ -140,7 +140,10 @@ class CompressionConfig(QuantizationConfigMixin):
         if "method" in data and not isinstance(data["method"], str):
             raise ValueError(f"method must be a string naming a method, got {data['method']!r}")
         target = config_class(data.get("method", "cp")) if cls is CompressionConfig else cls
-        if data.get("version", 1) < 2:
+        version = data.get("version", 1)
+        if isinstance(version, bool) or not isinstance(version, int):
+            raise ValueError(f"version must be an int (this library writes {CONFIG_VERSION}), got {version!r}")
+        if version < 2:
             data = {key: value for key, value in data.items() if key in target.field_names() or not _owner_of(key)}
         return target(**data)
 
