@@ -41,6 +41,24 @@ OPTIONS: dict[str, dict[str, st.SearchStrategy]] = {
         "tt_untie_output": st.one_of(st.booleans(), WRONG),
     },
 }
+GOOD_RANK = st.one_of(st.integers(1, 6), st.floats(0.05, 1.0))
+#: Per option: a strategy drawing valid values only (for the examples meant to compress).
+VALID: dict[str, dict[str, st.SearchStrategy]] = {
+    "cp": {"rank": GOOD_RANK, "ranks": st.sampled_from([{}, {"q_proj": 2}]),
+           "init": st.sampled_from(["decompose", "random"]), "cp_iterations": st.integers(1, 2)},
+    "svd": {"rank": GOOD_RANK, "ranks": st.sampled_from([{}, {"v_proj": 0.5}]), "init": st.sampled_from(["decompose", "random"])},
+    "biprop": {
+        "keep_ratio": st.floats(0.05, 1.0), "weight_init": st.sampled_from(["kaiming_normal", "signed_constant"]),
+        "weight_seed": st.integers(0, 2**31), "save_scores": st.booleans(),
+        "attention": st.sampled_from([None, "step_t", "qkv_mask"]), "attention_keep_ratio": st.one_of(st.none(), st.floats(0.05, 1.0)),
+        "attention_length": st.one_of(st.none(), st.integers(1, 40)),
+    },
+    "tt": {
+        "tt_order": st.integers(2, 3), "tt_ranks": st.integers(1, 4), "tt_eps": st.one_of(st.none(), st.floats(0.05, 0.5)),
+        "tt_solver": st.sampled_from(["auto", "eigh"]), "tt_exact_tokens": st.integers(0, 3),
+        "tt_exact_prior": st.just("token_id"), "tt_untie_output": st.booleans(),
+    },
+}
 #: Fields every config has.
 COMMON = {"target_modules": TARGETS, "version": st.sampled_from([1, 2, 3, "2"])}
 
@@ -52,16 +70,22 @@ FAST_CP_INIT = st.sampled_from(["random", "bogus"])
 @st.composite
 def configs(draw, method: str, fast: bool = False) -> dict:
     """A config dict for ``method``: any subset of its options and the common fields, each valid or not; sometimes
-    another method's option, an unknown key, or a wrong method name. ``fast``: cp never decomposes (slow tier does)."""
-    fields = {**OPTIONS[method], **COMMON}
+    another method's option, an unknown key, or a wrong method name. Half the configs hold valid values only (meant to
+    compress). ``fast``: cp never decomposes (the slow tier does)."""
+    valid = draw(st.booleans())
+    fields = dict(VALID[method]) if valid else {**OPTIONS[method], **COMMON}
     if fast and method == "cp":
-        fields["init"] = FAST_CP_INIT
+        fields["init"] = FAST_CP_INIT if not valid else st.just("random")
     names = draw(st.lists(st.sampled_from(sorted(fields)), unique=True, max_size=len(fields)))
     config = {"method": method, **{name: draw(fields[name]) for name in names}}
+    if fast and method == "cp":
+        config.setdefault("init", "random")
+    if valid:
+        if method == "tt":
+            config.setdefault("tt_ranks", draw(VALID["tt"]["tt_ranks"]))
+        return config
     if method == "cp" and "cp_iterations" not in config:
         config["cp_iterations"] = 2  # the default (100 sweeps) is valid but slow
-    if fast and method == "cp":
-        config["init"] = config.get("init", "random")
     extra = draw(st.sampled_from([None, "foreign", "unknown", "method"]))
     if extra == "foreign":
         other = draw(st.sampled_from(sorted(set(OPTIONS) - {method})))
@@ -86,11 +110,12 @@ CELLS = {
 
 @st.composite
 def tables(draw, kind: str) -> pd.DataFrame:
-    """A small table: a time column (sorted, unsorted, duplicated or missing), for classification a label and maybe
-    a series id, and 1-4 value columns of random cell types."""
-    rows = draw(st.integers(0, 80))
+    """A small table: a time column (sorted, unsorted, duplicated or missing), for classification a label and a
+    series id, and 1-4 value columns of random cell types. Half the tables are well formed (meant to load)."""
+    valid = draw(st.booleans())
+    rows = draw(st.integers(40, 80) if valid else st.integers(0, 80))
     columns: dict[str, list] = {}
-    time = draw(st.sampled_from(["sorted", "unsorted", "duplicated", "none", "text"]))
+    time = "sorted" if valid else draw(st.sampled_from(["sorted", "unsorted", "duplicated", "none", "text"]))
     stamps = list(pd.date_range("2024-01-01", periods=rows, freq="h").astype(str))
     if time == "unsorted":
         stamps = list(np.random.default_rng(draw(st.integers(0, 9))).permutation(stamps)) if rows else stamps
@@ -101,14 +126,16 @@ def tables(draw, kind: str) -> pd.DataFrame:
     if time != "none":
         columns["date" if kind == "forecasting" else "t"] = stamps if kind == "forecasting" else list(range(rows))
     if kind == "classification":
-        series = draw(st.integers(1, 12))
+        series = draw(st.integers(9, 12) if valid else st.integers(1, 12))
         columns["series"] = [f"s{i % series}" for i in range(rows)]
-        columns["label"] = [draw(st.sampled_from(["x", "y", None])) if draw(st.booleans()) else f"c{i % series % 3}"
+        wrong = st.just(False) if valid else st.booleans()
+        columns["label"] = [draw(st.sampled_from(["x", "y", None])) if draw(wrong) else f"c{i % series % 3}"
                             for i in range(rows)]
+    kinds = ["float", "float_nan", "int"] if valid else sorted(CELLS)
     for index in range(draw(st.integers(1, 4))):
-        cell = CELLS[draw(st.sampled_from(sorted(CELLS)))]
+        cell = CELLS[draw(st.sampled_from(kinds))]
         columns[f"v{index}"] = [draw(cell) for _ in range(rows)]
-    if draw(st.booleans()) and columns:
+    if not valid and draw(st.booleans()) and columns:
         name = draw(st.sampled_from(sorted(columns)))
         columns[f"{name}_copy"] = list(columns[name])
     return pd.DataFrame(columns)

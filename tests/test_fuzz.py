@@ -11,7 +11,7 @@ import functools
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from fuzz_strategies import configs, tables
@@ -69,7 +69,9 @@ def compress_or_refuse(method: str, family: str, config: dict) -> None:
     except ValueError as error:
         assert str(error), "an error must say what is wrong"
         assert unchanged(before, model), f"refused {config} ({error}) but changed the model"
+        event("refused")  # --hypothesis-show-statistics: how often each outcome was drawn
         return
+    event("compressed")
     assert model.config.compression_config["method"] == config["method"]
     assert forward(model, inputs).shape == shape
 
@@ -111,10 +113,12 @@ def read(kind: str, frame, folder) -> None:
             data = load_classification_dataset(str(path), columns=columns)
     except ValueError as error:
         assert str(error)
+        event("refused")
         return
     finally:
         assert path.read_bytes() == original  # the user's file is only read
     assert set(data) == {"train", "validation", "test"} and all(len(split) for split in data.values())
+    event("loaded")
 
 
 def reader_property(kind: str, examples: int, folder):

@@ -12,6 +12,7 @@ other shipped files.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 import re
@@ -119,12 +120,16 @@ def write_modeling_code(folder: str | os.PathLike, methods: list[Method] | None 
     return written
 
 
+@functools.cache
+def _auto_model_for_names() -> tuple[str, ...]:
+    """transformers' ``AutoModelFor*`` names (``dir(transformers)`` takes about half a second: read once)."""
+    return tuple(name for name in dir(transformers) if name.startswith("AutoModelFor"))
+
+
 def auto_classes_for(base: type[nn.Module], config) -> list[str]:
     """``AutoModel`` plus every ``AutoModelFor*`` whose mapping resolves this config to ``base``."""
     names = ["AutoModel"]
-    for name in dir(transformers):
-        if not name.startswith("AutoModelFor"):
-            continue
+    for name in _auto_model_for_names():
         mapping = getattr(getattr(transformers, name), "_model_mapping", None)
         try:
             if mapping is not None and mapping[type(config)] is base:
