@@ -33,6 +33,15 @@ INPUT_NAMES = {"patchtst": "PatchTSTForPrediction", "autoformer": "AutoformerFor
 IDS = torch.tensor([[3, 4, 5, 6]])
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run faster on one thread than on several contending for two cores (about 5x here)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @functools.cache
 def dense(family: str) -> tuple[torch.nn.Module, dict, torch.Size]:
     """A tiny model of ``family``, its inputs and its dense output shape (built once; each example copies it)."""
