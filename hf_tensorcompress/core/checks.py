@@ -84,7 +84,7 @@ def check_shapes(folder: str | os.PathLike) -> None:
     problems = shape_mismatches(folder, saved_compression(folder))
     if problems:
         raise CompressedCheckpointError(
-            "The checkpoint's tensors do not have the shapes config.json's compression_config describes: "
+            "The checkpoint's tensors do not have the shapes its compression_config (config.json) describes: "
             + "; ".join(problems[:4])
             + ". A per-module spec (rank, shape) was edited, or config.json belongs to other weights: restore "
             "config.json from the saved checkpoint or save the compressed model again with save_pretrained."

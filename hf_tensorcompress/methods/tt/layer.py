@@ -248,6 +248,9 @@ class TTEmbedding(CompressedLayer):
                 config.tie_word_embeddings = False
         if hasattr(model, "all_tied_weights_keys"):
             model.all_tied_weights_keys = {}
+        # nothing shares storage any more (the head reads the cores): the class's {"lm_head.weight": ...} pattern
+        # would name keys the state dict no longer has
+        model._tied_weights_keys = {}
         if self.tied_output is not None:
             model.set_submodule(self.tied_output, TTTiedHead(self))
 
