@@ -23,7 +23,7 @@ from torch import nn
 
 from .contract import QUANTIZATION_MARKER
 from .modeling_tensorcompress import compressed_class
-from .registry import Method, registered
+from .registry import Method
 
 REMOTE_MODULE = "modeling_tensorcompress"
 PACKAGE = Path(__file__).resolve().parent.parent
@@ -108,10 +108,8 @@ def shipped_source(path: Path, files: dict[Path, str], methods: list[Method]) ->
     return _IMPORT.sub(rewrite, path.read_text(encoding="utf-8"))
 
 
-def write_modeling_code(folder: str | os.PathLike, methods: list[Method] | None = None) -> list[Path]:
-    """Write the shipped files of ``methods`` (default: every registered method) into ``folder``, flat; returns the
-    written paths."""
-    methods = list(registered().values()) if methods is None else methods
+def write_modeling_code(folder: str | os.PathLike, methods: list[Method]) -> list[Path]:
+    """Write the shipped files of ``methods`` into ``folder``, flat; returns the written paths."""
     files = shipped_files(methods)
     written = []
     for path, name in files.items():
