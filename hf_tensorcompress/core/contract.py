@@ -105,9 +105,12 @@ class CompressedLayer(nn.Module):
         if type(module).__name__ == "Conv1D":
             weight = weight.T
         module.weight.data.copy_(weight)
-        bias = getattr(self, "bias", None)
-        if getattr(module, "bias", None) is not None and bias is not None:
-            module.bias.data.copy_(bias.detach())
+        if getattr(module, "bias", None) is not None:  # a layer without a bias computes a zero one
+            bias = getattr(self, "bias", None)
+            if bias is None:
+                module.bias.data.zero_()
+            else:
+                module.bias.data.copy_(bias.detach())
 
     def unbind(self, model: nn.Module, reference: nn.Module) -> None:
         """Undo ``bind`` once ``decompress`` has put the dense module back; ``reference`` is a dense model of the

@@ -71,9 +71,11 @@ def decompress(model: nn.Module) -> nn.Module:
         layer.unbind(model, reference)
     model.__class__ = base
     strip_compression(model.config)  # in place: sub-models hold the same config object
-    model.config.get_text_config().tie_word_embeddings = config.get_text_config().tie_word_embeddings
+    tied = getattr(config.get_text_config(), "tie_word_embeddings", False)
+    if tied:
+        model.config.get_text_config().tie_word_embeddings = True
     if hasattr(reference, "all_tied_weights_keys"):
         model.all_tied_weights_keys = reference.all_tied_weights_keys
-    if config.get_text_config().tie_word_embeddings:
+    if tied:
         model.tie_weights()
     return model

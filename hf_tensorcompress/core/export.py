@@ -16,6 +16,7 @@ import functools
 import inspect
 import os
 import re
+import sys
 from pathlib import Path
 
 import transformers
@@ -23,7 +24,7 @@ from torch import nn
 
 from .contract import QUANTIZATION_MARKER
 from .modeling_tensorcompress import compressed_class
-from .registry import Method, registered
+from .registry import Method
 
 REMOTE_MODULE = "modeling_tensorcompress"
 PACKAGE = Path(__file__).resolve().parent.parent
@@ -32,7 +33,7 @@ ENTRY = Path(__file__).resolve().with_name(f"{REMOTE_MODULE}.py")
 MANIFEST = Path(__file__).resolve().with_name("shipped_layers.py")
 
 #: ``from <relative or package module> import <names>`` lines, at any indentation.
-_IMPORT = re.compile(rf"^(\s*)from (\.+[\w.]*|{PACKAGE_NAME}(?:\.\w+)*) import (\w+)", re.MULTILINE)
+_IMPORT = re.compile(rf"^(\s*)from (\.+[\w.]*|{PACKAGE_NAME}(?:\.\w+)*) import (\(?\s*)(\w+)", re.MULTILINE)
 
 
 def flat_name(path: Path) -> str:
@@ -47,10 +48,13 @@ def flat_name(path: Path) -> str:
 
 
 def _imported_file(path: Path, module: str, name: str = "") -> Path | None:
-    """The file a ``from <module> import <name>`` line of ``path`` imports from (``from . import x``: the file of
-    ``x``), when it is a file of this package."""
-    if module.strip(".") == "" and name:
-        module += name
+    """The file a ``from <module> import <name>`` line of ``path`` imports from, when it is a file of this package
+    (``from hf_tensorcompress import <name>``: the module defining that public name)."""
+    if module == PACKAGE_NAME:  # a public name of the package: the module that defines it
+        defining = sys.modules[PACKAGE_NAME]._EXPORTS.get(name)
+        if defining is None:
+            return None
+        module = PACKAGE_NAME + defining
     if module.startswith("."):
         dots = len(module) - len(module.lstrip("."))
         base = path.resolve().parent
@@ -77,7 +81,7 @@ def shipped_files(methods: list[Method]) -> dict[Path, str]:
             continue
         files[path] = flat_name(path)
         text = path.read_text(encoding="utf-8")
-        pending += [f for f in (_imported_file(path, m.group(2), m.group(3)) for m in _IMPORT.finditer(text)) if f]
+        pending += [f for f in (_imported_file(path, m.group(2), m.group(4)) for m in _IMPORT.finditer(text)) if f]
     names = sorted(files.values())
     clashes = {name for name in names if names.count(name) > 1}
     if clashes:
@@ -96,21 +100,17 @@ def shipped_source(path: Path, files: dict[Path, str], methods: list[Method]) ->
         return f'"""{docstring}"""\n\n' + "\n".join(imports) + f"\n\nLAYER_CLASSES = ({names})\n"
 
     def rewrite(match: re.Match) -> str:
-        indent, module, name = match.groups()
+        indent, module, opening, name = match.groups()
         target = _imported_file(path, module, name)
         if target is None or target not in files:
             raise ValueError(f"shipped file {path} imports {module}, which is not shipped (torch and transformers only)")
-        if module.strip(".") == "":
-            return f"{indent}from . import {files[target]}"
-        return f"{indent}from .{files[target]} import {name}"
+        return f"{indent}from .{files[target]} import {opening}{name}"
 
     return _IMPORT.sub(rewrite, path.read_text(encoding="utf-8"))
 
 
-def write_modeling_code(folder: str | os.PathLike, methods: list[Method] | None = None) -> list[Path]:
-    """Write the shipped files of ``methods`` (default: every registered method) into ``folder``, flat; returns the
-    written paths."""
-    methods = list(registered().values()) if methods is None else methods
+def write_modeling_code(folder: str | os.PathLike, methods: list[Method]) -> list[Path]:
+    """Write the shipped files of ``methods`` into ``folder``, flat; returns the written paths."""
     files = shipped_files(methods)
     written = []
     for path, name in files.items():

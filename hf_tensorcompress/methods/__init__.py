@@ -42,3 +42,13 @@ def get_method(name: str) -> Method:
     if name not in methods:
         raise ValueError(f"method={name!r} is not supported; choose one of {sorted(methods)}")
     return methods[name]
+
+
+def methods_table() -> str:
+    """The documentation's table of methods, made from the registry (a test keeps the docs equal to it)."""
+    rows = ["| method | config | layers (in checkpoints) | replaces |", "|---|---|---|---|"]
+    for name, method in sorted(registered_methods().items()):
+        layers = ", ".join(f"`{cls.__name__}`" for cls in method.layers)
+        accepts = ", ".join(f"`{cls.__name__}`" for cls in method.accepts)
+        rows.append(f"| `{name}` | `{method.config_class.__name__}` | {layers} | {accepts} |")
+    return "\n".join(rows)
