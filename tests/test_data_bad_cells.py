@@ -15,7 +15,7 @@ ADVICE = r"correct the cell, or leave it empty"
 
 def with_bad_cell(frame: pd.DataFrame, column: str, row: int) -> pd.DataFrame:
     frame = frame.astype({column: object})
-    frame.loc[row, column] = "n/a"
+    frame.loc[row, column] = "oops"
     return frame
 
 
@@ -25,7 +25,7 @@ def test_forecasting_names_the_bad_cell_and_its_row(tmp_path):
                           "load": rng.normal(size=60), "temp": rng.normal(size=60)})
     path = tmp_path / "series.csv"
     with_bad_cell(frame, "temp", 7).to_csv(path, index=False)
-    with pytest.raises(ValueError, match=rf"column 'temp' holds numbers except 1 cell\(s\), e.g. 'n/a' in data row 7 "
+    with pytest.raises(ValueError, match=rf"column 'temp' holds numbers except 1 cell\(s\), e.g. 'oops' in data row 7 "
                                          rf"\(line 9 .*{ADVICE}") as raised:
         load_forecasting_dataset(str(path))
     assert "one_hot" not in str(raised.value)
@@ -37,7 +37,7 @@ def test_classification_names_the_bad_cell_and_its_row(tmp_path):
                           "a": rng.normal(size=72), "label": [f"c{i // 6 % 3}" for i in range(72)]})
     path = tmp_path / "long.csv"
     with_bad_cell(frame, "a", 11).to_csv(path, index=False)
-    with pytest.raises(ValueError, match=rf"column 'a' holds numbers except 1 cell\(s\), e.g. 'n/a' in data row 11.*{ADVICE}"):
+    with pytest.raises(ValueError, match=rf"column 'a' holds numbers except 1 cell\(s\), e.g. 'oops' in data row 11.*{ADVICE}"):
         load_classification_dataset(str(path), columns=SeriesColumns("label", "series", "t"))
 
 

@@ -255,7 +255,9 @@ class TTEmbedding(CompressedLayer):
             model.set_submodule(self.tied_output, TTTiedHead(self))
 
     def unbind(self, model: nn.Module, reference: nn.Module) -> None:
-        """``decompress``: the tied head goes back to the dense output layer (tied again by the caller)."""
+        """``decompress``: the tied head goes back to the dense output layer (tied again by the caller, by the
+        class's tied-weight patterns again)."""
+        vars(model).pop("_tied_weights_keys", None)
         if self.tied_output is not None:
             head = reference.get_submodule(self.tied_output)
             model.set_submodule(self.tied_output, head.to_empty(device=self.cores[0].device).to(self.cores[0].dtype))
