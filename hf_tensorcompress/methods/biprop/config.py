@@ -36,9 +36,6 @@ class BipropConfig(CompressionConfig):
         attention_length: ``qkv_mask``: the sequence length the masks cover; ``None`` derives it from the model
             config where it can (PatchTST: number of patches).
         attention_modules: filled by ``apply_compression``: the attention modules the option applies to.
-        init: always ``"random"`` (the frozen weights are drawn from their seed, never computed from the dense
-            ones); accepted so that the one call cp and svd need on the meta device, ``init="random"``, works for
-            every method.
     """
 
     method: str = "biprop"
@@ -50,7 +47,6 @@ class BipropConfig(CompressionConfig):
     attention_keep_ratio: float | None = None
     attention_length: int | None = None
     attention_modules: list[str] = field(default_factory=list)
-    init: str = "random"
 
     method_name: ClassVar[str] = "biprop"
 
@@ -68,8 +64,3 @@ class BipropConfig(CompressionConfig):
             check_choice(self.attention, "attention", ATTENTION_OPTIONS)
         if self.attention_length is not None:
             check_int(self.attention_length, "attention_length", 1, " or None")
-        if self.init != "random":
-            raise ValueError(
-                f"init={self.init!r}: biprop's frozen weights are always drawn from their seed (init='random'); there "
-                "are no dense weights to decompose. Leave init out, or pass init='random'"
-            )
