@@ -190,8 +190,6 @@ def check_output(source: Path, output: Path, overwrite: bool) -> None:
     if output.exists() and not output.is_dir():
         raise UsageError(f"{output} is a file; pass a folder path for the compressed model")
     src, out = source.resolve(), output.resolve()
-    if src.is_file():
-        src = src.parent if out == src.parent else src
     if out == src or src in out.parents or out in src.parents:
         raise UsageError(
             f"output {output} is the source {source} or lies inside it (or holds it); writing there would replace "

@@ -11,7 +11,7 @@ from transformers import PretrainedConfig
 from .config import CompressionConfig, as_config
 from .core.export import mark_compressed
 from .core.contract import CompressedLayer
-from .core.modeling_tensorcompress import CompressedModelMixin, is_compressed
+from .core.modeling_tensorcompress import is_compressed
 from .core.structure import bind_layers, install_model_options
 from .core.targets import match_targets
 from .methods import get_method
@@ -58,7 +58,7 @@ def check_not_compressed(model: nn.Module) -> None:
     are compressed layers. Re-compressing would mix two records of the structure in one checkpoint."""
     recorded = getattr(getattr(model, "config", None), "compression_config", None)
     layers = compressed_layers(model)
-    if isinstance(model, CompressedModelMixin) or is_compressed(model) or recorded or layers:
+    if is_compressed(model) or recorded or layers:
         method = recorded.get("method", "?") if isinstance(recorded, dict) else "?"
         count = len(recorded.get("modules", {})) if isinstance(recorded, dict) else len(layers)
         raise ValueError(
