@@ -58,16 +58,24 @@ def build(model: nn.Module, name: str, linear: nn.Linear, config: BipropConfig, 
 
 
 def attention_length(model: nn.Module, config: BipropConfig) -> int:
-    """Longest sequence the encoder attention sees (PatchTST: patches (+ CLS), Informer: ``context_length``)."""
-    if config.attention_length is not None:
-        return config.attention_length
+    """Longest sequence the encoder attention sees (PatchTST: patches (+ CLS), Informer: ``context_length``); a
+    given ``attention_length`` shorter than that is refused now rather than at the first forward."""
     model_config = model.config
     if model_config.model_type == "patchtst":
         patches = (
             max(model_config.context_length, model_config.patch_length) - model_config.patch_length
         ) // model_config.patch_stride + 1
-        return patches + int(bool(model_config.use_cls_token))
-    return int(model_config.context_length)
+        needed = patches + int(bool(model_config.use_cls_token))
+    else:
+        needed = int(model_config.context_length)
+    if config.attention_length is None:
+        return needed
+    if config.attention_length < needed:
+        raise ValueError(
+            f"attention_length={config.attention_length} is shorter than the {needed} steps the encoder attention of "
+            f"this {type(model).__name__} sees; pass attention_length >= {needed}, or leave it out to use {needed}"
+        )
+    return config.attention_length
 
 
 def model_options(model: nn.Module, config: BipropConfig) -> dict:

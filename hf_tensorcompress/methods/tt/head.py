@@ -15,7 +15,7 @@ from .solver import tt_reconstruct
 HEAD_MODES = (*LOGIT_PATHS, "cached")
 
 
-class TTTiedHead(nn.Module):
+class TTTiedHead(nn.Linear):
     """The output layer of a tied model: ``logits = h Wᵀ`` read from the TT embedding's cores.
 
     It owns no tensors (the tied matrix is counted once, in the embedding). ``mode`` (default ``"auto"``):
@@ -28,8 +28,10 @@ class TTTiedHead(nn.Module):
     """
 
     def __init__(self, embedding: nn.Module) -> None:
-        """``embedding``: the ``TTEmbedding`` whose cores hold the tied matrix."""
-        super().__init__()
+        """``embedding``: the ``TTEmbedding`` whose cores hold the tied matrix. An ``nn.Linear`` to transformers
+        (``get_output_embeddings()`` returns one) whose weight is the embedding's: ``nn.Linear.__init__`` is not run."""
+        nn.Module.__init__(self)
+        self.register_parameter("bias", None)
         object.__setattr__(self, "embedding", embedding)  # a reference, not a submodule: no duplicate state
         self.mode = "auto"
         self._cache: tuple[tuple, torch.Tensor] | None = None

@@ -25,8 +25,11 @@ from .logits import LOGIT_PATHS, TensorsState, best_cut, factored_logits, token_
 from .solver import tt_reconstruct, tt_svd
 
 
-class TTEmbedding(CompressedLayer):
+class TTEmbedding(CompressedLayer, nn.Embedding):
     """Drop-in for ``nn.Embedding``: token ``t``'s vector is the tensor train ``G_1[t] G_2[t] … G_N[t]``.
+
+    It is an ``nn.Embedding`` to transformers (``get_input_embeddings()`` returns one, as its model contract asks)
+    without the dense matrix: ``nn.Embedding.__init__`` is not run; the lookup options are its defaults.
 
     ``forward(ids)`` reconstructs only the requested tokens. ``weight`` reconstructs the whole ``(V, d)`` matrix
     (used by ``resize_token_embeddings`` and by the tied output head). ``eps`` and ``max_ranks`` are kept so that
@@ -47,7 +50,8 @@ class TTEmbedding(CompressedLayer):
         device: torch.device | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__()
+        nn.Module.__init__(self)  # not nn.Embedding's: it would allocate the V×d weight
+        self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse = None, None, 2.0, False, False
         shape, ranks = [int(i) for i in shape], [int(r) for r in ranks]
         if len(ranks) != len(shape) - 1 or min(shape) < 1 or (ranks and min(ranks) < 1):
             raise ValueError(f"a {len(shape)}-core train needs {len(shape) - 1} ranks >= 1; got shape={shape}, ranks={ranks}")

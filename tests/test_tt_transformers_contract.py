@@ -1,6 +1,6 @@
-"""transformers' tied-weights contract on TT models: every key pattern a model declares (``_tied_weights_keys`` of
-it and its submodules) must match parameters that really share storage, as transformers' own model tests check.
-A TT embedding's head reads the cores, so nothing is tied: no pattern may be declared."""
+"""transformers' model contract on TT models, as its own model tests check it: the input embedding is an
+``nn.Embedding`` and the output embedding an ``nn.Linear`` (or None), and both can be replaced; every tied-weight key
+pattern a model declares matches parameters that really share storage (a TT head reads the cores: nothing is tied)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import collections
 import re
 
 import pytest
+from torch import nn
 from transformers.modeling_utils import _get_tied_weight_keys
 from transformers.pytorch_utils import id_tensor_storage
 
@@ -31,3 +32,15 @@ def test_tt_models_declare_only_tied_keys_that_are_tied(kind):
     assert unmatched_patterns(model) == []
     rebuilt = type(model)(model.config)  # the class built from a config, as transformers' tests build models
     assert unmatched_patterns(rebuilt) == []
+
+
+@pytest.mark.parametrize("kind, tie", [("llama", True), ("gpt2", True), ("opt", True), ("llama", False)])
+def test_tt_embeddings_get_and_set_like_dense_ones(kind, tie):
+    model = apply_compression(tiny_causal_lm(kind, tie=tie), {"method": "tt", "tt_order": 3, "tt_ranks": 2})
+    assert isinstance(model.get_input_embeddings(), nn.Embedding)
+    output = model.get_output_embeddings()
+    assert output is None or isinstance(output, nn.Linear)
+    assert output.weight.shape == (model.config.vocab_size, model.get_input_embeddings().embedding_dim)
+    replacement = nn.Embedding(10, 10)
+    model.set_input_embeddings(replacement)
+    assert model.get_input_embeddings() is replacement
