@@ -8,6 +8,7 @@ import collections
 import re
 
 import pytest
+import torch
 from torch import nn
 from transformers.modeling_utils import _get_tied_weight_keys
 from transformers.pytorch_utils import id_tensor_storage
@@ -44,3 +45,18 @@ def test_tt_embeddings_get_and_set_like_dense_ones(kind, tie):
     replacement = nn.Embedding(10, 10)
     model.set_input_embeddings(replacement)
     assert model.get_input_embeddings() is replacement
+
+
+@pytest.mark.parametrize("exact", [0, 3])
+def test_resized_tt_embedding_starts_new_tokens_at_the_mean(exact):
+    """transformers' resize test: the new rows' mean equals the old rows' mean within 1e-3."""
+    model = apply_compression(tiny_causal_lm("llama"), {"method": "tt", "tt_order": 3, "tt_ranks": 2,
+                                                         "tt_exact_tokens": exact, "tt_exact_prior": "token_id"})
+    vocab = model.config.vocab_size
+    before = model.get_input_embeddings().weight.detach().clone()
+    model.resize_token_embeddings(vocab + 10)
+    weight = model.get_input_embeddings().weight.detach()
+    assert weight.shape[0] == vocab + 10 and model.config.vocab_size == vocab + 10
+    torch.testing.assert_close(weight[:vocab], before)  # the old tokens are untouched
+    torch.testing.assert_close(weight[-10:].mean(0), weight[:-10].mean(0), rtol=1e-3, atol=1e-3)
+    assert model(torch.tensor([[vocab + 3, 4]])).logits.shape == (1, 2, vocab + 10)

@@ -227,14 +227,19 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
     @torch.no_grad()
     def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> "TTEmbedding":
         """``resize_token_embeddings`` support, in place: new tokens start at the mean vector, as transformers'
-        ``mean_resizing`` does (without its random perturbation, so resizing is deterministic); shrinking drops
-        the last tokens."""
+        ``mean_resizing`` does (without its random perturbation, so resizing is deterministic), held exactly as
+        dense rows (a train at the layer's ranks would miss the mean by ~1e-3); shrinking drops the last tokens."""
         target = self.num_embeddings if new_num_tokens is None else int(new_num_tokens)
         if pad_to_multiple_of:
             target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
         if target > self.num_embeddings:
             mean = self.weight.detach().mean(dim=0, keepdim=True)
-            self.add_tokens(mean.expand(target - self.num_embeddings, -1))
+            kept = self._exact()
+            new_ids, _ = self.add_tokens(mean.expand(target - self.num_embeddings, -1))
+            rows = mean.expand(len(new_ids), -1)
+            if kept is not None:
+                new_ids, rows = torch.cat([kept[0].cpu(), new_ids]), torch.cat([kept[1].detach(), rows.to(kept[1])])
+            self.keep_exact(new_ids, rows)
         elif target < self.num_embeddings:
             self.remove_tokens(torch.arange(target, self.num_embeddings))
         return self
