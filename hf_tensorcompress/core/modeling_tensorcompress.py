@@ -136,6 +136,16 @@ class CompressedModelMixin:
         install_model_options(self, compression)
         _expect_tombstones(self, compression["modules"])
 
+    def _init_weights(self, module: nn.Module) -> None:
+        """transformers' per-module init path (``_initialize_weights`` → ``_init_weights``): a compressed layer, which
+        the base class's ``_init_weights`` does not know (or would treat as a dense ``nn.Embedding``), initialises
+        itself with ``reset_parameters()``; every other module as the base class does."""
+        if isinstance(module, CompressedLayer):
+            with torch.no_grad():
+                module.reset_parameters()
+            return
+        super()._init_weights(module)
+
     def initialize_weights(self) -> None:
         """transformers' init, then ours for what its ``_init_weights`` cannot know (and does not reach: a submodel
         such as ``PatchTSTModel`` inits its children with its own ``_init_weights``). ``from_pretrained`` builds on the
@@ -163,8 +173,9 @@ class CompressedModelMixin:
         super().initialize_weights()
         with torch.no_grad():
             for layer in layers:
-                layer.reset_parameters()
-                layer._is_hf_initialized = True
+                if not getattr(layer, "_is_hf_initialized", False):  # not reached by this class's _init_weights
+                    layer.reset_parameters()
+                    layer._is_hf_initialized = True
             fresh = {k: v for option in options for k, v in option.initial_tensors(self, compression).items()} if unfilled else {}
             for key, tensor in unfilled.items():
                 tensor.copy_(fresh[key])

@@ -204,6 +204,9 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
         if self.exact_slot is not None:
             slot = self.exact_slot[kept].clone()
             alive = slot >= 0
+            if not alive.any():  # no exact token left (e.g. a resize undone): back to the plain layout
+                self.exact_rows, self.exact_slot = None, None
+                return mapping
             old = self.exact_rows
             self.exact_rows = nn.Parameter(old.detach()[slot[alive].long()], old.requires_grad)
             slot[alive] = torch.arange(int(alive.sum()), dtype=slot.dtype, device=slot.device)
