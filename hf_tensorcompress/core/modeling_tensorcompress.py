@@ -172,10 +172,9 @@ class CompressedModelMixin:
         }
         super().initialize_weights()
         with torch.no_grad():
-            for layer in layers:
-                if not getattr(layer, "_is_hf_initialized", False):  # not reached by this class's _init_weights
-                    layer.reset_parameters()
-                    layer._is_hf_initialized = True
+            for layer in layers:  # a submodel's _init_weights flags them initialised without knowing them
+                layer.reset_parameters()
+                layer._is_hf_initialized = True
             fresh = {k: v for option in options for k, v in option.initial_tensors(self, compression).items()} if unfilled else {}
             for key, tensor in unfilled.items():
                 tensor.copy_(fresh[key])
