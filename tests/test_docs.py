@@ -33,6 +33,14 @@ def test_every_page_is_in_the_nav_and_every_nav_entry_exists():
     assert pages - nav == set(), f"pages missing from the nav in mkdocs.yml: {sorted(pages - nav)}"
 
 
+def test_the_docs_list_the_registered_methods():
+    from hf_tensorcompress.methods import methods_table
+
+    options = (DOCS / "guide" / "options.md").read_text(encoding="utf-8")
+    assert methods_table() in options, (
+        "the method table of docs/guide/options.md differs from the registry: paste methods_table()")
+
+
 def test_every_method_has_a_page_with_a_runnable_example():
     for method in ("cp", "svd", "biprop", "tt"):
         page = DOCS / "methods" / f"{method}.md"
