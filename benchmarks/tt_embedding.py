@@ -19,7 +19,9 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import tensorly as tl
@@ -30,8 +32,9 @@ from tensorly.decomposition import tensor_train
 from tqdm.auto import tqdm
 
 from hf_tensorcompress.data.causal_lm import WEIGHTS_NOTE, smollm2_dir
-from hf_tensorcompress.methods.tt import layer as tt_module
-from hf_tensorcompress.methods.tt.layer import TTEmbedding, tt_reconstruct, tt_svd
+from hf_tensorcompress.core.export import write_modeling_code
+from hf_tensorcompress.methods.tt.layer import TTEmbedding
+from hf_tensorcompress.methods.tt.solver import balanced_shape, tt_reconstruct, tt_svd
 
 
 def smollm2_embedding() -> torch.Tensor:
@@ -94,12 +97,22 @@ def lookup(weight: torch.Tensor, layer: TTEmbedding, count: int, repeats: int) -
             "tt_seconds": statistics.median(p[1] for p in pairs), "ratio": statistics.median(t / d for d, t in pairs)}
 
 
+def checkpoint_code() -> str:
+    """A folder holding the flat modeling files a checkpoint ships (torch only), for the fresh probe processes."""
+    folder = Path(tempfile.mkdtemp(prefix="tt_code_"))
+    package = folder / "checkpoint_code"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    write_modeling_code(package)
+    return str(folder)
+
+
 HEAD_PROBE = """
-import importlib.util, json, sys, time, statistics, torch
-# the layer file alone (it imports torch only), so both processes start from the same torch-only baseline
-spec = importlib.util.spec_from_file_location("tt_embedding", {layer_file!r})
-module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
-TTEmbedding, TTTiedHead = module.TTEmbedding, module.TTTiedHead
+import json, sys, time, statistics, torch
+# the checkpoint's flat modeling code (torch only), so both processes start from the same torch-only baseline
+sys.path.insert(0, {code_dir!r})
+from checkpoint_code.tt_layer import TTEmbedding
+from checkpoint_code.tt_head import TTTiedHead
 # tensors are created in place (no load-then-copy), so the only big transient left is the forward's own;
 # values are random: time and memory do not depend on them
 vocab, dim, length = {vocab}, {dim}, {length}
@@ -136,7 +149,7 @@ def tied_head(weight: torch.Tensor, layer: TTEmbedding, length: int, repeats: in
     """Each variant in its own fresh process, so its peak RSS growth during the forward is its own."""
     results = {}
     for name, dense in (("dense", True), ("tt", False)):
-        code = HEAD_PROBE.format(layer_file=tt_module.__file__, vocab=weight.shape[0], dim=weight.shape[1], length=length,
+        code = HEAD_PROBE.format(code_dir=checkpoint_code(), vocab=weight.shape[0], dim=weight.shape[1], length=length,
                                  dense=dense, shape=layer.shape, ranks=layer.ranks, repeats=repeats)
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         results[name] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -146,9 +159,9 @@ def tied_head(weight: torch.Tensor, layer: TTEmbedding, length: int, repeats: in
 
 
 SCALE_PROBE = """
-import importlib.util, json, math, time, torch
-spec = importlib.util.spec_from_file_location("tt_embedding", {layer_file!r})
-module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)
+import json, math, sys, time, torch
+sys.path.insert(0, {code_dir!r})
+from checkpoint_code import tt_solver as module
 rows, dim, components = {rows}, {dim}, 256
 def rss_mib(field):
     for line in open("/proc/self/status"):
@@ -183,9 +196,7 @@ print(json.dumps({{"rows": rows, "dim": dim, "shape": {shape!r}, "ranks": {ranks
 def scale(rows: int, dim: int, ranks: list[int], solver: str) -> dict:
     """TT-SVD of a random ``rows × dim`` stand-in (e.g. an 8B model's 128k × 4096) in a fresh process: time and
     peak RSS while decomposing, relative to the table (``peak_over_table`` = (table + growth) / table)."""
-    from hf_tensorcompress.layers.tt_embedding import balanced_shape
-
-    code = SCALE_PROBE.format(layer_file=tt_module.__file__, rows=rows, dim=dim, shape=balanced_shape(dim, 3),
+    code = SCALE_PROBE.format(code_dir=checkpoint_code(), rows=rows, dim=dim, shape=balanced_shape(dim, 3),
                               ranks=ranks, solver=solver)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if out.returncode:

@@ -36,7 +36,8 @@ from hf_tensorcompress.methods.tt.baselines import (
 )
 from hf_tensorcompress.methods.tt.calibration import exact_token_ids, hidden_covariance
 from hf_tensorcompress.methods.tt.healing import heal_tt_embedding
-from hf_tensorcompress.methods.tt.layer import TT_SOLVERS, TTTiedHead
+from hf_tensorcompress.methods.tt.head import TTTiedHead
+from hf_tensorcompress.methods.tt.solver import TT_SOLVERS
 from hf_tensorcompress.methods.tt.apply import apply_tt
 from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
 from hf_tensorcompress.evaluation.perplexity import perplexity

@@ -54,7 +54,8 @@ from hf_tensorcompress.methods.tt.baselines import (
 )
 from hf_tensorcompress.methods.tt.calibration import TTCalibration, exact_token_ids, hidden_covariance
 from hf_tensorcompress.methods.tt.energy import apply_svd_embedding, svd_rank_for
-from hf_tensorcompress.methods.tt.layer import TTTiedHead, balanced_shape
+from hf_tensorcompress.methods.tt.head import TTTiedHead
+from hf_tensorcompress.methods.tt.solver import balanced_shape
 
 def train_parameters(hidden: int, ranks: list[int]) -> int:
     """``Σ_k r_{k-1} I_k r_k`` of one token's train of order 3 at ``ranks``."""

@@ -35,7 +35,10 @@ SHIPPED_FILES: dict[str, str] = {
     "methods/svd/layer.py": "svd_layer.py",
     "methods/biprop/layer.py": "biprop_layer.py",
     "methods/biprop/attention.py": "biprop_attention.py",
+    "methods/tt/solver.py": "tt_solver.py",
+    "methods/tt/logits.py": "tt_logits.py",
     "methods/tt/layer.py": "tt_layer.py",
+    "methods/tt/head.py": "tt_head.py",
     "methods/tt/scaled.py": "tt_scaled_layer.py",
 }
 

@@ -15,7 +15,8 @@ from ...core.registry import Method, register_method
 from ...core.targets import FAMILIES
 from .calibration import TTCalibration, check_calibration, exact_token_ids, output_basis
 from .config import TTConfig
-from .layer import TTEmbedding, balanced_shape
+from .layer import TTEmbedding
+from .solver import balanced_shape
 from .scaled import ScaledTTEmbedding
 
 DEFAULT_ORDER = 3
