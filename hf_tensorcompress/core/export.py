@@ -40,6 +40,7 @@ SHIPPED_FILES: dict[str, str] = {
     "methods/tt/layer.py": "tt_layer.py",
     "methods/tt/head.py": "tt_head.py",
     "methods/tt/scaled.py": "tt_scaled_layer.py",
+    "methods/tiered/layer.py": "tiered_layer.py",
 }
 
 _RELATIVE_IMPORT = re.compile(r"^(\s*)from (\.+)([\w.]*) import ", re.MULTILINE)

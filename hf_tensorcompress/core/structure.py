@@ -12,6 +12,7 @@ from ..methods.biprop.attention import install_attention, qkv_masks
 from ..methods.biprop.layer import BipropLinear
 from ..methods.cp.layer import CPLinear
 from ..methods.svd.layer import LowRankLinear
+from ..methods.tiered.layer import TieredEmbedding
 from ..methods.tt.layer import TTEmbedding
 from ..methods.tt.scaled import ScaledTTEmbedding
 from .contract import CompressedLayer
@@ -21,7 +22,7 @@ __all__ = [
 ]
 
 #: The layer types a checkpoint may name (importing them registered each with ``CompressedLayer.types``).
-SHIPPED_LAYERS = (CPLinear, LowRankLinear, BipropLinear, TTEmbedding, ScaledTTEmbedding)
+SHIPPED_LAYERS = (CPLinear, LowRankLinear, BipropLinear, TTEmbedding, ScaledTTEmbedding, TieredEmbedding)
 
 
 class CompressedCheckpointError(ValueError):

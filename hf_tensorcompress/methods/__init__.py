@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 
-BUILTIN = ("biprop", "cp", "svd", "tt")
+BUILTIN = ("biprop", "cp", "svd", "tt", "tiered")
 
 
 def load_builtin() -> None:
