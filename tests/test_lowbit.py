@@ -12,7 +12,7 @@ def test_pack_round_trips_every_code(bits):
     codes = torch.randint(0, 2**bits, (5, 21), dtype=torch.uint8)
     packed = pack(codes, bits)
     assert packed.dtype == torch.uint8 and packed.shape == (5, 3 * bits)  # 21 codes pad to 24 = 3 × 8
-    assert torch.equal(unpack(packed, bits, 21), codes.long())
+    assert torch.equal(unpack(packed, bits, 21).long(), codes.long())
 
 
 @pytest.mark.parametrize("bits,group", [(2, 8), (3, 16), (4, 8), (4, None), (8, None)])
