@@ -8,8 +8,8 @@ with sliding windows, and record parameters, compression ratio (paper Eq. 21), e
 parameter count: matrix SVD, frequency-only (the most frequent calibration tokens keep their rows, the rest share
 one mean row) and, for runs with dense rows, the same rows dense + an SVD of the remaining rows (in the
 output-aware metric when the run uses that basis); ``--no-svd`` / ``--no-baselines`` skip them. Writes ``results.json`` and ``tradeoff.png`` (ln PPL vs compression
-ratio, TT vs SVD) in ``--output-dir``. The default model is SmolLM2-135M-Instruct from its Q4_1 GGUF
-(dequantised 4-bit weights, see ``causal_lm.WEIGHTS_NOTE``).
+ratio, TT vs SVD) in ``--output-dir``. The default model is SmolLM2-135M-Instruct from its GGUF (block linears
+Q4_1, tied embedding Q8_0, dequantised; see ``causal_lm.WEIGHTS_NOTE``).
 """
 
 from __future__ import annotations

@@ -22,10 +22,18 @@ row all counted):
   with fewer dense rows (calibration counts);
 - ``tt-plain`` (at 2× only): TT ranks 5,5, no basis, no dense rows, no calibration.
 
+Bytes (``--byte-arms``, ``all`` for every one): weight-only quantization of the same tied embedding through
+maintained libraries (``evaluation.quantized_embedding.QUANT_ARMS``: torchao int8, bitsandbytes int8 / NF4 / FP4,
+gguf Q8_0 / Q5_0 / Q4_1 / Q4_0; hand-written round-to-nearest for int3 / int2, which none of them stores) and the
+``method="tiered"`` settings of ``TIERED_ARMS``; every arm is sized in bytes (bf16 = 1×; parameter-budget arms count
+2 bytes a parameter). ``--ratios`` with no value runs only these.
+
 Arms without calibration are scored once per evaluation corpus. Writes ``results.json``, ``table.md`` (Δ ln PPL,
-calibration corpus × evaluation corpus, then per arm the mean in domain and the mean and worst across domains)
-and ``domains.png`` (Δ ln PPL against compression ratio per arm, in and across domains) to ``--output-dir``. The default model is SmolLM2-135M-Instruct from its Q4_1 GGUF (dequantised
-4-bit weights, see ``causal_lm.WEIGHTS_NOTE``).
+calibration corpus × evaluation corpus, then per arm the mean in domain and the mean and worst across domains, then
+every arm by bytes with the Pareto front), ``domains.png`` (Δ ln PPL against compression ratio per arm, in and across
+domains; parameter-budget arms) and ``bytes.png`` (Δ ln PPL across domains against bytes, Pareto front marked) to
+``--output-dir``. The default model is SmolLM2-135M-Instruct from its GGUF (block linears Q4_1, tied embedding Q8_0,
+dequantised; see ``causal_lm.WEIGHTS_NOTE``).
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ class TieredConfig(CompressionConfig):
             ``"calibration"`` (most frequent in the calibration text) or ``"mixed"`` (half each).
         rounding: ``"nearest"`` (round-to-nearest) or ``"output"`` (GPTQ rounding under the covariance of the hidden
             states the tied output layer sees: minimises the expected logit error; needs calibration text).
-        low_rank: rank of a part ``left @ right`` added to every row after the leading 16-bit tiers (0: none),
+        low_rank: rank of a part ``left @ right`` added to the last tier's rows (0: none),
             fitted in the output metric when ``rounding="output"``; with quantized tiers it is fitted first and the
             quantization stores what it leaves.
         low_rank_bits: the width the two factors are stored at (8 or 16).

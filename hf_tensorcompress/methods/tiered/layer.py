@@ -2,8 +2,8 @@
 
 Ships inside saved checkpoints: torch only. Tokens are split into tiers (e.g. the most frequent ones first), each
 tier's rows stored as a ``LowBitTensor`` at its own bit width; an optional low-rank part ``left @ right`` is added
-to every row after the leading 16-bit tiers (a plain low-rank tail when that tier stores nothing, or a correction of
-a low-bit quantization). Lookups decode only the requested rows; the tied head decodes the table a chunk at a time.
+to the last tier's rows (a plain low-rank tail when that tier stores nothing, or a correction of its low-bit
+quantization). Lookups decode only the requested rows; the tied head decodes the table a chunk at a time.
 """
 
 from __future__ import annotations
@@ -38,11 +38,7 @@ class TieredEmbedding(CompressedLayer):
             LowBitTensor((tier["rows"], embedding_dim), tier["bits"], tier["group_size"])
             for tier in tiers if tier["bits"]
         )
-        self.low_rank_start = 0
-        for tier in tiers:
-            if tier["bits"] != 16:
-                break
-            self.low_rank_start += tier["rows"]
+        self.low_rank_start = num_embeddings - tiers[-1]["rows"]  # the low-rank part serves the last tier
         if rank:
             self.left = LowBitTensor((num_embeddings - self.low_rank_start, rank), rank_bits)
             self.right = LowBitTensor((rank, embedding_dim), rank_bits)
