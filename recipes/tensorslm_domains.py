@@ -73,6 +73,7 @@ from hf_tensorcompress.methods.tt.solver import balanced_shape
 TIERED_ARMS: dict[str, dict] = {
     "tiered-int4": dict(tier_bits=[4], rounding="output"),
     "tiered-int4/int3-24k": dict(tier_tokens=[24000], tier_bits=[4, 3], rounding="output"),
+    "tiered-int4/int3-20k": dict(tier_tokens=[20000], tier_bits=[4, 3], rounding="output"),
     "tiered-int4/int3-8k": dict(tier_tokens=[8192], tier_bits=[4, 3], rounding="output"),
     "tiered-int3": dict(tier_bits=[3], rounding="output"),
     "tiered-int4/int3g192-4k": dict(tier_tokens=[4096], tier_bits=[4, 3], tier_group_size=[64, 192],
@@ -391,10 +392,14 @@ def plot_bytes(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     points = byte_points(results)
-    families = list(dict.fromkeys(point["arm"].split("-")[0] for point in points))
+
+    def family(arm: str) -> str:  # the library, or this library's method
+        return "tiered (this library)" if arm.startswith(("tiered", "rows")) else arm.split("-")[0]
+
+    families = list(dict.fromkeys(family(point["arm"]) for point in points))
     fig, ax = plt.subplots(figsize=(10, 5.5))
     for point in points:
-        color = f"C{families.index(point['arm'].split('-')[0]) % 10}"
+        color = f"C{families.index(family(point['arm'])) % 10}"
         x, y = point["smaller_than_bf16"], max(point["across_mean"], 1e-3)
         ax.errorbar(x, y, yerr=[[0], [max(point["across_worst"], 1e-3) - y]], fmt="o", color=color, capsize=2,
                     markersize=7 if point["pareto"] else 4, markeredgecolor="black" if point["pareto"] else color)
@@ -406,6 +411,8 @@ def plot_bytes(results: dict, path: Path) -> None:
         ax.plot([], [], "o", color=f"C{index % 10}", label=family)
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}×"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}×" if x in (3, 4, 6) else ""))
     ax.set_xlabel("times smaller than the bf16 embedding (bytes on disk and in memory)")
     ax.set_ylabel("Δ ln perplexity vs dense, other domains (mean; bar: worst pair)")
     ax.set_title("Token embedding: quantization vs this library's options, " + Path(results["model"]).name)
