@@ -92,7 +92,7 @@ def test_readme_python_block_runs(group: list[Block], tmp_path, monkeypatch, req
 
 def test_readme_documents_every_method_and_no_outside_files():
     text = README.read_text(encoding="utf-8")
-    for method in ("cp", "svd", "biprop", "tt"):
+    for method in ("cp", "svd", "biprop", "tt", "tiered"):
         assert f'method="{method}"' in text, method
     assert "DESIGN" + ".md" not in text  # no references to documents outside the repository
     for section in ("Install", "Quick start", "Methods", "Smartformer", "Command line", "Hub", "Data", "Benchmarks",
