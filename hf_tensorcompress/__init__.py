@@ -25,10 +25,12 @@ _EXPORTS = {
     "SVDConfig": ".methods.svd.config",
     "BipropConfig": ".methods.biprop.config",
     "TTConfig": ".methods.tt.config",
+    "TieredConfig": ".methods.tiered.config",
     "apply_compression": ".compress",
     "refresh_compression_config": ".compress",
     "apply_tt": ".methods.tt.apply",
     "TTCalibration": ".methods.tt.calibration",
+    "apply_tiered": ".methods.tiered.apply",
     "compression_report": ".core.metrics",
     "nonzero_flops": ".core.metrics",
     "storage_bits": ".core.metrics",
@@ -37,6 +39,8 @@ _EXPORTS = {
     "CPLinear": ".methods.cp.layer",
     "LowRankLinear": ".methods.svd.layer",
     "TTEmbedding": ".methods.tt.layer",
+    "TieredEmbedding": ".methods.tiered.layer",
+    "LowBitTensor": ".core.lowbit",
     "replace_parameters_in_optimizer": ".search.optim",
     "CompressedCheckpointError": ".core.structure",
     "TensorCompressQuantizer": ".core.quantizer",
@@ -77,6 +81,10 @@ if TYPE_CHECKING:  # static type checkers and IDEs see the eager imports
     from .methods.tt.calibration import TTCalibration
     from .methods.tt.config import TTConfig
     from .methods.tt.layer import TTEmbedding
+    from .core.lowbit import LowBitTensor
+    from .methods.tiered.apply import apply_tiered
+    from .methods.tiered.config import TieredConfig
+    from .methods.tiered.layer import TieredEmbedding
     from .search.optim import replace_parameters_in_optimizer
 
 register_with_transformers()
