@@ -1,5 +1,5 @@
 """Greedy ``generate()`` with SmolLM2-135M whose tied embedding is the best ≥4× option (``method="tiered"``: the
-24,000 lowest token ids at int4, the rest at int3, groups of 64, output-aware rounding calibrated on the first 75 %
+20,000 lowest token ids at int4, the rest at int3, groups of 64, output-aware rounding calibrated on the first 75 %
 of Moby Dick), saved and loaded back with ``trust_remote_code=True``, against dense.
 
     OMP_NUM_THREADS=1 python benchmarks/tiered_generate.py [--threads 1] [--new-tokens 32] [--repeats 3]
@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tt_generate import generate, load, memory_status, timed_both  # noqa: E402  (shared benchmark helpers)
 
-OPTIONS = dict(tier_tokens=[24000], tier_bits=[4, 3], tier_group_size=64, rounding="output")
+OPTIONS = dict(tier_tokens=[20000], tier_bits=[4, 3], tier_group_size=64, rounding="output")
 
 
 def build_checkpoint(folder: Path) -> dict:
