@@ -79,7 +79,7 @@ class TieredEmbedding(CompressedLayer):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """``hidden @ Wᵀ`` in token order, decoding the table a chunk at a time (no float copy of the table)."""
-        parts, start = [], 0
+        parts = []
         stored = iter(self.tiers)
         for tier in self.tier_specs:
             parts.append(next(stored).matmul_t(hidden) if tier["bits"]
