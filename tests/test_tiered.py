@@ -108,6 +108,15 @@ def test_compress_on_load_without_calibration(tmp_path):
     assert torch.equal(loaded(IDS).logits, direct(IDS).logits)
 
 
+def test_resizing_the_vocabulary_says_to_resize_before_compressing():
+    model = compressed(**OPTIONS)
+    reference = model(IDS).logits
+    model.resize_token_embeddings(120)  # the same size: nothing changes
+    assert torch.equal(model(IDS).logits, reference)
+    with pytest.raises(ValueError, match="resize the dense model's token embeddings first"):
+        model.resize_token_embeddings(121)
+
+
 @pytest.mark.parametrize("options,message", [
     (dict(tier_tokens=[10], tier_bits=[4]), "one width per tier"),
     (dict(tier_bits=[5]), "choose one of"),

@@ -94,6 +94,19 @@ class TieredEmbedding(CompressedLayer):
         """The dense ``(V, d)`` matrix, rebuilt (for code that asks for it; forward and logits never build it)."""
         return self.forward(torch.arange(self.num_embeddings, device=self.slot.device))
 
+    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> "TieredEmbedding":
+        """``resize_token_embeddings``: the same size is a no-op; another size is refused (rows are packed per tier,
+        and a new token's tier and rounding need the calibration the layer was built with)."""
+        target = new_num_tokens or self.num_embeddings
+        if pad_to_multiple_of:
+            target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
+        if target != self.num_embeddings:
+            raise ValueError(
+                f"a tiered embedding cannot change its vocabulary ({self.num_embeddings} -> {target}): resize the dense "
+                "model's token embeddings first (resize_token_embeddings), then compress it with method='tiered'"
+            )
+        return self
+
     def bind(self, model: nn.Module) -> None:
         """Take over the tied output layer: its weight parameter is gone, so tying is switched off and the head
         reads this layer."""
@@ -151,6 +164,10 @@ class TieredTiedHead(nn.Module):
     @property
     def weight(self) -> torch.Tensor:
         return self.embedding.weight
+
+    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> "TieredTiedHead":
+        """Nothing to do: the head follows the embedding's vocabulary."""
+        return self
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.embedding.logits(hidden)
