@@ -307,7 +307,7 @@ def plot(results: dict, path: Path) -> None:
                     marker=marker, label=label)
     dense = next(r for r in runs if r["method"] == "dense")
     ax.axhline(math.log(dense["perplexity"]), color="gray", linestyle="--", label="dense")
-    ax.set_xlabel("times smaller than the bf16 embedding in bytes (every arm stores bf16 values: = parameter ratio)")
+    ax.set_xlabel("times smaller than the bf16 embedding in bytes (values counted as bf16: = parameter ratio)")
     ax.set_ylabel("ln perplexity (held-out)")
     ax.set_title("TensorSLM on " + Path(results["model"]).name)
     ax.legend(fontsize=8)

@@ -339,7 +339,7 @@ def plot(results: dict, path: Path) -> None:
                         label=f"{arm}{' (in domain)' if inside else ' (across domains)'}")
     ax.axhline(0.10, color="gray", linestyle=":", label="Δ 0.10")
     ax.set_yscale("log")
-    ax.set_xlabel("target times smaller than the bf16 embedding in bytes (bf16 values: = parameter ratio)")
+    ax.set_xlabel("target times smaller than the bf16 embedding in bytes (values counted as bf16: = parameter ratio)")
     ax.set_ylabel("Δ ln perplexity vs dense (held-out)")
     ax.set_title("Token-embedding compression across domains: " + Path(results["model"]).name)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
