@@ -11,7 +11,7 @@ from transformers.pytorch_utils import Conv1D
 from family_models import ENCODERS, FAMILIES, LANGUAGE_MODELS, first_output, tiny, tiny_inputs
 from helpers import run_without_library
 from hf_tensorcompress import CompressionConfig, UnsupportedModelError, apply_compression
-from hf_tensorcompress.core.loading import load_model
+from hf_tensorcompress.loading import load_model
 from hf_tensorcompress.core.targets import FAMILIES as FAMILY_TABLE
 from hf_tensorcompress.core.targets import attention_projections
 

@@ -108,6 +108,14 @@ def test_compress_on_load_without_calibration(tmp_path):
     assert torch.equal(loaded(IDS).logits, direct(IDS).logits)
 
 
+def test_dequantize_gives_back_a_tied_dense_model_with_the_same_logits():
+    model = compressed(**OPTIONS)
+    expected = model(IDS).logits
+    dense = model.dequantize()  # hf_tensorcompress.decompress(model) is the same
+    assert dense.get_output_embeddings().weight is dense.get_input_embeddings().weight
+    torch.testing.assert_close(dense(IDS).logits, expected, atol=1e-5, rtol=1e-5)
+
+
 def test_resizing_the_vocabulary_says_to_resize_before_compressing():
     model = compressed(**OPTIONS)
     reference = model(IDS).logits

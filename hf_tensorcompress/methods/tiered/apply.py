@@ -73,7 +73,7 @@ def build(
 
 
 register_method(Method("tiered", TieredConfig, input_embedding_name, build, accepts=(nn.Embedding,),
-                       prepare=check_calibration))
+                       prepare=check_calibration, layers=(TieredEmbedding,)))
 
 
 def apply_tiered(

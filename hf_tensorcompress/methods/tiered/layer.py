@@ -119,6 +119,12 @@ class TieredEmbedding(CompressedLayer):
         if self.tied_output is not None:
             model.set_submodule(self.tied_output, TieredTiedHead(self))
 
+    def unbind(self, model: nn.Module, reference: nn.Module) -> None:
+        """``decompress``: the tied head goes back to the dense output layer (tied again by the caller)."""
+        if self.tied_output is not None:
+            head = reference.get_submodule(self.tied_output)
+            model.set_submodule(self.tied_output, head.to_empty(device=self.slot.device).to(self.dtype_probe.dtype))
+
     def spec(self) -> dict:
         return {"type": self.layer_type, "num_embeddings": self.num_embeddings, "embedding_dim": self.embedding_dim,
                 "tiers": self.tier_specs, "rank": self.rank, "rank_bits": self.rank_bits,

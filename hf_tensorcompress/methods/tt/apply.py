@@ -113,7 +113,8 @@ def build(
 
 
 register_method(
-    Method("tt", TTConfig, input_embedding_name, build, accepts=(nn.Embedding,), prepare=check_calibration)
+    Method("tt", TTConfig, input_embedding_name, build, accepts=(nn.Embedding,), prepare=check_calibration,
+           layers=(TTEmbedding, ScaledTTEmbedding))
 )
 
 

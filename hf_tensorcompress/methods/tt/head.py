@@ -5,16 +5,11 @@ Ships inside saved checkpoints: torch only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
 from .logits import LOGIT_PATHS, TensorsState
 from .solver import tt_reconstruct
-
-if TYPE_CHECKING:
-    from .layer import TTEmbedding
 
 #: ``TTTiedHead.mode`` values: a ``LOGIT_PATHS`` entry, or ``"cached"`` (one rebuilt ``V×d`` copy kept).
 HEAD_MODES = (*LOGIT_PATHS, "cached")
@@ -32,7 +27,8 @@ class TTTiedHead(nn.Module):
     evaluation loops over long windows); ``cache_weight = True`` is the older spelling of it.
     """
 
-    def __init__(self, embedding: TTEmbedding) -> None:
+    def __init__(self, embedding: nn.Module) -> None:
+        """``embedding``: the ``TTEmbedding`` whose cores hold the tied matrix."""
         super().__init__()
         object.__setattr__(self, "embedding", embedding)  # a reference, not a submodule: no duplicate state
         self.mode = "auto"

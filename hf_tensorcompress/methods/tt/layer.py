@@ -251,6 +251,12 @@ class TTEmbedding(CompressedLayer):
         if self.tied_output is not None:
             model.set_submodule(self.tied_output, TTTiedHead(self))
 
+    def unbind(self, model: nn.Module, reference: nn.Module) -> None:
+        """``decompress``: the tied head goes back to the dense output layer (tied again by the caller)."""
+        if self.tied_output is not None:
+            head = reference.get_submodule(self.tied_output)
+            model.set_submodule(self.tied_output, head.to_empty(device=self.cores[0].device).to(self.cores[0].dtype))
+
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         flat = input_ids.reshape(-1)
         vectors = self._apply_basis(tt_reconstruct(list(self.cores), flat))
