@@ -19,7 +19,7 @@ def test_readme_python_block_runs(group, tmp_path, monkeypatch, request):
 def test_readme_is_short_and_documents_every_method():
     text = README.read_text(encoding="utf-8")
     assert len(text.splitlines()) <= 300, "the README is for users: keep it under 300 lines, details go to docs/"
-    for method in ("cp", "svd", "biprop", "tt"):
+    for method in ("cp", "svd", "biprop", "tt", "tiered"):
         assert f'method="{method}"' in text, method
     assert "SmartformerTrainer" in text
     assert "DESIGN" + ".md" not in text and "../" not in text  # no references to documents outside the repository
