@@ -31,6 +31,7 @@ _EXPORTS = {
     "storage_bits": ".core.metrics",
     "CompressedLayer": ".core.contract",
     "CompressedLinear": ".core.contract",
+    "LowBitTensor": ".core.lowbit",
     "ModelOption": ".core.contract",
     "Method": ".core.registry",
     "register_method": ".core.registry",

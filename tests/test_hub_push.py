@@ -23,7 +23,10 @@ ROUND_TRIPS = {
     "biprop": CompressionConfig(method="biprop", keep_ratio=0.5),
 }
 #: Methods for causal LMs, round-tripped on a small Llama (the SmolLM2 architecture).
-LM_ROUND_TRIPS = {"tt": CompressionConfig(method="tt", tt_shape=[4, 4, 4], tt_ranks=3)}
+LM_ROUND_TRIPS = {
+    "tt": CompressionConfig(method="tt", tt_shape=[4, 4, 4], tt_ranks=3),
+    "tiered": CompressionConfig(method="tiered", tier_tokens=[32], tier_bits=[8, 4], tier_group_size=32),
+}
 
 
 def code_files(method: str) -> set[str]:
@@ -110,7 +113,9 @@ def test_push_then_load_without_the_library(hub, repo_id, method, tmp_path):
     assert {name: again.get(name) for name in code_files(method)} == {name: files[name] for name in code_files(method)}
 
 
-@pytest.mark.parametrize("method", sorted(LM_ROUND_TRIPS))
+@pytest.mark.parametrize(  # tt in the fast tier, tiered in the slow one
+    "method", [pytest.param(m, marks=() if m == "tt" else pytest.mark.slow) for m in sorted(LM_ROUND_TRIPS)]
+)
 def test_causal_lm_push_then_load_without_the_library(hub, repo_id, method, tmp_path):
     torch.manual_seed(0)
     config = LlamaConfig(
