@@ -12,31 +12,59 @@ WRONG = st.sampled_from([None, True, -1, 0, 1.5, "bogus", [], {}, [0], float("na
 
 TARGETS = st.one_of(
     st.none(),
-    st.sampled_from([["q_proj"], ["k_proj", "v_proj"], ["out_proj"], "q_proj$", r".*\.v_proj", ["nope"], ["layers"],
-                     "(", "", [""], ["embed_tokens"], ["wte"], ["lm_head"]]),
+    st.sampled_from(
+        [
+            ["q_proj"],
+            ["k_proj", "v_proj"],
+            ["out_proj"],
+            "q_proj$",
+            r".*\.v_proj",
+            ["nope"],
+            ["layers"],
+            "(",
+            "",
+            [""],
+            ["embed_tokens"],
+            ["wte"],
+            ["lm_head"],
+        ]
+    ),
 )
 RANK = st.one_of(st.integers(-1, 40), st.floats(-0.5, 1.5), WRONG)
 
 #: Per option: a strategy drawing valid and invalid values alike.
 OPTIONS: dict[str, dict[str, st.SearchStrategy]] = {
-    "cp": {"rank": RANK, "ranks": st.dictionaries(st.sampled_from(["q_proj", "k_proj", "nope"]), RANK, max_size=2),
-           "init": st.sampled_from(["decompose", "random", "bogus"]), "cp_iterations": st.one_of(st.integers(-1, 3), WRONG)},
-    "svd": {"rank": RANK, "ranks": st.dictionaries(st.sampled_from(["q_proj", "v_proj", "nope"]), RANK, max_size=2),
-            "init": st.sampled_from(["decompose", "random", "bogus"])},
+    "cp": {
+        "rank": RANK,
+        "ranks": st.dictionaries(st.sampled_from(["q_proj", "k_proj", "nope"]), RANK, max_size=2),
+        "init": st.sampled_from(["decompose", "random", "bogus"]),
+        "cp_iterations": st.one_of(st.integers(-1, 3), WRONG),
+    },
+    "svd": {
+        "rank": RANK,
+        "ranks": st.dictionaries(st.sampled_from(["q_proj", "v_proj", "nope"]), RANK, max_size=2),
+        "init": st.sampled_from(["decompose", "random", "bogus"]),
+    },
     "biprop": {
-        "keep_ratio": st.one_of(st.floats(-0.2, 1.2), WRONG), "weight_init": st.sampled_from(["kaiming_normal", "signed_constant", "bogus"]),
-        "weight_seed": st.one_of(st.integers(-3, 2**40), WRONG), "save_scores": st.one_of(st.booleans(), WRONG),
+        "keep_ratio": st.one_of(st.floats(-0.2, 1.2), WRONG),
+        "weight_init": st.sampled_from(["kaiming_normal", "signed_constant", "bogus"]),
+        "weight_seed": st.one_of(st.integers(-3, 2**40), WRONG),
+        "save_scores": st.one_of(st.booleans(), WRONG),
         "attention": st.sampled_from([None, "step_t", "qkv_mask", "bogus"]),
         "attention_keep_ratio": st.one_of(st.none(), st.floats(-0.2, 1.2), WRONG),
         "attention_length": st.one_of(st.none(), st.integers(-2, 60), WRONG),
-        "attention_modules": st.one_of(st.just([]), st.sampled_from([["self_attn"], ["nope"], ["encoder.layers.0.self_attn"]]), WRONG),
+        "attention_modules": st.one_of(
+            st.just([]), st.sampled_from([["self_attn"], ["nope"], ["encoder.layers.0.self_attn"]]), WRONG
+        ),
     },
     "tt": {
         "tt_shape": st.one_of(st.none(), st.lists(st.integers(0, 12), min_size=1, max_size=4), WRONG),
-        "tt_order": st.one_of(st.none(), st.integers(0, 5), WRONG), "tt_ranks": st.one_of(st.none(), st.integers(0, 5),
-                                                                                  st.lists(st.integers(0, 4), max_size=3), WRONG),
-        "tt_eps": st.one_of(st.none(), st.floats(-0.1, 1.1), WRONG), "tt_basis": st.sampled_from(["identity", "pca", "output", "bogus"]),
-        "tt_solver": st.sampled_from(["auto", "eigh", "power", "bogus"]), "tt_exact_tokens": st.one_of(st.integers(-1, 8), WRONG),
+        "tt_order": st.one_of(st.none(), st.integers(0, 5), WRONG),
+        "tt_ranks": st.one_of(st.none(), st.integers(0, 5), st.lists(st.integers(0, 4), max_size=3), WRONG),
+        "tt_eps": st.one_of(st.none(), st.floats(-0.1, 1.1), WRONG),
+        "tt_basis": st.sampled_from(["identity", "pca", "output", "bogus"]),
+        "tt_solver": st.sampled_from(["auto", "eigh", "power", "bogus"]),
+        "tt_exact_tokens": st.one_of(st.integers(-1, 8), WRONG),
         "tt_exact_prior": st.sampled_from(["calibration", "token_id", "mixed", "bogus"]),
         "tt_untie_output": st.one_of(st.booleans(), WRONG),
     },
@@ -44,19 +72,34 @@ OPTIONS: dict[str, dict[str, st.SearchStrategy]] = {
 GOOD_RANK = st.one_of(st.integers(1, 6), st.floats(0.05, 1.0))
 #: Per option: a strategy drawing valid values only (for the examples meant to compress).
 VALID: dict[str, dict[str, st.SearchStrategy]] = {
-    "cp": {"rank": GOOD_RANK, "ranks": st.sampled_from([{}, {"q_proj": 2}]),
-           "init": st.sampled_from(["decompose", "random"]), "cp_iterations": st.integers(1, 2)},
-    "svd": {"rank": GOOD_RANK, "ranks": st.sampled_from([{}, {"v_proj": 0.5}]), "init": st.sampled_from(["decompose", "random"])},
+    "cp": {
+        "rank": GOOD_RANK,
+        "ranks": st.sampled_from([{}, {"q_proj": 2}]),
+        "init": st.sampled_from(["decompose", "random"]),
+        "cp_iterations": st.integers(1, 2),
+    },
+    "svd": {
+        "rank": GOOD_RANK,
+        "ranks": st.sampled_from([{}, {"v_proj": 0.5}]),
+        "init": st.sampled_from(["decompose", "random"]),
+    },
     "biprop": {
-        "keep_ratio": st.floats(0.05, 1.0), "weight_init": st.sampled_from(["kaiming_normal", "signed_constant"]),
-        "weight_seed": st.integers(0, 2**31), "save_scores": st.booleans(),
-        "attention": st.sampled_from([None, "step_t", "qkv_mask"]), "attention_keep_ratio": st.one_of(st.none(), st.floats(0.05, 1.0)),
+        "keep_ratio": st.floats(0.05, 1.0),
+        "weight_init": st.sampled_from(["kaiming_normal", "signed_constant"]),
+        "weight_seed": st.integers(0, 2**31),
+        "save_scores": st.booleans(),
+        "attention": st.sampled_from([None, "step_t", "qkv_mask"]),
+        "attention_keep_ratio": st.one_of(st.none(), st.floats(0.05, 1.0)),
         "attention_length": st.one_of(st.none(), st.integers(1, 40)),
     },
     "tt": {
-        "tt_order": st.integers(2, 3), "tt_ranks": st.integers(1, 4), "tt_eps": st.one_of(st.none(), st.floats(0.05, 0.5)),
-        "tt_solver": st.sampled_from(["auto", "eigh"]), "tt_exact_tokens": st.integers(0, 3),
-        "tt_exact_prior": st.just("token_id"), "tt_untie_output": st.booleans(),
+        "tt_order": st.integers(2, 3),
+        "tt_ranks": st.integers(1, 4),
+        "tt_eps": st.one_of(st.none(), st.floats(0.05, 0.5)),
+        "tt_solver": st.sampled_from(["auto", "eigh"]),
+        "tt_exact_tokens": st.integers(0, 3),
+        "tt_exact_prior": st.just("token_id"),
+        "tt_untie_output": st.booleans(),
     },
 }
 #: Fields every config has.
@@ -129,8 +172,9 @@ def tables(draw, kind: str) -> pd.DataFrame:
         series = draw(st.integers(9, 12) if valid else st.integers(1, 12))
         columns["series"] = [f"s{i % series}" for i in range(rows)]
         wrong = st.just(False) if valid else st.booleans()
-        columns["label"] = [draw(st.sampled_from(["x", "y", None])) if draw(wrong) else f"c{i % series % 3}"
-                            for i in range(rows)]
+        columns["label"] = [
+            draw(st.sampled_from(["x", "y", None])) if draw(wrong) else f"c{i % series % 3}" for i in range(rows)
+        ]
     kinds = ["float", "float_nan", "int"] if valid else sorted(CELLS)
     for index in range(draw(st.integers(1, 4))):
         cell = CELLS[draw(st.sampled_from(kinds))]

@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 import transformers.modeling_utils
+from helpers import tiny_patchtst_config
 from transformers import PatchTSTForPrediction
 
-from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress import saving
-from hf_tensorcompress.core.atomic import atomic_folder
-from helpers import tiny_patchtst_config
+from hf_tensorcompress import CompressionConfig, apply_compression, saving
 from hf_tensorcompress.cli import main
+from hf_tensorcompress.core.atomic import atomic_folder
 
 
 def cli_error(capsys, *args: str) -> str:

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import pytest
 import torch
+from helpers import run_without_library, tiny_causal_lm, tiny_patchtst_config
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, LlamaForCausalLM, PatchTSTForPrediction
 
 from hf_tensorcompress import CompressedCheckpointError, CompressionConfig, apply_compression
 from hf_tensorcompress.core.contract import SIGNPOST_KEY
 from hf_tensorcompress.loading import load_model
-from helpers import run_without_library, tiny_causal_lm, tiny_patchtst_config
 
 Q_PROJ = "model.encoder.layers.0.self_attn.q_proj"
 LOADS = {
@@ -98,8 +98,10 @@ def test_an_edited_rank_names_the_file_the_key_and_the_spec(folders, tmp_path, l
         compression["modules"][Q_PROJ]["rank"] += 3
 
     folder = edited(folders, "cp", tmp_path, edit_config=edit)
-    with refused(rf"model.safetensors: {Q_PROJ}.factor_\w+ has shape "
-                                                        rf".*compression_config\['modules'\]\['{Q_PROJ}'\]"):
+    with refused(
+        rf"model.safetensors: {Q_PROJ}.factor_\w+ has shape "
+        rf".*compression_config\['modules'\]\['{Q_PROJ}'\]"
+    ):
         LOADS[load](folder, PatchTSTForPrediction)
 
 

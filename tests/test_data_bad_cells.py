@@ -21,28 +21,49 @@ def with_bad_cell(frame: pd.DataFrame, column: str, row: int) -> pd.DataFrame:
 
 def test_forecasting_names_the_bad_cell_and_its_row(tmp_path):
     rng = np.random.default_rng(0)
-    frame = pd.DataFrame({"date": pd.date_range("2024-01-01", periods=60, freq="h").astype(str),
-                          "load": rng.normal(size=60), "temp": rng.normal(size=60)})
+    frame = pd.DataFrame(
+        {
+            "date": pd.date_range("2024-01-01", periods=60, freq="h").astype(str),
+            "load": rng.normal(size=60),
+            "temp": rng.normal(size=60),
+        }
+    )
     path = tmp_path / "series.csv"
     with_bad_cell(frame, "temp", 7).to_csv(path, index=False)
-    with pytest.raises(ValueError, match=rf"column 'temp' holds numbers except 1 cell\(s\), e.g. 'oops' in data row 7 "
-                                         rf"\(line 9 .*{ADVICE}") as raised:
+    with pytest.raises(
+        ValueError,
+        match=rf"column 'temp' holds numbers except 1 cell\(s\), e.g. 'oops' in data row 7 "
+        rf"\(line 9 .*{ADVICE}",
+    ) as raised:
         load_forecasting_dataset(str(path))
     assert "one_hot" not in str(raised.value)
 
 
 def test_classification_names_the_bad_cell_and_its_row(tmp_path):
     rng = np.random.default_rng(0)
-    frame = pd.DataFrame({"series": [f"s{i // 6}" for i in range(72)], "t": [i % 6 for i in range(72)],
-                          "a": rng.normal(size=72), "label": [f"c{i // 6 % 3}" for i in range(72)]})
+    frame = pd.DataFrame(
+        {
+            "series": [f"s{i // 6}" for i in range(72)],
+            "t": [i % 6 for i in range(72)],
+            "a": rng.normal(size=72),
+            "label": [f"c{i // 6 % 3}" for i in range(72)],
+        }
+    )
     path = tmp_path / "long.csv"
     with_bad_cell(frame, "a", 11).to_csv(path, index=False)
-    with pytest.raises(ValueError, match=rf"column 'a' holds numbers except 1 cell\(s\), e.g. 'oops' in data row 11.*{ADVICE}"):
+    with pytest.raises(
+        ValueError, match=rf"column 'a' holds numbers except 1 cell\(s\), e.g. 'oops' in data row 11.*{ADVICE}"
+    ):
         load_classification_dataset(str(path), columns=SeriesColumns("label", "series", "t"))
 
 
 def test_a_text_column_still_gets_the_encoding_advice(tmp_path):
-    frame = pd.DataFrame({"date": pd.date_range("2024-01-01", periods=40, freq="h").astype(str),
-                          "load": np.arange(40.0) ** 0.5, "wind": ["NE", "SW"] * 20})
+    frame = pd.DataFrame(
+        {
+            "date": pd.date_range("2024-01-01", periods=40, freq="h").astype(str),
+            "load": np.arange(40.0) ** 0.5,
+            "wind": ["NE", "SW"] * 20,
+        }
+    )
     with pytest.raises(ValueError, match=r"\['wind'\] are not numeric \(e.g. 'NE'\).*--one-hot wind"):
         load_forecasting_dataset(frame)

@@ -11,14 +11,14 @@ import functools
 
 import pytest
 import torch
+from fuzz_strategies import configs, tables
+from helpers import first_output, tiny_causal_lm, tiny_inputs, tiny_time_series
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from fuzz_strategies import configs, tables
 from hf_tensorcompress import apply_compression
 from hf_tensorcompress.data import load_forecasting_dataset
 from hf_tensorcompress.data.classification import SeriesColumns, load_classification_dataset
-from helpers import first_output, tiny_causal_lm, tiny_inputs, tiny_time_series
 
 FAST, SLOW = 50, 300
 FAMILIES = {
@@ -29,7 +29,11 @@ FAMILIES = {
 }
 #: The fast tier's family per method (the slow tier draws every family).
 FAST_FAMILY = {"cp": "patchtst", "svd": "patchtst", "biprop": "patchtst", "tt": "llama"}
-INPUT_NAMES = {"patchtst": "PatchTSTForPrediction", "autoformer": "AutoformerForPrediction", "informer": "InformerForPrediction"}
+INPUT_NAMES = {
+    "patchtst": "PatchTSTForPrediction",
+    "autoformer": "AutoformerForPrediction",
+    "informer": "InformerForPrediction",
+}
 IDS = torch.tensor([[3, 4, 5, 6]])
 
 
@@ -89,8 +93,13 @@ def config_property(method: str, examples: int):
     fast = examples <= FAST
     families = (FAST_FAMILY[method],) if fast else FAMILIES[method]
 
-    @settings(max_examples=examples, derandomize=True, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=examples,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(family=st.sampled_from(families), config=configs(method, fast=fast))
     def check(family: str, config: dict) -> None:
         compress_or_refuse(method, family, config)
@@ -131,8 +140,13 @@ def read(kind: str, frame, folder) -> None:
 
 
 def reader_property(kind: str, examples: int, folder):
-    @settings(max_examples=examples, derandomize=True, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    @settings(
+        max_examples=examples,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
     @given(frame=tables(kind))
     def check(frame) -> None:
         read(kind, frame, folder)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import tiny_causal_lm, tiny_patchtst_config
 from transformers import PatchTSTForPrediction
 
 from hf_tensorcompress import apply_compression
-from helpers import tiny_causal_lm, tiny_patchtst_config
 
 CONFIGS = {
     "cp": {"method": "cp", "rank": 2, "init": "random"},

@@ -8,10 +8,10 @@ import json
 
 import pytest
 import torch
+from helpers import tiny_causal_lm, tiny_patchtst_config
 from transformers import AutoModel, AutoModelForCausalLM, PatchTSTForPrediction
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from helpers import tiny_causal_lm, tiny_patchtst_config
 
 
 def patchtst() -> PatchTSTForPrediction:
@@ -37,11 +37,14 @@ def folders(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("config", [
-    dict(method="svd", target_modules=["out_proj"]),
-    dict(method="cp", cp_iterations=1),
-    dict(method="biprop"),
-])
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(method="svd", target_modules=["out_proj"]),
+        dict(method="cp", cp_iterations=1),
+        dict(method="biprop"),
+    ],
+)
 def test_a_remote_code_model_is_refused_as_already_compressed(folders, config, tmp_path):
     model = AutoModel.from_pretrained(folders / "cp", trust_remote_code=True)
     assert type(model).__module__.startswith("transformers_modules")
@@ -76,12 +79,15 @@ def test_a_config_as_a_dict_or_json_text_is_read_by_from_dict(form):
     assert model.config.compression_config == reference.config.compression_config
 
 
-@pytest.mark.parametrize("given, error, shown", [
-    ("cp", ValueError, "CompressionConfig(method=..."),
-    (["cp"], TypeError, "CompressionConfig.from_dict({'method': 'cp'"),
-    ({"method": "nope"}, ValueError, "choose one of ['biprop', 'cp', 'svd', 'tt']"),
-    ({"method": "cp", "tt_order": 3}, ValueError, "an option of TTConfig"),
-])
+@pytest.mark.parametrize(
+    "given, error, shown",
+    [
+        ("cp", ValueError, "CompressionConfig(method=..."),
+        (["cp"], TypeError, "CompressionConfig.from_dict({'method': 'cp'"),
+        ({"method": "nope"}, ValueError, "choose one of ['biprop', 'cp', 'svd', 'tt']"),
+        ({"method": "cp", "tt_order": 3}, ValueError, "an option of TTConfig"),
+    ],
+)
 def test_a_config_in_another_form_is_refused_showing_the_right_call(given, error, shown):
     model = patchtst()
     before = state(model)

@@ -9,12 +9,12 @@ import re
 
 import pytest
 import torch
+from helpers import tiny_causal_lm
 from torch import nn
 from transformers.modeling_utils import _get_tied_weight_keys
 from transformers.pytorch_utils import id_tensor_storage
 
 from hf_tensorcompress import apply_compression
-from helpers import tiny_causal_lm
 
 
 def unmatched_patterns(model) -> list[str]:
@@ -50,8 +50,10 @@ def test_tt_embeddings_get_and_set_like_dense_ones(kind, tie):
 @pytest.mark.parametrize("exact", [0, 3])
 def test_resized_tt_embedding_starts_new_tokens_at_the_mean(exact):
     """transformers' resize test: the new rows' mean equals the old rows' mean within 1e-3."""
-    model = apply_compression(tiny_causal_lm("llama"), {"method": "tt", "tt_order": 3, "tt_ranks": 2,
-                                                         "tt_exact_tokens": exact, "tt_exact_prior": "token_id"})
+    model = apply_compression(
+        tiny_causal_lm("llama"),
+        {"method": "tt", "tt_order": 3, "tt_ranks": 2, "tt_exact_tokens": exact, "tt_exact_prior": "token_id"},
+    )
     vocab = model.config.vocab_size
     before = model.get_input_embeddings().weight.detach().clone()
     model.resize_token_embeddings(vocab + 10)
