@@ -68,6 +68,17 @@ OPTIONS: dict[str, dict[str, st.SearchStrategy]] = {
         "tt_exact_prior": st.sampled_from(["calibration", "token_id", "mixed", "bogus"]),
         "tt_untie_output": st.one_of(st.booleans(), WRONG),
     },
+    "tiered": {
+        "tier_tokens": st.one_of(st.none(), st.lists(st.integers(-1, 40), max_size=3), WRONG),
+        "tier_bits": st.one_of(st.none(), st.lists(st.sampled_from([0, 1, 2, 3, 4, 8, 16]), max_size=4), WRONG),
+        "tier_group_size": st.one_of(
+            st.none(), st.integers(-1, 30), st.lists(st.one_of(st.none(), st.integers(0, 30)), max_size=3), WRONG
+        ),
+        "tier_order": st.sampled_from(["token_id", "calibration", "mixed", "bogus"]),
+        "rounding": st.sampled_from(["nearest", "output", "bogus"]),
+        "low_rank": st.one_of(st.integers(-1, 5), WRONG),
+        "low_rank_bits": st.one_of(st.sampled_from([8, 16, 4]), WRONG),
+    },
 }
 GOOD_RANK = st.one_of(st.integers(1, 6), st.floats(0.05, 1.0))
 #: Per option: a strategy drawing valid values only (for the examples meant to compress).
@@ -101,6 +112,13 @@ VALID: dict[str, dict[str, st.SearchStrategy]] = {
         "tt_exact_prior": st.just("token_id"),
         "tt_untie_output": st.booleans(),
     },
+    "tiered": {
+        "tier_group_size": st.sampled_from([None, 8, 12, 24]),
+        "tier_order": st.just("token_id"),
+        "rounding": st.just("nearest"),
+        "low_rank": st.integers(0, 3),
+        "low_rank_bits": st.sampled_from([8, 16]),
+    },
 }
 #: Fields every config has.
 COMMON = {"target_modules": TARGETS, "version": st.sampled_from([1, 2, 3, "2"])}
@@ -126,6 +144,14 @@ def configs(draw, method: str, fast: bool = False) -> dict:
     if valid:
         if method == "tt":
             config.setdefault("tt_ranks", draw(VALID["tt"]["tt_ranks"]))
+        if method == "tiered":  # one width per tier: tier_tokens and tier_bits are drawn together
+            tokens = draw(st.lists(st.integers(1, 40), max_size=2))
+            config.update(
+                tier_tokens=tokens,
+                tier_bits=draw(
+                    st.lists(st.sampled_from([2, 3, 4, 8, 16]), min_size=len(tokens) + 1, max_size=len(tokens) + 1)
+                ),
+            )
         return config
     if method == "cp" and "cp_iterations" not in config:
         config["cp_iterations"] = 2  # the default (100 sweeps) is valid but slow

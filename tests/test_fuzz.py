@@ -26,9 +26,10 @@ FAMILIES = {
     "svd": ("patchtst", "autoformer", "informer"),
     "biprop": ("patchtst", "autoformer", "informer"),
     "tt": ("llama", "gpt2", "opt"),
+    "tiered": ("llama", "gpt2", "opt"),
 }
 #: The fast tier's family per method (the slow tier draws every family).
-FAST_FAMILY = {"cp": "patchtst", "svd": "patchtst", "biprop": "patchtst", "tt": "llama"}
+FAST_FAMILY = {"cp": "patchtst", "svd": "patchtst", "biprop": "patchtst", "tt": "llama", "tiered": "llama"}
 INPUT_NAMES = {
     "patchtst": "PatchTSTForPrediction",
     "autoformer": "AutoformerForPrediction",

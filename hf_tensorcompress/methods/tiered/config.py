@@ -52,6 +52,10 @@ class TieredConfig(CompressionConfig):
 
     def validate(self) -> None:
         super().validate()
+        for name in ("tier_tokens", "tier_bits"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, (list, tuple)):
+                raise ValueError(f"{name} must be a list of ints (one per tier) or None, got {value!r}")
         self.tier_tokens = list(self.tier_tokens or [])
         self.tier_bits = list(self.tier_bits) if self.tier_bits is not None else [4] * (len(self.tier_tokens) + 1)
         if not _int_list(self.tier_tokens) or any(v < 1 for v in self.tier_tokens):
