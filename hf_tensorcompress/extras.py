@@ -6,6 +6,7 @@
 | ``sbt`` | aeon | the Sparse Binary Transformers recipe's data (UEA JapaneseVowels, KDD-TSAD) |
 | ``plots`` | matplotlib | the Smartformer search plot, the TT recipe's figure |
 | ``peft`` | peft | using PEFT adapters on compressed models |
+| ``quant`` | torchao, bitsandbytes | the quantization baselines of the time-series recipes (``hf_tensorcompress.baselines``) |
 | ``all`` | all of the above | |
 """
 
@@ -15,7 +16,7 @@ import importlib
 from types import ModuleType
 
 #: package -> the extra that installs it
-EXTRAS = {"gguf": "lm", "aeon": "sbt", "matplotlib": "plots", "peft": "peft"}
+EXTRAS = {"gguf": "lm", "aeon": "sbt", "matplotlib": "plots", "peft": "peft", "torchao": "quant", "bitsandbytes": "quant"}
 
 
 class MissingExtraError(ImportError):
