@@ -30,6 +30,7 @@ SHIPPED_FILES: dict[str, str] = {
     "core/modeling_tensorcompress.py": f"{REMOTE_MODULE}.py",
     "core/structure.py": "structure.py",
     "core/contract.py": "contract.py",
+    "core/lowbit.py": "lowbit.py",
     "methods/cp/layer.py": "cp_layer.py",
     "methods/svd/layer.py": "svd_layer.py",
     "methods/biprop/layer.py": "biprop_layer.py",

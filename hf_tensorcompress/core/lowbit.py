@@ -1,0 +1,145 @@
+"""Low-bit storage of a matrix: integer codes packed into bytes with per-group fp16 scale and minimum.
+
+Ships inside saved checkpoints (imports torch only). Compressed layers keep their factors, cores or rows in a
+``LowBitTensor`` so that what sits on disk *and* in memory is the packed form; the float values are rebuilt only for
+the rows a forward needs (``rows``) or a chunk at a time (``matmul_t``), never as a whole float copy.
+
+Codes are asymmetric round-to-nearest per group of ``group_size`` consecutive columns of a row:
+``x ≈ code · scale + minimum`` with ``code ∈ [0, 2^bits − 1]``. ``bits`` ∈ {2, 3, 4, 8} pack 8 codes into ``bits``
+bytes (so int4 is two codes per byte, int2 four); ``bits=16`` keeps plain bfloat16 values (no codes).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+#: Bit widths a LowBitTensor stores.
+LOWBIT_BITS = (2, 3, 4, 8, 16)
+
+
+def check_lowbit(bits: int, group_size: int | None, columns: int) -> int:
+    """The group size to use for ``columns`` (``None``: one group per row); a clear error for bad settings."""
+    if bits not in LOWBIT_BITS:
+        raise ValueError(f"bits={bits!r} is not a stored width; choose one of {list(LOWBIT_BITS)}")
+    group = columns if group_size is None else group_size
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1 or columns % group:
+        raise ValueError(
+            f"group_size={group_size!r} must be a positive int dividing the {columns} columns (or None for one "
+            "group per row)"
+        )
+    return group
+
+
+def group_params(tensor: torch.Tensor, bits: int, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-group ``(scale, minimum)`` (fp16, ``(rows, groups)``) spanning each group's range in ``2^bits − 1``
+    steps; rounded to fp16 here so that codes chosen against them decode exactly as stored."""
+    rows, columns = tensor.shape
+    grouped = tensor.detach().float().reshape(rows, columns // group_size, group_size)
+    low, high = grouped.amin(dim=-1), grouped.amax(dim=-1)
+    minimum = low.half()
+    scale = ((high - minimum.float()) / (2**bits - 1)).clamp(min=1e-8).half().clamp(min=torch.finfo(torch.float16).tiny)
+    return scale, minimum
+
+
+def encode(tensor: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, bits: int) -> torch.Tensor:
+    """Round-to-nearest codes (uint8, unpacked) of ``tensor`` against per-group ``scale`` and ``minimum``."""
+    rows, columns = tensor.shape
+    group = columns // scale.shape[1]
+    grouped = tensor.detach().float().reshape(rows, -1, group)
+    codes = torch.round((grouped - minimum.float()[..., None]) / scale.float()[..., None])
+    return codes.clamp(0, 2**bits - 1).to(torch.uint8).reshape(rows, columns)
+
+
+def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
+    """``(rows, columns)`` codes < 2^bits → ``(rows, ⌈columns/8⌉·bits)`` bytes: 8 codes fill ``bits`` bytes."""
+    rows, columns = codes.shape
+    padded = torch.nn.functional.pad(codes, (0, (-columns) % 8)).to(torch.int64).reshape(rows, -1, 8)
+    shifts = torch.arange(8, device=codes.device) * bits
+    word = (padded << shifts).sum(dim=-1, keepdim=True)
+    byte_shifts = torch.arange(bits, device=codes.device) * 8
+    return ((word >> byte_shifts) & 255).to(torch.uint8).reshape(rows, -1)
+
+
+def unpack(packed: torch.Tensor, bits: int, columns: int) -> torch.Tensor:
+    """Inverse of ``pack``: ``(rows, columns)`` codes as int64."""
+    rows = packed.shape[0]
+    byte_shifts = torch.arange(bits, device=packed.device) * 8
+    word = (packed.to(torch.int64).reshape(rows, -1, bits) << byte_shifts).sum(dim=-1, keepdim=True)
+    shifts = torch.arange(8, device=packed.device) * bits
+    return ((word >> shifts) & (2**bits - 1)).reshape(rows, -1)[:, :columns]
+
+
+class LowBitTensor(nn.Module):
+    """A ``(rows, columns)`` matrix stored as packed codes + fp16 scales/minima (buffers of their final shapes, so
+    ``LowBitTensor(shape, bits, group_size)`` followed by ``load_state_dict`` restores a saved one)."""
+
+    def __init__(self, shape: tuple[int, int] | list[int], bits: int, group_size: int | None = None) -> None:
+        super().__init__()
+        rows, columns = (int(size) for size in shape)
+        self.shape = (rows, columns)
+        self.bits = bits
+        self.group_size = check_lowbit(bits, group_size, columns)
+        if bits == 16:
+            self.register_buffer("codes", torch.zeros(rows, columns, dtype=torch.bfloat16))
+            return
+        self.register_buffer("codes", torch.zeros(rows, -(-columns // 8) * bits, dtype=torch.uint8))
+        self.register_buffer("scale", torch.ones(rows, columns // self.group_size, dtype=torch.float16))
+        self.register_buffer("minimum", torch.zeros(rows, columns // self.group_size, dtype=torch.float16))
+
+    @classmethod
+    def quantize(cls, tensor: torch.Tensor, bits: int, group_size: int | None = None) -> "LowBitTensor":
+        """Round-to-nearest storage of the 2-D ``tensor``."""
+        if tensor.dim() != 2:
+            raise ValueError(f"LowBitTensor stores matrices; got shape {tuple(tensor.shape)} (reshape to 2-D first)")
+        stored = cls(tensor.shape, bits, group_size).to(tensor.device)
+        if bits == 16:
+            stored.codes.copy_(tensor.detach())
+            return stored
+        scale, minimum = group_params(tensor, bits, stored.group_size)
+        return stored.set_codes(encode(tensor, scale, minimum, bits), scale, minimum)
+
+    @torch.no_grad()
+    def set_codes(self, codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> "LowBitTensor":
+        """Store codes chosen elsewhere (e.g. by output-aware rounding) with their group parameters."""
+        self.codes.copy_(pack(codes, self.bits))
+        self.scale.copy_(scale)
+        self.minimum.copy_(minimum)
+        return self
+
+    def spec(self) -> dict:
+        return {"shape": list(self.shape), "bits": self.bits, "group_size": self.group_size}
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "LowBitTensor":
+        return cls(spec["shape"], spec["bits"], spec["group_size"])
+
+    def rows(self, ids: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The float values of rows ``ids`` (all rows if None); only those rows are decoded."""
+        codes = self.codes if ids is None else self.codes.index_select(0, ids.reshape(-1))
+        if self.bits == 16:
+            return codes.to(dtype)
+        scale = self.scale if ids is None else self.scale.index_select(0, ids.reshape(-1))
+        minimum = self.minimum if ids is None else self.minimum.index_select(0, ids.reshape(-1))
+        values = unpack(codes, self.bits, self.shape[1]).to(torch.float32).reshape(len(codes), -1, self.group_size)
+        return (values * scale.float()[..., None] + minimum.float()[..., None]).reshape(len(codes), -1).to(dtype)
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The whole float matrix (for analysis and tests; layers use ``rows`` and ``matmul_t``)."""
+        return self.rows(None, dtype)
+
+    def matmul_t(self, hidden: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+        """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``), decoding ``chunk`` rows at a time: the transient is
+        one chunk, never the whole float table."""
+        parts = []
+        for start in range(0, self.shape[0], chunk):
+            ids = torch.arange(start, min(start + chunk, self.shape[0]), device=self.codes.device)
+            parts.append(hidden @ self.rows(ids, hidden.dtype).T)
+        return torch.cat(parts, dim=-1)
+
+    def storage_bits(self) -> int:
+        """Bits held on disk and in memory: codes, scales and minima."""
+        return sum(buffer.numel() * buffer.element_size() * 8 for buffer in self.buffers())
+
+    def extra_repr(self) -> str:
+        return f"shape={self.shape}, bits={self.bits}, group_size={self.group_size}"

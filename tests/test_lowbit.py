@@ -1,0 +1,68 @@
+"""LowBitTensor: packed low-bit storage that compressed layers (and checkpoints) keep their tensors in."""
+
+import pytest
+import torch
+
+from hf_tensorcompress.core.export import SHIPPED_FILES, shipped_source
+from hf_tensorcompress.core.lowbit import LowBitTensor, pack, unpack
+
+
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+def test_pack_round_trips_every_code(bits):
+    codes = torch.randint(0, 2**bits, (5, 21), dtype=torch.uint8)
+    packed = pack(codes, bits)
+    assert packed.dtype == torch.uint8 and packed.shape == (5, 3 * bits)  # 21 codes pad to 24 = 3 × 8
+    assert torch.equal(unpack(packed, bits, 21), codes.long())
+
+
+@pytest.mark.parametrize("bits,group", [(2, 8), (3, 16), (4, 8), (4, None), (8, None)])
+def test_quantize_error_is_within_half_a_step(bits, group):
+    torch.manual_seed(0)
+    matrix = torch.randn(40, 32)
+    stored = LowBitTensor.quantize(matrix, bits, group)
+    error = (stored.dequantize() - matrix).abs().reshape(40, -1, stored.group_size)
+    step = stored.scale.float()[..., None]
+    assert (error <= step * 0.5 + 2e-3 * matrix.abs().max()).all()
+    if bits == 8:
+        assert error.max() < 0.02
+
+
+def test_int4_is_two_codes_per_byte_and_bits_are_counted():
+    stored = LowBitTensor.quantize(torch.randn(10, 64), 4, 32)
+    assert stored.codes.shape == (10, 32)
+    assert stored.storage_bits() == 10 * 32 * 8 + 2 * 10 * 2 * 16  # codes + fp16 scale and minimum per group
+    assert LowBitTensor.quantize(torch.randn(10, 64), 16).storage_bits() == 10 * 64 * 16
+
+
+def test_rows_and_chunked_matmul_match_the_full_table():
+    torch.manual_seed(1)
+    stored = LowBitTensor.quantize(torch.randn(50, 24), 3, 8)
+    table = stored.dequantize()
+    ids = torch.tensor([7, 0, 49, 7])
+    assert torch.equal(stored.rows(ids), table[ids])
+    hidden = torch.randn(2, 3, 24)
+    torch.testing.assert_close(stored.matmul_t(hidden, chunk=16), hidden @ table.T)
+
+
+def test_state_dict_loads_into_an_empty_layer_of_the_same_spec():
+    stored = LowBitTensor.quantize(torch.randn(12, 16), 2, 8)
+    empty = LowBitTensor.from_spec(stored.spec())
+    assert not torch.equal(empty.dequantize(), stored.dequantize())
+    empty.load_state_dict(stored.state_dict())
+    assert torch.equal(empty.dequantize(), stored.dequantize())
+
+
+def test_bad_settings_name_the_fix():
+    with pytest.raises(ValueError, match="choose one of"):
+        LowBitTensor((4, 8), 5)
+    with pytest.raises(ValueError, match="dividing the 10 columns"):
+        LowBitTensor((4, 10), 4, 4)
+    with pytest.raises(ValueError, match="reshape to 2-D"):
+        LowBitTensor.quantize(torch.randn(2, 3, 4), 8)
+
+
+def test_ships_inside_checkpoints_with_torch_only():
+    assert "core/lowbit.py" in SHIPPED_FILES
+    source = shipped_source("core/lowbit.py")
+    imports = [line for line in source.splitlines() if line.startswith(("import ", "from "))]
+    assert all("torch" in line or "__future__" in line for line in imports)
