@@ -52,6 +52,15 @@ def test_state_dict_loads_into_an_empty_layer_of_the_same_spec():
     assert torch.equal(empty.dequantize(), stored.dequantize())
 
 
+def test_model_dtype_changes_keep_the_storage_format():
+    stored = LowBitTensor.quantize(torch.randn(6, 16), 4, 8)
+    before = stored.dequantize()
+    stored.to(torch.float64).float()
+    assert stored.scale.dtype == torch.float16 and stored.codes.dtype == torch.uint8
+    assert torch.equal(stored.dequantize(), before)
+    assert LowBitTensor.quantize(torch.randn(3, 8), 16).to(torch.float32).codes.dtype == torch.bfloat16
+
+
 def test_bad_settings_name_the_fix():
     with pytest.raises(ValueError, match="choose one of"):
         LowBitTensor((4, 8), 5)

@@ -137,6 +137,14 @@ class LowBitTensor(nn.Module):
             parts.append(hidden @ self.rows(ids, hidden.dtype).T)
         return torch.cat(parts, dim=-1)
 
+    def _apply(self, fn, recurse: bool = True) -> "LowBitTensor":
+        """``.to(device)`` moves the buffers; ``.to(dtype)`` / ``.half()`` (e.g. the model's dtype at load time)
+        leave them alone: their dtypes *are* the storage format."""
+        device = fn(torch.empty(0, device=self.codes.device)).device
+        for name, buffer in self._buffers.items():
+            self._buffers[name] = buffer.to(device)
+        return self
+
     def storage_bits(self) -> int:
         """Bits held on disk and in memory: codes, scales and minima."""
         return sum(buffer.numel() * buffer.element_size() * 8 for buffer in self.buffers())
