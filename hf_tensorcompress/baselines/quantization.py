@@ -8,8 +8,7 @@
   estimator), weight-only, hand-written (``ternary_training`` says why); trains fp32 latent weights, deployed as
   2-bit codes plus one scale.
 
-The same rounding also quantizes the factors of a trained low-rank layer (``round_like_ptq``), so every quantized
-arm of a comparison rounds the same way. Needs the ``quant`` extra.
+Needs the ``quant`` extra.
 """
 
 from __future__ import annotations
@@ -62,26 +61,6 @@ def quantize_linears(model: nn.Module, names: Iterable[str], scheme: str) -> nn.
     return model
 
 
-@torch.no_grad()
-def round_like_ptq(matrix: torch.Tensor, scheme: str) -> torch.Tensor:
-    """``matrix`` (rows × columns) rounded exactly as ``quantize_linears`` rounds a Linear weight, as floats."""
-    linear = nn.Linear(matrix.shape[1], matrix.shape[0], bias=False)
-    linear.weight.copy_(matrix)
-    require("torchao.quantization", "weight-only quantization baselines").quantize_(
-        linear, ptq_config(scheme, matrix.shape[1]), filter_fn=lambda m, fqn: True
-    )
-    return linear.weight.dequantize().to(matrix.dtype)
-
-
-def packed_bytes(rows: int, columns: int, scheme: str) -> int:
-    """Bytes of a ``rows × columns`` weight stored in ``scheme``: codes packed at their bit width plus torchao's
-    fp32 scale and int8 zero point per group (per row without groups)."""
-    bits, group = _scheme(scheme)
-    size = group_for(columns, group) or columns
-    groups = rows * (columns // size)
-    return (rows * columns * bits + 7) // 8 + groups * (4 + 1)
-
-
 class TernaryWeight(nn.Module):
     """BitNet b1.58's weight rounding as a parametrization: ``W → γ · clamp(round(W / γ), -1, 1)`` with the absmean
     scale ``γ = mean |W|``, and a straight-through gradient to the fp32 latent ``W``."""
@@ -109,20 +88,3 @@ def ternary_bytes(rows: int, columns: int) -> int:
     """Bytes of a deployed ternary weight: 2-bit codes plus one fp32 absmean scale."""
     return (rows * columns * TERNARY_BITS + 7) // 8 + 4
 
-
-@torch.no_grad()
-def quantize_factors(model: nn.Module, scheme: str) -> dict[str, int]:
-    """Round the factors of every low-rank layer of ``model`` (CP, SVD: the modules with ``factors``) like the PTQ
-    arms round a weight, in place; returns each layer's bytes with its factors packed in ``scheme``."""
-    packed = {}
-    for name, module in model.named_modules():
-        factors = getattr(module, "factors", None)
-        if not factors or not all(isinstance(f, torch.Tensor) and f.dim() == 2 for f in factors):
-            continue
-        for factor in factors:
-            factor.copy_(round_like_ptq(factor, scheme))
-        bias = getattr(module, "bias", None)
-        packed[name] = sum(packed_bytes(*f.shape, scheme) for f in factors) + (bias.numel() * 4 if bias is not None else 0)
-    if not packed:
-        raise ValueError(f"{type(model).__name__} has no low-rank layers (CP or SVD) whose factors could be rounded")
-    return packed
