@@ -46,17 +46,22 @@ def ptq_config(scheme: str, columns: int):
     size = group_for(columns, group)
     return quantization.IntxWeightOnlyConfig(
         weight_dtype=getattr(torch, f"int{bits}"),
-        granularity=granularity.PerAxis(0) if size is None else granularity.PerGroup(size),
+        granularity=granularity.PerGroup(size or columns),  # one group per row (PerAxis(0) fails on 1 input)
     )
 
 
 def quantize_linears(model: nn.Module, names: Iterable[str], scheme: str) -> nn.Module:
-    """Round the weights of the ``nn.Linear`` modules ``names`` of ``model`` to ``scheme`` in place (PTQ)."""
+    """Round the weights of the ``nn.Linear`` modules ``names`` of ``model`` to ``scheme`` in place (PTQ).
+
+    A Linear with a single input stays fp32 (and is counted so): torchao 0.18 cannot quantize a ``(out, 1)`` weight
+    (its scale reshape fails); PatchTST with patch length 1 has one such embedding, ``d_model`` weights."""
     quantization = require("torchao.quantization", "weight-only quantization baselines")
     for name in names:
         module = model.get_submodule(name)
         if type(module) is not nn.Linear:
             raise TypeError(f"{name} is a {type(module).__name__}; weight-only PTQ here rounds nn.Linear weights")
+        if module.in_features == 1:
+            continue
         quantization.quantize_(module, ptq_config(scheme, module.in_features), filter_fn=lambda m, fqn: m is module)
     return model
 

@@ -142,7 +142,7 @@ def storage_bits(model: nn.Module) -> int:
             covered.update(id(t) for t in [*module.parameters(), *module.buffers()])
     for tensor in [*model.parameters(), *model.buffers()]:
         if id(tensor) not in covered:
-            total += tensor.numel() * tensor.element_size() * 8
+            total += tensor_bytes(tensor)[0] * 8  # a quantized weight (torchao) counts its packed codes and scales
             covered.add(id(tensor))
     return total
 
