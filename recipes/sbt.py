@@ -58,6 +58,7 @@ from hf_tensorcompress.evaluation.sequences import (
     forecast_scores,
     step_t_errors,
 )
+from hf_tensorcompress.evaluation.pareto import kind_of, write_pareto
 from hf_tensorcompress.evaluation.tables import runs_table
 from hf_tensorcompress.methods.biprop.apply import apply_attention
 from hf_tensorcompress.training import StepBudget, train_for_steps
@@ -255,6 +256,12 @@ def write_results(results: dict, out: Path, args) -> str:
     if baseline:
         note += f"\nPersistence baseline (x_t = x_(t-1)) on the same test windows: {baseline}\n"
     text = f"# SBT {args.task}: {results['dataset']}\n\n" + table + note
+    metric = {"classification": ("accuracy", False), "forecasting": ("mse", True)}.get(args.task)
+    if metric and any(kind_of(run["name"]) == "baseline" for run in results["runs"]):
+        text += f"\n## Best test {metric[0]} within each byte budget (every Linear weight)\n\n"
+        text += write_pareto(results["runs"], metric[0], out, f"SBT {args.task}: {results['dataset']}, "
+                             f"{len(args.seeds)} seeds", lower_is_better=metric[1])
+        text += "\nFigure: bytes_pareto.png (numbers: bytes_pareto.json).\n"
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     (out / "results.md").write_text(text)
     return text

@@ -72,6 +72,7 @@ from hf_tensorcompress.data import (
 )
 from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_forecasting_from_args
 from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
+from hf_tensorcompress.evaluation.pareto import kind_of, write_pareto
 from hf_tensorcompress.evaluation.tables import runs_table
 from hf_tensorcompress.search import SearchConfig, attention_groups
 from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total_params, uniform_ranks
@@ -591,6 +592,11 @@ def main(argv=None) -> dict:
     with open(os.path.join(args.output_dir, "results.json"), "w", encoding="utf-8") as handle:
         json.dump(results, handle, indent=2)
     table = markdown(results)
+    if any("linear_bytes" in run and kind_of(run["name"]) == "baseline" for run in results["runs"]):
+        title = f"{args.model} on {results['dataset']}, horizon {args.horizon}, {len(args.seeds)} seeds"
+        table += "\n### Best test MSE within each byte budget (every Linear weight)\n\n"
+        table += write_pareto(results["runs"], "mse", args.output_dir, title, lower_is_better=True)
+        table += "\nFigure: bytes_pareto.png (numbers: bytes_pareto.json).\n"
     with open(os.path.join(args.output_dir, "results.md"), "w", encoding="utf-8") as handle:
         handle.write(table)
     if smart_model is not None:  # --runs without smartformer: nothing searched, no model to save
