@@ -73,7 +73,18 @@ def compression_report(model: nn.Module, tokens: int = 1) -> dict:
             "dense_params": model_params - total["params"] + total["dense_params"],
             "params": model_params,
         },
+        # bytes on disk and in RAM (fp32 = "dense"): of the compressed modules, and of every Linear layer
+        "bytes": {"targets": _bytes_of(model, list(layers)), "linear": _bytes_of(model, None)},
     }
+
+
+def _bytes_of(model: nn.Module, names: list[str] | None) -> dict:
+    """``linear_bytes`` totals of the modules ``names`` (every Linear layer if None), with ratios to fp32."""
+    rows = linear_bytes(model)["modules"]
+    chosen = [row for name, row in rows.items() if names is None or name in names]
+    total = {key: sum(row[key] for row in chosen) for key in ("dense", "disk", "ram")}
+    dense = total["dense"] or 1
+    return total | {"disk_ratio": total["disk"] / dense, "ram_ratio": total["ram"] / dense}
 
 
 # ---------------------------------------------------------------------- SBT: non-zero FLOPs of a whole forward
