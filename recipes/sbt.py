@@ -14,6 +14,11 @@
 * anomaly: KDD-TSAD_135 (aeon) or a CSV with a ``label`` column; x_t predicted from the steps before it, score =
   squared error at step t; thresholds by a validation quantile and by POT, F1 with the point-adjust rule.
 
+Against quantization (``quant`` extra): ``ptq-<int8|int4|int2>-<qkv|all>`` round each seed's trained dense model
+(torchao weight-only; ``--ptq-schemes``), ``qat-ternary-<qkv|all>`` train ternary weights from the first step
+(``--qat-scopes``); every run reports the bytes of every Linear layer on disk and in RAM, and ``bytes_pareto.png``
+plots the test metric against them.
+
 Budget: every arm (dense and each keep ratio × weight seed) trains for the same ``--steps`` optimizer steps and is
 scored with the weights of its best validation check (every ``--validate-every`` steps): the budget does not depend
 on the dataset size, so a small dataset is not under-trained. Learning rates: weights ``--learning-rate`` (dense

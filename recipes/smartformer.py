@@ -23,6 +23,14 @@ of them) and the searched ranks trained from the start (``searched-ranks``); ``u
 ``random-ranks-scheduled`` take the same ranks on the search's schedule: full rank until the step its search ended,
 then cut to them at once (the search cuts layer by layer up to that step), so they differ from Smartformer in where
 the ranks go, not in how long the model first trained at full rank.
+What a user would pick instead, at equal bytes (``quant`` extra): ``ptq-<int8|int4|int2>-<qkv|all>`` round each
+seed's trained dense model (torchao weight-only, int8 per row, int4/int2 in groups of 32; no training of their
+own), ``qat-ternary-<qkv|all>`` train with ternary weights from the first step (BitNet b1.58 absmean, straight-through).
+The library's answer on every Linear: ``svd-all-<ratio>`` (every Linear with both sides >= 32 as ``U Vᵀ`` at that
+fraction of its parameters, from the start; ``-scheduled``: at full rank until ``--switch-step``), stored after training
+with int8/int4/int2 factors (``+int8`` ..., saved and loaded back), or trained with 4-bit factors (``-q4``). Every
+table reports bytes of the q/k/v projections and of every Linear layer, on disk and in RAM (fp32 = 1×), and
+``bytes_pareto.png`` plots test MSE against those bytes with the quantization baselines' Pareto front.
 Writes ``results.json``, ``results.md`` (a table like the paper's Tables 3–8), the search trace and its plot, and
 the Smartformer model (``save_pretrained``: config with compression_config, safetensors, remote code, model card).
 Every run is scored on the test windows with the weights of its best validation MSE (checked every few steps;
