@@ -31,6 +31,7 @@ SHIPPED_FILES: dict[str, str] = {
     "core/structure.py": "structure.py",
     "core/contract.py": "contract.py",
     "core/lowbit.py": "lowbit.py",
+    "core/factor_storage.py": "factor_storage.py",
     "methods/cp/layer.py": "cp_layer.py",
     "methods/svd/layer.py": "svd_layer.py",
     "methods/biprop/layer.py": "biprop_layer.py",

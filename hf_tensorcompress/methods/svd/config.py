@@ -5,10 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...config import RankedConfig, check_int
-
-#: Bit widths factors can be stored in (``core/lowbit``'s packed widths).
-FACTOR_BITS = (2, 3, 4, 8)
+from ...config import RankedConfig
+from ...core.factor_storage import check_factor_storage
 
 
 @dataclass
@@ -35,7 +33,4 @@ class SVDConfig(RankedConfig):
 
     def validate(self) -> None:
         super().validate()
-        if self.factor_bits is not None and self.factor_bits not in FACTOR_BITS:
-            raise ValueError(f"factor_bits={self.factor_bits!r}: choose one of {list(FACTOR_BITS)}, or None for fp32 factors")
-        if self.factor_group_size is not None:
-            check_int(self.factor_group_size, "factor_group_size", 1, " (columns per scale group)")
+        check_factor_storage(self.factor_bits, self.factor_group_size)

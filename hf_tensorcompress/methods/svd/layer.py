@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...core.contract import CompressedLinear
-from ...core.lowbit import LowBitTensor
+from ...core.factor_storage import read_codes, rounded, save_codes, stored_form
 
 
 def truncated_svd(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -26,17 +26,6 @@ def truncated_svd(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.
     u, s, vh = torch.linalg.svd(weight.detach().double(), full_matrices=False)
     root = s[:rank].sqrt()
     return (u[:, :rank] * root).to(weight.dtype), (vh[:rank].T * root).to(weight.dtype)
-
-
-def factor_group(group_size: int | None, columns: int) -> int | None:
-    """The group size a factor row of ``columns`` uses: ``group_size`` where it divides the row, else the row."""
-    return group_size if group_size is not None and columns % group_size == 0 else None
-
-
-def stored_values(matrix: torch.Tensor, bits: int, group_size: int | None) -> torch.Tensor:
-    """The values ``matrix`` decodes to once stored in ``bits`` (what the stored layer computes with)."""
-    stored = LowBitTensor.quantize(matrix.detach(), bits, factor_group(group_size, matrix.shape[1]))
-    return stored.dequantize(matrix.dtype)
 
 
 class LowRankLinear(CompressedLinear):
@@ -69,8 +58,8 @@ class LowRankLinear(CompressedLinear):
         self.factor_bits, self.factor_group_size, self.stored = factor_bits, factor_group_size, stored
         kwargs = {"device": device, "dtype": dtype}
         if stored:
-            self.stored_out = LowBitTensor((out_features, rank), factor_bits, factor_group(factor_group_size, rank))
-            self.stored_in = LowBitTensor((rank, in_features), factor_bits, factor_group(factor_group_size, in_features))
+            self.stored_out = stored_form((out_features, rank), factor_bits, factor_group_size)
+            self.stored_in = stored_form((rank, in_features), factor_bits, factor_group_size)
         else:
             self.factor_out = nn.Parameter(torch.empty(out_features, rank, **kwargs))
             self.factor_in = nn.Parameter(torch.empty(in_features, rank, **kwargs))
@@ -114,14 +103,14 @@ class LowRankLinear(CompressedLinear):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         """The fp32 form reads low-bit codes too (its own ``state_dict``, e.g. a kept best checkpoint or a Trainer
         resume): the factors become the stored values, which round to themselves."""
-        if not self.stored and prefix + "stored_out.codes" in state_dict:
-            for name, parameter, transpose in (("stored_out", "factor_out", False), ("stored_in", "factor_in", True)):
-                keys = {key: state_dict.pop(f"{prefix}{name}.{key}") for key in ("codes", "scale", "minimum")}
-                shape = (self.out_features, self.rank) if name == "stored_out" else (self.rank, self.in_features)
-                stored = LowBitTensor(shape, self.factor_bits, factor_group(self.factor_group_size, shape[1]))
-                stored.load_state_dict(keys)
-                values = stored.dequantize(getattr(self, parameter).dtype)
-                state_dict[prefix + parameter] = values.T if transpose else values
+        if not self.stored and self.factor_bits is not None:
+            dtype = self.factor_out.dtype
+            out_t = read_codes(state_dict, prefix, "stored_out", (self.out_features, self.rank), self.factor_bits,
+                               self.factor_group_size, dtype)
+            in_t = read_codes(state_dict, prefix, "stored_in", (self.rank, self.in_features), self.factor_bits,
+                              self.factor_group_size, dtype)
+            if out_t is not None and in_t is not None:
+                state_dict[prefix + "factor_out"], state_dict[prefix + "factor_in"] = out_t, in_t.T
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def set_factor_bits(self, bits: int | None, group_size: int | None = None) -> None:
@@ -138,10 +127,7 @@ class LowRankLinear(CompressedLinear):
         out_t, in_t = self.factor_out, self.factor_in.T
         if self.factor_bits is None:
             return out_t, in_t
-        rounded = tuple(stored_values(f, self.factor_bits, self.factor_group_size) for f in (out_t, in_t))
-        if not (torch.is_grad_enabled() and self.factor_out.requires_grad):
-            return rounded  # exactly the stored values (f + (r - f) can differ from r in the last bit)
-        return tuple(f + (r - f).detach() for f, r in zip((out_t, in_t), rounded))
+        return rounded(out_t, self.factor_bits, self.factor_group_size), rounded(in_t, self.factor_bits, self.factor_group_size)
 
     @property
     def weight(self) -> torch.Tensor:
@@ -201,7 +187,7 @@ class LowRankLinear(CompressedLinear):
             stored = [self.stored_out, self.stored_in]
         else:
             shapes = ((self.out_features, self.rank), (self.rank, self.in_features))
-            stored = [LowBitTensor(s, self.factor_bits, factor_group(self.factor_group_size, s[1])) for s in shapes]
+            stored = [stored_form(shape, self.factor_bits, self.factor_group_size) for shape in shapes]
         bias = 0 if self.bias is None else self.bias.numel() * self.bias.element_size() * 8
         return sum(s.storage_bits() for s in stored) + bias
 
@@ -214,9 +200,5 @@ def _store_factors(module: LowRankLinear, state_dict: dict, prefix: str, local_m
     """A layer with low-bit factors saves what its stored form loads: the codes, not the fp32 factors."""
     if module.factor_bits is None or module.stored:
         return
-    for name, factor in (("stored_out", module.factor_out), ("stored_in", module.factor_in.T)):
-        stored = LowBitTensor.quantize(factor.detach(), module.factor_bits, factor_group(module.factor_group_size, factor.shape[1]))
-        for key, value in stored.state_dict().items():
-            state_dict[f"{prefix}{name}.{key}"] = value
-    state_dict.pop(prefix + "factor_out", None)
-    state_dict.pop(prefix + "factor_in", None)
+    factors = {"stored_out": ("factor_out", module.factor_out), "stored_in": ("factor_in", module.factor_in.T)}
+    save_codes(state_dict, prefix, factors, module.factor_bits, module.factor_group_size)
