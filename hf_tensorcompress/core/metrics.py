@@ -219,4 +219,5 @@ def linear_bytes(model: nn.Module, packed: dict[str, int] | None = None) -> dict
             disk = packed[name]
         rows[name] = {"dense": dense, "disk": disk, "ram": ram}
     total = {key: sum(row[key] for row in rows.values()) for key in ("dense", "disk", "ram")}
-    return {**total, "disk_ratio": total["disk"] / total["dense"], "ram_ratio": total["ram"] / total["dense"], "modules": rows}
+    dense = total["dense"] or 1  # a model without nn.Linear layers (e.g. GPT-2's Conv1D): ratios of 0
+    return {**total, "disk_ratio": total["disk"] / dense, "ram_ratio": total["ram"] / dense, "modules": rows}
