@@ -1,6 +1,6 @@
 """Biprop layer speed, on-disk size and resident memory, measured side by side in one run.
 
-    OMP_NUM_THREADS=1 python benchmarks/biprop.py [--features 512 --tokens 4096 --repeats 20]
+    OMP_NUM_THREADS=1 python benchmarks/biprop.py [--features 512 --tokens 4096 --repeats 20 --batch 4]
 
 1. Forward time of ``BipropLinear`` in training mode (top-k mask + α every call), the trainable form in eval mode
    (mask and signs folded into one cached weight) and the inference-only form (packed bits, unpacked a block at a
@@ -191,7 +191,8 @@ def main() -> None:
     parser.add_argument("--d_model", type=int, default=128)
     parser.add_argument("--loaded_d_model", type=int, default=512, help="loaded-model test: d_model (FFN 4×)")
     parser.add_argument("--layers", type=int, default=4, help="loaded-model test: encoder layers")
-    parser.add_argument("--batch", type=int, default=32, help="loaded-model test: windows per forward")
+    parser.add_argument("--batch", type=int, default=4, help="loaded-model test: windows per forward (x 12 channels x 64 steps)")
+    parser.add_argument("--loaded_repeats", type=int, default=5, help="loaded-model test: timed forwards per process")
     parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)  # the fresh process of one loaded model
     args = parser.parse_args()
     if args.measure:
@@ -206,7 +207,7 @@ def main() -> None:
     print(f"saved PatchTST (d_model={args.d_model}, every encoder Linear biprop): file {sizes['dense_file_bytes']} -> "
           f"{sizes['biprop_file_bytes']} bytes (x{sizes['file_bytes_ratio']:.1f}); biprop layers "
           f"{sizes['dense_layer_bytes']} -> {sizes['biprop_layer_bytes']} bytes (x{sizes['layer_bytes_ratio']:.1f})")
-    loaded = loaded_models(args.layers, args.loaded_d_model, args.keep_ratio, args.batch, args.repeats)
+    loaded = loaded_models(args.layers, args.loaded_d_model, args.keep_ratio, args.batch, args.loaded_repeats)
     print(f"loaded PatchTST ({args.layers} layers, d_model {args.loaded_d_model}, FFN {4 * args.loaded_d_model}), fresh "
           f"process each: Linear layers hold {loaded['dense_linear_bytes']:,} -> {loaded['biprop_linear_bytes']:,} bytes "
           f"(x{loaded['linear_bytes_ratio']:.3f}); RSS growth {loaded['dense_rss_growth'] / 2**20:.1f} -> "
