@@ -51,10 +51,11 @@ def _hash32(x):
     return x ^ (x >> 16)
 
 
-def seeded_signs(seed: int, numel: int, device: torch.device | None = None) -> torch.Tensor:
-    """``numel`` signs in {-1, +1} (int8) fixed by ``seed``: bit 31 of ``hash(index + hash(seed))``."""
+def seeded_signs(seed: int, numel: int, device: torch.device | None = None, start: int = 0) -> torch.Tensor:
+    """``numel`` signs in {-1, +1} (int8) fixed by ``seed``: bit 31 of ``hash(index + hash(seed))``, for the
+    indices ``start … start + numel - 1`` (so a long run of signs can be made a chunk at a time)."""
     offset = _hash32(seed & _MASK32)
-    index = (torch.arange(numel, dtype=torch.int64, device=device) + offset) & _MASK32
+    index = (torch.arange(start, start + numel, dtype=torch.int64, device=device) + offset) & _MASK32
     bits = (_hash32(index) >> 31) & 1
     return (bits * 2 - 1).to(torch.int8)
 
@@ -216,8 +217,12 @@ class BipropLinear(CompressedLinear):
     def sign_bits(self) -> torch.Tensor:
         """``sign(W) > 0`` packed 8 per byte like ``mask_bits``, regenerated from ``sign_seed`` once per device."""
         device = self.mask_bits.device
-        if device not in self._sign_bits:
-            self._sign_bits[device] = pack_bits(seeded_signs(self.sign_seed, self.in_features * self.out_features, device) > 0)
+        if device not in self._sign_bits:  # in chunks: the hash's int64 temporaries stay small
+            numel = self.in_features * self.out_features
+            self._sign_bits[device] = torch.cat([
+                pack_bits(seeded_signs(self.sign_seed, min(BLOCK_WEIGHTS, numel - start), device, start) > 0)
+                for start in range(0, numel, BLOCK_WEIGHTS)
+            ])
         return self._sign_bits[device]
 
     def packed_forward(self, x: torch.Tensor) -> torch.Tensor:
