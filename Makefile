@@ -1,5 +1,6 @@
 # Two commands for a fresh machine (README): `make demo` and `make test`. Both create .venv and install everything
-# (the package with its `dev` extra, which includes every optional extra). `make test-slow`: the slow tier.
+# (the package with its `dev` extra, which includes every optional extra). `make test-slow`: the slow tier;
+# `make docs`: the documentation site (mkdocs.yml, docs/) built with warnings as errors into site/.
 PYTHON ?= python3
 VENV ?= .venv
 # The CPU wheel of torch 2.13 is what these machines carry; override (e.g. TORCH="torch==2.11.0") elsewhere.
@@ -7,7 +8,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 OUTPUT ?= outputs/demo
 
-.PHONY: install demo test test-slow test-all bench
+.PHONY: install demo test test-slow test-all bench docs lm-bytes
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,11 +23,11 @@ demo: install
 	$(BIN)/accelerate launch recipes/smartformer.py --output-dir $(OUTPUT) \
 		--runs dense smartformer svd-smartformer cp-fixed-0.3 cp-fixed-0.6 cp-fixed-1
 
-# The fast tier: every method and family, the command line, checkpoints, the fast README examples.
+# The fast tier: every method and family, the command line, checkpoints, the fast README and docs examples.
 test: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# The slow tier: real-model checks (SmolLM2), full recipes, the slow README examples.
+# The slow tier: real-model checks (SmolLM2), full recipes, the slow README and docs examples.
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow --durations=15
 
@@ -35,3 +36,19 @@ test-all: install
 
 bench: install
 	$(BIN)/python benchmarks/cp_layer.py
+
+# The docs site: every page, the API reference from the docstrings; a warning (broken link, page missing from the
+# nav, docstring not matching its signature) fails the build.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
+# SmolLM2's tied embedding: quantization arms (torchao, bitsandbytes, gguf; RTN below 4 bits) against the tiered
+# method, in bytes, calibrated on Moby Dick and scored on every corpus (docs/results/lm_embeddings_vs_quantization.md).
+# LM_BYTES_FLAGS="" calibrates on every corpus and runs every arm (about 3× longer).
+LM_BYTES_ARMS ?= torchao-int8-row bnb-int8-row bnb-nf4-b64 gguf-q8_0 gguf-q5_0 gguf-q4_1 gguf-q4_0 rtn-int4-g64 \
+	rtn-int3-g64 rtn-int2-g64 tiered-int4 tiered-int4/int3-24k tiered-int4/int3-20k tiered-int4/int3-8k tiered-int3 rows16+svd \
+	rows-int4+svd-16k rows-int4+svd-12k rows-int4+svd-6k
+LM_BYTES_FLAGS ?= --calibration-corpora moby_dick --byte-arms $(LM_BYTES_ARMS)
+lm-bytes: install
+	OMP_NUM_THREADS=1 $(BIN)/python recipes/tensorslm_domains.py --output-dir docs/results/lm_embeddings_vs_quantization \
+		--ratios $(if $(LM_BYTES_FLAGS),$(LM_BYTES_FLAGS),--byte-arms all)

@@ -10,6 +10,7 @@ The last printed line is one JSON object with the figures.
     OMP_NUM_THREADS=1 python benchmarks/search_overhead.py [--steps 200] [--interval 10] [--repeats 2]
     OMP_NUM_THREADS=1 python benchmarks/search_overhead.py --size medium
     OMP_NUM_THREADS=1 python benchmarks/search_overhead.py --size medium --dataset electricity --context 336 --budget 0.2
+    python benchmarks/search_overhead.py --size medium --device cuda --dtype bf16   # bf16 mixed precision on a GPU
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.data import BUILTIN_SOURCES, load_forecasting_dataset, standardization_of
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.trainer import SmartformerTrainer
+from timing import add_device_arguments, device_and_dtype
 
 
 class Windows(torch.utils.data.Dataset):
@@ -60,8 +62,11 @@ def model(method: str | None, args: argparse.Namespace, channels: int) -> PatchT
 
 
 def timed(trainer: Trainer) -> float:
+    """End-to-end training time (on a GPU, once every queued kernel has run)."""
     start = time.perf_counter()
     trainer.train()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
     return time.perf_counter() - start
 
 
@@ -83,7 +88,9 @@ def main() -> None:
         "steps, k = 3, at most 6 actions per layer); target Smartformer / dense <= 1.2",
     )
     parser.add_argument("--budget", type=float, default=0.75, help="--size medium: the search's parameter budget")
+    add_device_arguments(parser)
     args = parser.parse_args()
+    device, dtype = device_and_dtype(args)
     target = 1.5
     search = SearchConfig(interval=args.interval, trace_file=None, plot_file=None)
     if args.size == "medium":
@@ -98,7 +105,8 @@ def main() -> None:
     out = tempfile.mkdtemp()
     training = TrainingArguments(
         out, max_steps=args.steps, per_device_train_batch_size=args.batch_size, learning_rate=1e-3,
-        report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, use_cpu=not torch.cuda.is_available(),
+        report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, use_cpu=device.type == "cpu",
+        bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
     )
 
     # interleaved repeats on a shared machine: the fastest run of each variant is the least disturbed one
@@ -129,6 +137,8 @@ def main() -> None:
         "size": args.size or "custom",
         "dataset": args.dataset,
         "context": args.context,
+        "device": str(device),
+        "dtype": args.dtype,
         "target_smartformer_over_dense": target,
     }
     print(f"dense {dense_seconds:.1f}s | CP fixed ranks {fixed_seconds:.1f}s | Smartformer {smart_seconds:.1f}s "

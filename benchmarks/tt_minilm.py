@@ -24,7 +24,7 @@ from transformers import AutoModel, AutoTokenizer
 
 from hf_tensorcompress import CompressionConfig
 from hf_tensorcompress.assets import minilm_dir, moby_dick_dir, sotu_dir
-from hf_tensorcompress.core.loading import load_model
+from hf_tensorcompress.loading import load_model
 from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
 from hf_tensorcompress.methods.tt.apply import apply_tt
 from hf_tensorcompress.methods.tt.energy import apply_svd_embedding, svd_rank_for

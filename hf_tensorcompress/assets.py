@@ -134,7 +134,7 @@ def electricity_csv() -> Path:
 
 
 def smollm2_gguf() -> Path:
-    """SmolLM2-135M-Instruct, Q4_1 GGUF (weights are dequantised 4-bit when loaded by transformers)."""
+    """SmolLM2-135M-Instruct GGUF (block linears Q4_1, tied embedding Q8_0; dequantised when loaded by transformers)."""
     return fetch("smollm2") / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 

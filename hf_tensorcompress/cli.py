@@ -68,16 +68,16 @@ def fetch_command(args: argparse.Namespace) -> int:
 def config_classes() -> dict[str, type[CompressionConfig]]:
     """Each method's config class, without importing torch: the built-in methods' ``config`` modules, plus any
     method registered at run time (only if the registry is already loaded)."""
-    from .methods import BUILTIN
+    from .methods import builtin_names
 
     classes = {}
-    for name in BUILTIN:
+    for name in builtin_names():
         module = importlib.import_module(f"{__package__}.methods.{name}.config")
         classes.update({cls.method_name: cls for cls in vars(module).values()
                         if isinstance(cls, type) and issubclass(cls, CompressionConfig) and cls.method_name == name})
     registry = sys.modules.get(f"{__package__}.core.registry")
     if registry is not None:
-        classes.update({name: method.config_class for name, method in registry._METHODS.items()})
+        classes.update({name: method.config_class for name, method in registry.registered().items()})
     return classes
 
 
@@ -162,7 +162,7 @@ def compression_config(args: argparse.Namespace) -> CompressionConfig:
 def compress_command(args: argparse.Namespace) -> int:
     from .compress import apply_compression
     from .hub import CardInfo, set_card_info
-    from .core.loading import gguf_provenance, load_model
+    from .loading import gguf_provenance, load_model
 
     source, output = Path(args.source), Path(args.output)
     config = compression_config(args)  # validate before the (slow) load
@@ -207,7 +207,7 @@ def _save_tokenizer(source: Path, output: Path) -> None:
 # ---------------------------------------------------------------------------------------------------- evaluate
 def evaluate_command(args: argparse.Namespace) -> int:
     from .data import forecasting_windows, load_forecasting_dataset
-    from .core.loading import load_model
+    from .loading import load_model
     from .evaluation.forecasting import evaluate_forecaster
 
     output = Path(args.output) if args.output else None
@@ -236,7 +236,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------------- report
 def report_command(args: argparse.Namespace) -> int:
-    from .core.loading import load_model
+    from .loading import load_model
     from .core.metrics import compression_report
     from .evaluation.reporting import COST_HEADERS, cost_table_rows, summary_rows, text_table
 
@@ -264,7 +264,7 @@ def report_command(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------------- push
 def push_command(args: argparse.Namespace) -> int:
-    from .core.loading import load_model
+    from .loading import load_model
     from .hub import CARD_INFO_FILE, CardInfo, push_to_hub, set_card_info
 
     folder = Path(args.folder)

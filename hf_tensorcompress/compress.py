@@ -11,9 +11,10 @@ from transformers import PretrainedConfig
 from .config import CompressionConfig
 from .core.export import mark_compressed
 from .core.modeling_tensorcompress import CompressedModelMixin
-from .core.registry import get_method
 from .core.structure import bind_layers, install_model_options
 from .core.targets import match_targets
+from .methods import get_method
+from .saving import save_extras
 
 
 def resolve_targets(model: nn.Module, config: CompressionConfig) -> list[str]:
@@ -119,7 +120,7 @@ def apply_compression(model: nn.Module, config: CompressionConfig, calibration: 
     bind_layers(model, layers)
     specs = {n: l.spec() for n, l in layers.items()}
     recorded = type(config).from_dict({**config.to_dict(), **options, "modules": specs})
-    mark_compressed(model, recorded)
+    mark_compressed(model, recorded.to_dict(), save_hook=save_extras)
     install_model_options(model, model.config.compression_config)
     return model
 

@@ -22,7 +22,7 @@ CONFIG_VERSION = 2
 
 
 def _registered_configs() -> dict[str, type["CompressionConfig"]]:
-    from .core.registry import registered_methods
+    from .methods import registered_methods
 
     return {name: method.config_class for name, method in registered_methods().items()}
 
@@ -44,7 +44,7 @@ class CompressionConfig(QuantizationConfigMixin):
     """How ``apply_compression`` rewrites a model; calling it returns the config of ``method``.
 
     It is also a transformers quantization config: ``Model.from_pretrained(dense, quantization_config=config)``
-    compresses while loading (``core/quantizer.py``).
+    compresses while loading (``hf_tensorcompress.quantizer``).
 
     Args:
         method: ``"cp"``, ``"svd"``, ``"biprop"`` or ``"tt"``; the other keyword arguments are that method's options

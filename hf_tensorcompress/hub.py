@@ -3,9 +3,9 @@
 The card is rendered from ``model_cards/compressed_model.md`` (Jinja, via ``ModelCard.from_template``) out of what
 the model knows (``config.compression_config``, ``compression_report``) plus what only the caller knows, a
 ``CardInfo``: base model, datasets, a recipe's ``results.json``, limitations. ``save_pretrained`` writes the card
-(and ``tensorcompress_card.json``, the ``CardInfo`` it came from) and ``model.push_to_hub`` uploads it: importing
-this module sets ``CompressedModelMixin.card_writer``, the hook the shipped model class calls. A model loaded with
-``trust_remote_code`` alone has no writer and keeps transformers' card handling.
+(and ``tensorcompress_card.json``, the ``CardInfo`` it came from) and ``model.push_to_hub`` uploads it, through the
+save hook the library gives the classes it makes (``saving.save_extras``). A model loaded with ``trust_remote_code``
+alone has no hook and keeps transformers' card handling.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from huggingface_hub import HfApi, ModelCard, ModelCardData
 from huggingface_hub.errors import HfHubHTTPError
 from torch import nn
 
-from .core import export  # noqa: F401  (sets CompressedModelMixin.save_hook: saving writes the code and card)
 from .core.metrics import compression_report
 from .core.modeling_tensorcompress import CLASS_PREFIX, CompressedModelMixin
 from .evaluation.reporting import markdown_table, metric_names, results_table, summary_rows

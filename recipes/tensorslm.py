@@ -7,9 +7,10 @@ with sliding windows, and record parameters, compression ratio (paper Eq. 21), e
 (Eq. 2-5, ν/τ = 5) and compression time. Every tied TT run is followed by the simple baselines at (at most) its
 parameter count: matrix SVD, frequency-only (the most frequent calibration tokens keep their rows, the rest share
 one mean row) and, for runs with dense rows, the same rows dense + an SVD of the remaining rows (in the
-output-aware metric when the run uses that basis); ``--no-svd`` / ``--no-baselines`` skip them. Writes ``results.json`` and ``tradeoff.png`` (ln PPL vs compression
-ratio, TT vs SVD) in ``--output-dir``. The default model is SmolLM2-135M-Instruct from its Q4_1 GGUF
-(dequantised 4-bit weights, see ``causal_lm.WEIGHTS_NOTE``).
+output-aware metric when the run uses that basis); ``--no-svd`` / ``--no-baselines`` skip them. ``--quant-arms``
+adds weight-only quantization of the same embedding (``evaluation.quantized_embedding``), sized in bytes. Writes ``results.json`` and ``tradeoff.png`` (ln PPL vs compression
+ratio, TT vs SVD) in ``--output-dir``. The default model is SmolLM2-135M-Instruct from its GGUF (block linears
+Q4_1, tied embedding Q8_0, dequantised; see ``causal_lm.WEIGHTS_NOTE``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hf_tensorcompress import CompressionConfig
 from hf_tensorcompress.data.causal_lm import WEIGHTS_NOTE, smollm2_dir
+from hf_tensorcompress.evaluation.quantized_embedding import QUANT_ARMS, quantize_embedding
 from hf_tensorcompress.extras import require
 from hf_tensorcompress.methods.tt.baselines import (
     dense_rows_svd_tail,
@@ -36,7 +38,8 @@ from hf_tensorcompress.methods.tt.baselines import (
 )
 from hf_tensorcompress.methods.tt.calibration import exact_token_ids, hidden_covariance
 from hf_tensorcompress.methods.tt.healing import heal_tt_embedding
-from hf_tensorcompress.methods.tt.layer import TT_SOLVERS, TTTiedHead
+from hf_tensorcompress.methods.tt.head import TTTiedHead
+from hf_tensorcompress.methods.tt.solver import TT_SOLVERS
 from hf_tensorcompress.methods.tt.apply import apply_tt
 from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
 from hf_tensorcompress.evaluation.perplexity import perplexity
@@ -158,6 +161,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--heal-steps", type=int, default=40, help="distillation steps of the runs marked healed")
     parser.add_argument("--heal-tokens", type=int, default=16384, help="calibration tokens whose hidden states heal")
     parser.add_argument("--heal-lr", type=float, default=3e-3)
+    parser.add_argument("--quant-arms", nargs="*", default=[], metavar="NAME",
+                        help="weight-only quantization arms of the same tied embedding, sized in bytes ('all' for "
+                             "every one): " + ", ".join(QUANT_ARMS))
     parser.add_argument("--tt-solver", default="eigh", choices=TT_SOLVERS,
                         help="TT-SVD subspaces of the fixed-rank runs: exact eigh, or block power iteration (about 2x "
                              "faster, error ~1.006x); runs with tt_eps always use eigh")
@@ -189,6 +195,15 @@ def main(argv: list[str] | None = None) -> dict:
 
     runs = [{"name": "dense", "method": "dense", "embedding_params": vocab * hidden, "compression_ratio": 1.0,
              "perplexity": dense["perplexity"], "delta_ln_ppl": 0.0, "energy_ratio": 1.0, "compress_seconds": 0.0}]
+    for arm in list(QUANT_ARMS) if args.quant_arms == ["all"] else args.quant_arms:
+        model = load()
+        stored = quantize_embedding(model, arm)
+        result = evaluate_model(model, ids, args)
+        runs.append({"name": arm, "method": "quantization", "library": QUANT_ARMS[arm][1], "embedding_bytes": stored,
+                     "smaller_than_bf16": vocab * hidden * 2 / stored, "perplexity": result["perplexity"],
+                     "delta_ln_ppl": result["ln_perplexity"] - dense["ln_perplexity"]})
+        accelerator.print(json.dumps(runs[-1]))
+        del model
     covariance = None  # of the calibration hidden states, for the output-aware SVD-tail baseline (computed once)
     for name, shape, ranks, eps, untied, basis, *extra in SWEEPS[args.sweep]:
         exact, healed = (list(extra) + [0, False])[:2]
@@ -292,7 +307,7 @@ def plot(results: dict, path: Path) -> None:
                     marker=marker, label=label)
     dense = next(r for r in runs if r["method"] == "dense")
     ax.axhline(math.log(dense["perplexity"]), color="gray", linestyle="--", label="dense")
-    ax.set_xlabel("embedding compression ratio (dense params / compressed params)")
+    ax.set_xlabel("times smaller than the bf16 embedding in bytes (values counted as bf16: = parameter ratio)")
     ax.set_ylabel("ln perplexity (held-out)")
     ax.set_title("TensorSLM on " + Path(results["model"]).name)
     ax.legend(fontsize=8)

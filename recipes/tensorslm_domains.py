@@ -22,10 +22,18 @@ row all counted):
   with fewer dense rows (calibration counts);
 - ``tt-plain`` (at 2× only): TT ranks 5,5, no basis, no dense rows, no calibration.
 
+Bytes (``--byte-arms``, ``all`` for every one): weight-only quantization of the same tied embedding through
+maintained libraries (``evaluation.quantized_embedding.QUANT_ARMS``: torchao int8, bitsandbytes int8 / NF4 / FP4,
+gguf Q8_0 / Q5_0 / Q4_1 / Q4_0; hand-written round-to-nearest for int3 / int2, which none of them stores) and the
+``method="tiered"`` settings of ``TIERED_ARMS``; every arm is sized in bytes (bf16 = 1×; parameter-budget arms count
+2 bytes a parameter). ``--ratios`` with no value runs only these.
+
 Arms without calibration are scored once per evaluation corpus. Writes ``results.json``, ``table.md`` (Δ ln PPL,
-calibration corpus × evaluation corpus, then per arm the mean in domain and the mean and worst across domains)
-and ``domains.png`` (Δ ln PPL against compression ratio per arm, in and across domains) to ``--output-dir``. The default model is SmolLM2-135M-Instruct from its Q4_1 GGUF (dequantised
-4-bit weights, see ``causal_lm.WEIGHTS_NOTE``).
+calibration corpus × evaluation corpus, then per arm the mean in domain and the mean and worst across domains, then
+every arm by bytes with the Pareto front), ``domains.png`` (Δ ln PPL against compression ratio per arm, in and across
+domains; parameter-budget arms) and ``bytes.png`` (Δ ln PPL across domains against bytes, Pareto front marked) to
+``--output-dir``. The default model is SmolLM2-135M-Instruct from its GGUF (block linears Q4_1, tied embedding Q8_0,
+dequantised; see ``causal_lm.WEIGHTS_NOTE``).
 """
 
 from __future__ import annotations
@@ -33,18 +41,19 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import time
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.data.causal_lm import WEIGHTS_NOTE, smollm2_dir
 from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
 from hf_tensorcompress.evaluation.perplexity import perplexity
+from hf_tensorcompress.evaluation.quantized_embedding import QUANT_ARMS, quantize_embedding
 from hf_tensorcompress.extras import require
 from hf_tensorcompress.methods.tt.baselines import (
     dense_rows_svd_tail,
@@ -54,7 +63,26 @@ from hf_tensorcompress.methods.tt.baselines import (
 )
 from hf_tensorcompress.methods.tt.calibration import TTCalibration, exact_token_ids, hidden_covariance
 from hf_tensorcompress.methods.tt.energy import apply_svd_embedding, svd_rank_for
-from hf_tensorcompress.methods.tt.layer import TTTiedHead, balanced_shape
+from hf_tensorcompress.methods.tt.head import TTTiedHead
+from hf_tensorcompress.methods.tt.solver import balanced_shape
+
+#: ``method="tiered"`` settings of the byte comparison (``--byte-arms``), from 2× to 12× smaller than bf16. Tokens
+#: are tiered by id (BPE merge order: no domain in it); ``rounding="output"`` uses the calibration corpus's
+#: hidden-state covariance. ``rows16+svd``: dense (bf16) rows + output-aware SVD of the others, the README's 2× arm.
+TIERED_ARMS: dict[str, dict] = {
+    "tiered-int4": dict(tier_bits=[4], rounding="output"),
+    "tiered-int4/int3-24k": dict(tier_tokens=[24000], tier_bits=[4, 3], rounding="output"),
+    "tiered-int4/int3-20k": dict(tier_tokens=[20000], tier_bits=[4, 3], rounding="output"),
+    "tiered-int4/int3-8k": dict(tier_tokens=[8192], tier_bits=[4, 3], rounding="output"),
+    "tiered-int3": dict(tier_bits=[3], rounding="output"),
+    "tiered-int4/int3g192-4k": dict(tier_tokens=[4096], tier_bits=[4, 3], tier_group_size=[64, 192],
+                                    rounding="output"),
+    "rows16+svd": dict(tier_tokens=[21866], tier_bits=[16, 0], low_rank=55, low_rank_bits=16, rounding="output"),
+    "rows-int4+svd-16k": dict(tier_tokens=[16384], tier_bits=[4, 0], low_rank=128, rounding="output"),
+    "rows-int4+svd-12k": dict(tier_tokens=[12288], tier_bits=[4, 0], low_rank=128, rounding="output"),
+    "rows-int4+svd-6k": dict(tier_tokens=[6144], tier_bits=[4, 0], low_rank=64, rounding="output"),
+}
+
 
 def train_parameters(hidden: int, ranks: list[int]) -> int:
     """``Σ_k r_{k-1} I_k r_k`` of one token's train of order 3 at ``ranks``."""
@@ -101,6 +129,23 @@ def tt_arm(prior: str, exact: int, ranks: list[int]):
     return build
 
 
+def byte_arms(names: list[str]) -> list[tuple[str, bool, object]]:
+    """(name, needs calibration, build(model, calibration) → stored bytes) of the quantization arms
+    (``QUANT_ARMS``, maintained libraries) and the tiered method's settings (``TIERED_ARMS``)."""
+    runs = []
+    for name in names:
+        if name in QUANT_ARMS:
+            runs.append((name, False, lambda model, _, arm=name: quantize_embedding(model, arm)))
+            continue
+        config = CompressionConfig(method="tiered", **TIERED_ARMS[name])
+
+        def build(model, calibration, config=config):
+            apply_compression(model, config, calibration=calibration)
+            return model.get_input_embeddings().storage_bits() // 8
+        runs.append((name, config.needs_calibration(), build))
+    return runs
+
+
 def arms(vocab: int, hidden: int, ratio: float) -> list[tuple[str, bool, object]]:
     """(name, needs calibration, build(model, calibration) → parameters) at ``ratio``; the first sets the budget."""
     exact = exact_for_ratio(vocab, hidden, ratio)
@@ -144,7 +189,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--mail-corpus", action="append", default=[], metavar="NAME",
                         help="a --corpus whose texts are raw mail messages: keep their bodies")
     parser.add_argument("--output-dir", required=True)
-    parser.add_argument("--ratios", type=float, nargs="+", default=[2.0], help="target compression ratios")
+    parser.add_argument("--ratios", type=float, nargs="*", default=[2.0],
+                        help="target compression ratios of the parameter-budget arms (none: only --byte-arms)")
+    parser.add_argument("--byte-arms", nargs="*", default=[], metavar="NAME",
+                        help="quantization arms and tiered settings, compared in bytes ('all' for every one): "
+                             + ", ".join([*QUANT_ARMS, *TIERED_ARMS]))
     parser.add_argument("--arms", nargs="+", default=None, help="only these arms (default: all)")
     parser.add_argument("--calibration-corpora", nargs="+", default=None, metavar="NAME",
                         help="calibrate only on these corpora (default: every corpus); all are still evaluated")
@@ -173,6 +222,10 @@ def main(argv: list[str] | None = None) -> dict:
     known = {name for ratio in args.ratios for name, *_ in arms(vocab, hidden, ratio)}
     if set(args.arms or []) - known:
         raise ValueError(f"--arms {sorted(set(args.arms) - known)}: no such arm; choose from {sorted(known)}")
+    byte_names = [*QUANT_ARMS, *TIERED_ARMS] if args.byte_arms == ["all"] else args.byte_arms
+    if set(byte_names) - {*QUANT_ARMS, *TIERED_ARMS}:
+        raise ValueError(f"--byte-arms {sorted(set(byte_names) - {*QUANT_ARMS, *TIERED_ARMS})}: no such arm; choose "
+                         f"from {[*QUANT_ARMS, *TIERED_ARMS]} or 'all'")
     held_out = {name: token_ids(tokenizer, split[1], args.eval_tokens) for name, split in texts.items()}
     calibrations = {}
     for name, (build, _) in texts.items():
@@ -184,24 +237,28 @@ def main(argv: list[str] | None = None) -> dict:
     base = {name: score(dense, ids, args) for name, ids in held_out.items()}
     accelerator.print("dense ln PPL: " + ", ".join(f"{name} {value:.3f}" for name, value in base.items()))
 
+    dense_bytes = vocab * hidden * 2  # bf16
+    jobs = [(ratio, name, calibrated, build, "params") for ratio in args.ratios
+            for name, calibrated, build in arms(vocab, hidden, ratio) if not args.arms or name in args.arms]
+    jobs += [(None, name, calibrated, build, "bytes") for name, calibrated, build in byte_arms(byte_names)]
     runs = []
-    for ratio in args.ratios:
-        for name, calibrated, build in arms(vocab, hidden, ratio):
-            if args.arms and name not in args.arms:
-                continue
-            for source in (calibrations if calibrated else [None]):
-                model = copy.deepcopy(dense)
-                start = time.perf_counter()
-                params = build(model, calibrations[source] if source else None)
-                seconds = time.perf_counter() - start
-                for target, ids in held_out.items():
-                    delta = score(model, ids, args) - base[target]
-                    runs.append({"arm": name, "target_ratio": ratio, "calibration": source, "evaluation": target,
-                                 "embedding_params": params, "compression_ratio": vocab * hidden / params,
-                                 "delta_ln_ppl": delta, "compress_seconds": seconds})
-                    accelerator.print(f"{ratio:g}x {name:<22} calib {source or '-':<10} eval {target:<10} "
-                                      f"{vocab * hidden / params:5.2f}x  Δ ln PPL {delta:7.3f}")
-                del model
+    for ratio, name, calibrated, build, unit in tqdm(jobs, desc="arms", disable=not accelerator.is_main_process):
+        for source in (calibrations if calibrated else [None]):
+            model = copy.deepcopy(dense)
+            start = time.perf_counter()
+            size = build(model, calibrations[source] if source else None)
+            seconds = time.perf_counter() - start
+            stored = size * 2 if unit == "params" else size  # parameter arms store bf16 values
+            for target, ids in held_out.items():
+                delta = score(model, ids, args) - base[target]
+                runs.append({"arm": name, "target_ratio": ratio, "calibration": source, "evaluation": target,
+                             "embedding_params": size if unit == "params" else None,
+                             "compression_ratio": vocab * hidden / size if unit == "params" else None,
+                             "embedding_bytes": stored, "smaller_than_bf16": dense_bytes / stored,
+                             "delta_ln_ppl": delta, "compress_seconds": seconds})
+                accelerator.print(f"{name:<24} calib {source or '-':<10} eval {target:<10} "
+                                  f"{dense_bytes / stored:5.2f}x smaller than bf16  Δ ln PPL {delta:7.3f}")
+            del model
 
     results = {
         "model": model_dir, "weights": WEIGHTS_NOTE if args.model is None else model_dir,
@@ -210,14 +267,16 @@ def main(argv: list[str] | None = None) -> dict:
                     for name, split in texts.items()},
         "settings": {key: getattr(args, key) for key in ("held_out_fraction", "eval_tokens", "calibration_tokens",
                                                           "covariance_tokens", "window", "stride", "ratios",
-                                                          "calibration_corpora", "arms")},
+                                                          "calibration_corpora", "arms", "byte_arms")},
         "runs": runs, "wall_seconds": time.perf_counter() - started,
     }
     if accelerator.is_main_process:
         (output / "results.json").write_text(json.dumps(results, indent=2))
-        (output / "table.md").write_text(table(results) + "\n" + summary(results))
-        plot(results, output / "domains.png")
-        accelerator.print(table(results) + "\n" + summary(results))
+        (output / "table.md").write_text(table(results) + "\n" + summary(results) + "\n" + byte_summary(results))
+        if args.ratios:
+            plot(results, output / "domains.png")
+        plot_bytes(results, output / "bytes.png")
+        accelerator.print(table(results) + "\n" + summary(results) + "\n" + byte_summary(results))
         accelerator.print(f"wall time {results['wall_seconds']:.0f} s")
     return results
 
@@ -226,13 +285,13 @@ def table(results: dict) -> str:
     """One row per (ratio, arm, calibration corpus), one Δ ln PPL column per evaluation corpus, then the mean over
     the evaluation corpora other than the calibration corpus (all of them for arms without calibration)."""
     names = list(results["corpora"])
-    lines = ["| arm | calibration | ratio | " + " | ".join(f"Δ {name}" for name in names) + " | mean, other domains |",
+    lines = ["| arm | calibration | smaller than bf16 | " + " | ".join(f"Δ {name}" for name in names) + " | mean, other domains |",
              "|---|---|---|" + "---|" * (len(names) + 1)]
     rows: dict[tuple, dict] = {}
     for run in results["runs"]:
         rows.setdefault((run["target_ratio"], run["arm"], run["calibration"]), {})[run["evaluation"]] = run
     for (_, arm, source), cells in rows.items():
-        ratio = next(iter(cells.values()))["compression_ratio"]
+        ratio = next(iter(cells.values()))["smaller_than_bf16"]
         other = [cells[name]["delta_ln_ppl"] for name in names if name != source and name in cells]
         values = " | ".join(f"{cells[name]['delta_ln_ppl']:.3f}" + (" (in)" if name == source else "")
                             if name in cells else "" for name in names)
@@ -244,14 +303,14 @@ def table(results: dict) -> str:
 def summary(results: dict) -> str:
     """One row per (ratio, arm): mean Δ ln PPL in domain (calibration corpus = evaluation corpus), mean and worst
     across domains (every other pair; every pair for arms without calibration)."""
-    lines = ["| arm | ratio | in domain, mean | across domains, mean | across domains, worst |", "|---|---|---|---|---|"]
+    lines = ["| arm | smaller than bf16 | in domain, mean | across domains, mean | across domains, worst |", "|---|---|---|---|---|"]
     groups: dict[tuple, list] = {}
     for run in results["runs"]:
         groups.setdefault((run["target_ratio"], run["arm"]), []).append(run)
     for (_, arm), runs in groups.items():
         inside = [run["delta_ln_ppl"] for run in runs if run["calibration"] == run["evaluation"]]
         across = [run["delta_ln_ppl"] for run in runs if run["calibration"] != run["evaluation"]]
-        ratio = min(run["compression_ratio"] for run in runs)
+        ratio = min(run["smaller_than_bf16"] for run in runs)
         lines.append(f"| {arm} | {ratio:.2f}× | {f'{sum(inside) / len(inside):.3f}' if inside else '—'} | "
                      f"{sum(across) / len(across):.3f} | {max(across):.3f} |")
     return "\n".join(lines) + "\n"
@@ -265,13 +324,14 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    arm_names = list(dict.fromkeys(run["arm"] for run in results["runs"]))
+    arm_names = list(dict.fromkeys(run["arm"] for run in results["runs"] if run["target_ratio"] is not None))
     for index, arm in enumerate(arm_names):
         color = f"C{index % 10}"
         for inside, style in ((False, "-o"), (True, "--x")):
             points: dict[float, list] = {}
             for run in results["runs"]:
-                if run["arm"] == arm and (run["calibration"] == run["evaluation"]) == inside:
+                if (run["arm"] == arm and run["target_ratio"] is not None
+                        and (run["calibration"] == run["evaluation"]) == inside):
                     points.setdefault(run["target_ratio"], []).append(run["delta_ln_ppl"])
             if points:
                 xs = sorted(points)
@@ -279,10 +339,84 @@ def plot(results: dict, path: Path) -> None:
                         label=f"{arm}{' (in domain)' if inside else ' (across domains)'}")
     ax.axhline(0.10, color="gray", linestyle=":", label="Δ 0.10")
     ax.set_yscale("log")
-    ax.set_xlabel("target embedding compression ratio (dense params / compressed params)")
+    ax.set_xlabel("target times smaller than the bf16 embedding in bytes (values counted as bf16: = parameter ratio)")
     ax.set_ylabel("Δ ln perplexity vs dense (held-out)")
     ax.set_title("Token-embedding compression across domains: " + Path(results["model"]).name)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def byte_points(results: dict) -> list[dict]:
+    """One point per (arm, size): bytes vs bf16 and Δ ln PPL across domains (mean, worst; every pair for arms without
+    calibration), in domain (mean), and whether it is on the Pareto front (no other point is as small or smaller
+    with a lower mean across domains)."""
+    groups: dict[tuple, list] = {}
+    for run in results["runs"]:
+        groups.setdefault((run["target_ratio"], run["arm"]), []).append(run)
+    points = []
+    for (_, arm), runs in groups.items():
+        across = [run["delta_ln_ppl"] for run in runs if run["calibration"] != run["evaluation"]]
+        inside = [run["delta_ln_ppl"] for run in runs if run["calibration"] == run["evaluation"]]
+        points.append({"arm": arm, "smaller_than_bf16": min(run["smaller_than_bf16"] for run in runs),
+                       "embedding_bytes": max(run["embedding_bytes"] for run in runs),
+                       "across_mean": sum(across) / len(across), "across_worst": max(across),
+                       "in_domain_mean": sum(inside) / len(inside) if inside else None,
+                       "calibrated": any(run["calibration"] for run in runs)})
+    for point in points:
+        point["pareto"] = not any(
+            other is not point and other["smaller_than_bf16"] >= point["smaller_than_bf16"]
+            and other["across_mean"] < point["across_mean"] for other in points)
+    return sorted(points, key=lambda point: point["smaller_than_bf16"])
+
+
+def byte_summary(results: dict) -> str:
+    """Every arm by size in bytes (bf16 = 1×): Δ ln PPL across domains (mean, worst), in domain, Pareto front."""
+    lines = ["| arm | smaller than bf16 | MB | across domains, mean | across domains, worst | in domain, mean | "
+             "Pareto |", "|---|---|---|---|---|---|---|"]
+    for point in byte_points(results):
+        inside = f"{point['in_domain_mean']:.3f}" if point["in_domain_mean"] is not None else "—"
+        lines.append(f"| {point['arm']} | {point['smaller_than_bf16']:.2f}× | {point['embedding_bytes'] / 1e6:.2f} | "
+                     f"{point['across_mean']:.3f} | {point['across_worst']:.3f} | {inside} | "
+                     f"{'★' if point['pareto'] else ''} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_bytes(results: dict, path: Path) -> None:
+    """Δ ln PPL across domains (mean; bar up to the worst pair) against how many times smaller than bf16 each arm
+    stores the embedding; the Pareto front joined."""
+    matplotlib = require("matplotlib", "the cross-domain figure")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = byte_points(results)
+
+    def family(arm: str) -> str:  # the library, or this library's method
+        return "tiered (this library)" if arm.startswith(("tiered", "rows")) else arm.split("-")[0]
+
+    families = list(dict.fromkeys(family(point["arm"]) for point in points))
+    fig, ax = plt.subplots(figsize=(10, 5.5))
+    for point in points:
+        color = f"C{families.index(family(point['arm'])) % 10}"
+        x, y = point["smaller_than_bf16"], max(point["across_mean"], 1e-3)
+        ax.errorbar(x, y, yerr=[[0], [max(point["across_worst"], 1e-3) - y]], fmt="o", color=color, capsize=2,
+                    markersize=7 if point["pareto"] else 4, markeredgecolor="black" if point["pareto"] else color)
+        ax.annotate(point["arm"], (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    front = [point for point in points if point["pareto"]]
+    ax.plot([p["smaller_than_bf16"] for p in front], [max(p["across_mean"], 1e-3) for p in front], "k--", lw=0.8,
+            label="Pareto front (mean across domains)")
+    for index, family in enumerate(families):
+        ax.plot([], [], "o", color=f"C{index % 10}", label=family)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}×"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.FuncFormatter(lambda x, _: f"{x:g}×" if x in (3, 4, 6) else ""))
+    ax.set_xlabel("times smaller than the bf16 embedding (bytes on disk and in memory)")
+    ax.set_ylabel("Δ ln perplexity vs dense, other domains (mean; bar: worst pair)")
+    ax.set_title("Token embedding: quantization vs this library's options, " + Path(results["model"]).name)
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -62,7 +62,7 @@ def test_compress_saves_a_self_contained_checkpoint_with_card(dense_folder, comp
     assert {"modeling_tensorcompress.py", "svd_layer.py", "model.safetensors"} <= {p.name for p in compressed_folder.iterdir()}
     card = ModelCard((compressed_folder / "README.md").read_text())
     assert card.data.tags[:3] == ["hf_tensorcompress", "compressed", "svd"]
-    from hf_tensorcompress.core.loading import load_model
+    from hf_tensorcompress.loading import load_model
 
     dense, compressed = load_model(dense_folder).eval(), load_model(compressed_folder).eval()
     inputs = torch.randn(2, 32, 3)

@@ -34,9 +34,10 @@ CASES: dict[tuple[str, str], dict] = {
     ("tt", "llama"): dict(tt_order=3, tt_ranks=2),
     ("tt", "gpt2"): dict(tt_order=3, tt_ranks=[2, 3]),
     ("tt", "opt"): dict(tt_shape=[4, 6], tt_eps=0.5),
+    ("tiered", "llama"): dict(tier_tokens=[40], tier_bits=[8, 3], tier_group_size=8),
 }
 #: One family per method runs in the fast tier; the other families are marked slow.
-FAST = {("cp", "patchtst"), ("svd", "patchtst"), ("biprop", "patchtst"), ("tt", "llama")}
+FAST = {("cp", "patchtst"), ("svd", "patchtst"), ("biprop", "patchtst"), ("tt", "llama"), ("tiered", "llama")}
 IDS = pytest.mark.parametrize(
     "case",
     [pytest.param(case, marks=() if case in FAST else pytest.mark.slow, id="-".join(case)) for case in CASES],
@@ -171,6 +172,8 @@ def reference_forward(layer: CompressedLayer, x: torch.Tensor) -> torch.Tensor:
     if layer.layer_type == "biprop":
         weight = layer.alpha * layer.signs().float() * layer.mask()
         return F.linear(x, weight)
+    if layer.layer_type == "tiered_embedding":  # the tiers decoded whole, in stored order, then put in token order
+        return F.embedding(x, torch.cat([tier.dequantize() for tier in layer.tiers])[layer.slot.long()])
     return F.embedding(x, layer.weight)
 
 
@@ -180,7 +183,7 @@ def test_forward_equals_the_layers_reference(matrix, case):
     generator = torch.Generator().manual_seed(0)
     for name in model.config.compression_config["modules"]:
         layer = model.get_submodule(name)
-        if layer.layer_type == "tt_embedding":
+        if layer.layer_type in ("tt_embedding", "tiered_embedding"):
             x = torch.randint(0, layer.num_embeddings, (3, 5), generator=generator)
         else:
             x = torch.randn(3, 5, layer.in_features, generator=generator)
@@ -233,11 +236,12 @@ def test_compress_on_load_equals_apply(matrix, case, tmp_path):
 
 
 def test_every_method_and_layer_type_is_in_the_matrix():
-    from hf_tensorcompress.core.registry import registered_methods
+    from hf_tensorcompress.methods import registered_methods
 
     assert {method for method, _ in CASES} == set(registered_methods()) == {method for method, _ in FAST}
     # the scaled TT embedding (Gemma) runs the same checks in tests/test_families.py
-    assert set(CompressedLayer.types) == {"cp", "svd", "biprop", "tt_embedding", "tt_embedding_scaled"}
+    assert set(CompressedLayer.types) == {"cp", "svd", "biprop", "tt_embedding", "tt_embedding_scaled",
+                                          "tiered_embedding"}
 
 
 @pytest.mark.parametrize("case", sorted(FAST), ids="-".join)

@@ -6,7 +6,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel
 
 from hf_tensorcompress import CompressedCheckpointError, CompressionConfig, apply_compression
-from hf_tensorcompress.core.export import SHIPPED_FILES
+from hf_tensorcompress.core.export import shipped_files
+from hf_tensorcompress.methods import get_method
 from helpers import first_output, run_without_library, tiny_inputs, tiny_models
 
 CLASSES = ["PatchTSTForPrediction", "PatchTSTForClassification", "AutoformerForPrediction", "InformerForPrediction", "InformerForPrediction-full"]
@@ -38,7 +39,9 @@ def test_folder_holds_config_weights_and_self_contained_code(saved):
     config = json.loads((folder / "config.json").read_text())
     assert config["auto_map"]["AutoModel"] == "modeling_tensorcompress.CompressedPatchTSTForPrediction"
     assert config["compression_config"]["method"] == "cp" and len(config["compression_config"]["modules"]) == 6
-    assert {*SHIPPED_FILES.values(), "model.safetensors"} <= {p.name for p in folder.iterdir()}
+    code = {f"{name}.py" for name in shipped_files([get_method("cp")]).values()}
+    assert {*code, "model.safetensors"} <= {p.name for p in folder.iterdir()}
+    assert not {"tt_layer.py", "biprop_layer.py"} & {p.name for p in folder.iterdir()}  # only its method's files
     for code in folder.glob("*.py"):
         imports = [line for line in code.read_text().splitlines() if line.strip().startswith(("import ", "from "))]
         assert not [line for line in imports if "hf_tensorcompress" in line or line.split()[1] in ("tensorly", "numpy")]
@@ -131,7 +134,7 @@ VERSION_1_FIELDS = {
 def test_a_checkpoint_with_a_version_1_config_loads_unchanged(tmp_path, method, options):
     """A folder whose config.json holds the flat version-1 ``compression_config`` (every method's fields) loads
     to the same outputs through the library, and saves again as the method's own (version 2) config."""
-    from hf_tensorcompress.core.loading import load_model
+    from hf_tensorcompress.loading import load_model
 
     model = apply_compression(tiny_models()["PatchTSTForPrediction"], CompressionConfig(method=method, **options))
     expected = _forward("PatchTSTForPrediction", model.eval())

@@ -12,8 +12,8 @@ from transformers import LlamaConfig, LlamaForCausalLM, PatchTSTConfig, PatchTST
 
 import hf_tensorcompress
 from hf_tensorcompress import CardInfo, CompressionConfig, PushError, apply_compression, push_to_hub
-from hf_tensorcompress.core.export import SHIPPED_FILES
-from hf_tensorcompress.core.registry import registered_methods
+from hf_tensorcompress.core.export import shipped_files
+from hf_tensorcompress.methods import get_method, registered_methods
 from helpers import run_without_library
 
 #: A small compressed model per method whose round trip is tested here (every registered method needs one).
@@ -23,9 +23,15 @@ ROUND_TRIPS = {
     "biprop": CompressionConfig(method="biprop", keep_ratio=0.5),
 }
 #: Methods for causal LMs, round-tripped on a small Llama (the SmolLM2 architecture).
-LM_ROUND_TRIPS = {"tt": CompressionConfig(method="tt", tt_shape=[4, 4, 4], tt_ranks=3)}
-#: The shipped modeling code (every file of SHIPPED_FILES, under its checkpoint name) must reach the repo.
-CODE_FILES = set(SHIPPED_FILES.values())
+LM_ROUND_TRIPS = {
+    "tt": CompressionConfig(method="tt", tt_shape=[4, 4, 4], tt_ranks=3),
+    "tiered": CompressionConfig(method="tiered", tier_tokens=[32], tier_bits=[8, 4], tier_group_size=32),
+}
+
+
+def code_files(method: str) -> set[str]:
+    """The shipped modeling code of ``method`` (under its checkpoint names), which must reach the repo."""
+    return {f"{name}.py" for name in shipped_files([get_method(method)]).values()}
 
 RESULTS = {
     "dataset": "appliances_energy",
@@ -66,7 +72,7 @@ def test_push_then_load_without_the_library(hub, repo_id, method, tmp_path):
     push_to_hub(model, repo_id, info)
 
     files = hub.files(repo_id)
-    assert {"config.json", "model.safetensors", "README.md", *CODE_FILES} <= set(files)
+    assert {"config.json", "model.safetensors", "README.md", *code_files(method)} <= set(files)
     assert ("POST", f"/{repo_id}.git/info/lfs/objects/batch") in hub.state.requests  # weights went through git-lfs
     config = json.loads(files["config.json"])
     assert config["compression_config"]["method"] == method
@@ -104,10 +110,12 @@ def test_push_then_load_without_the_library(hub, repo_id, method, tmp_path):
         torch.testing.assert_close(outputs[name], expected, atol=1e-6, rtol=0)
     again = hub.files(f"{repo_id}-again")
     # the code files survive a re-push from a model loaded with remote code
-    assert {name: again.get(name) for name in CODE_FILES} == {name: files[name] for name in CODE_FILES}
+    assert {name: again.get(name) for name in code_files(method)} == {name: files[name] for name in code_files(method)}
 
 
-@pytest.mark.parametrize("method", sorted(LM_ROUND_TRIPS))
+@pytest.mark.parametrize(  # tt in the fast tier, tiered in the slow one
+    "method", [pytest.param(m, marks=() if m == "tt" else pytest.mark.slow) for m in sorted(LM_ROUND_TRIPS)]
+)
 def test_causal_lm_push_then_load_without_the_library(hub, repo_id, method, tmp_path):
     torch.manual_seed(0)
     config = LlamaConfig(
@@ -124,7 +132,7 @@ def test_causal_lm_push_then_load_without_the_library(hub, repo_id, method, tmp_
     push_to_hub(model, repo_id)
 
     files = hub.files(repo_id)
-    assert {"config.json", "model.safetensors", "README.md", *CODE_FILES} <= set(files)
+    assert {"config.json", "model.safetensors", "README.md", *code_files(method)} <= set(files)
     card = ModelCard.load(repo_id)
     card.validate()
     assert card.data.pipeline_tag == "text-generation" and method in card.data.tags

@@ -73,7 +73,7 @@ def test_recipe_smoke_writes_results_and_plot(tmp_path):
     results = tensorslm.main(["--model", str(model_dir), "--dataset", str(assets.sotu_dir()), "--sweep", "smoke",
                               "--output-dir", str(tmp_path / "out"), "--eval-tokens", "300", "--window", "64",
                               "--stride", "32", "--heal-steps", "3", "--heal-tokens", "128",
-                              "--tt-solver", "power"])
+                              "--tt-solver", "power", "--quant-arms", "bnb-int8-row", "bnb-nf4-b64"])
     written = json.loads((tmp_path / "out" / "results.json").read_text())
     assert written == json.loads(json.dumps(results))
     names = [run["name"] for run in written["runs"]]
@@ -85,6 +85,10 @@ def test_recipe_smoke_writes_results_and_plot(tmp_path):
     assert set(tt) >= {"name", "tt_shape", "tt_ranks", "embedding_params", "compression_ratio", "perplexity",
                        "delta_ln_ppl", "energy_ratio", "compress_seconds"}
     assert tt["tt_solver"] == "power"
+    quantized = {run["name"]: run for run in written["runs"] if run["method"] == "quantization"}
+    assert set(quantized) == {"bnb-int8-row", "bnb-nf4-b64"} and quantized["bnb-nf4-b64"]["library"] == "bitsandbytes"
+    assert quantized["bnb-int8-row"]["embedding_bytes"] == 97 * 72 + 97 * 4  # int8 codes + an fp32 absmax per row
+    assert abs(quantized["bnb-int8-row"]["delta_ln_ppl"]) < abs(quantized["bnb-nf4-b64"]["delta_ln_ppl"]) + 0.01
     assert tt["tt_shape"] == [3, 4, 6] and tt["tt_ranks"] == [3, 5]  # balanced 72 = 3x4x6; ranks capped at 3, 6
     assert tt["compression_ratio"] == pytest.approx(97 * 72 / tt["embedding_params"])
     healed = next(run for run in written["runs"] if run["name"] == "tt3-r5-output-exact64-healed")

@@ -12,16 +12,12 @@ import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.methods.tt import layer as tt_module
-from hf_tensorcompress.methods.tt.layer import (
-    TTEmbedding,
-    TTTiedHead,
-    best_cut,
-    factored_logits,
-    resolve_solver,
-    tt_reconstruct,
-    tt_svd,
-)
+from hf_tensorcompress.methods.tt import logits as tt_logits
+from hf_tensorcompress.methods.tt import solver as tt_solver
+from hf_tensorcompress.methods.tt.head import TTTiedHead
+from hf_tensorcompress.methods.tt.layer import TTEmbedding
+from hf_tensorcompress.methods.tt.logits import best_cut, factored_logits
+from hf_tensorcompress.methods.tt.solver import resolve_solver, tt_reconstruct, tt_svd
 from hf_tensorcompress.methods.tt.apply import apply_tt
 
 VOCAB, HIDDEN = 120, 24
@@ -115,7 +111,7 @@ def test_the_cached_copy_follows_in_place_edits_of_the_cores():
 
 
 def test_the_factored_path_keeps_its_layout_only_while_the_cores_and_exact_tokens_are_unchanged(monkeypatch):
-    monkeypatch.setattr(tt_module, "FACTORED_BLOCK", 7)  # several blocks over 40 tokens
+    monkeypatch.setattr(tt_logits, "FACTORED_BLOCK", 7)  # several blocks over 40 tokens
     layer = TTEmbedding.from_weight(spread_rows(40, 24, seed=5), [4, 6], [2])
     layer.keep_exact(torch.tensor([0, 3, 9]), spread_rows(3, 24, seed=6))
     hidden = torch.randn(2, 24)
@@ -175,11 +171,12 @@ def test_the_auto_solver_picks_power_for_fixed_ranks_and_eigh_for_eps():
 def test_the_layer_file_loads_and_decomposes_where_tqdm_is_missing(tmp_path):
     """The shipped copy of the layer (as a checkpoint holds it) needs tqdm only for its progress bar."""
     from hf_tensorcompress.core.export import write_modeling_code
+    from hf_tensorcompress.methods import get_method
 
     package = tmp_path / "checkpoint_code"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    write_modeling_code(package)
+    write_modeling_code(package, [get_method("tt")])
     script = textwrap.dedent(f"""
         import sys
         class Block:
@@ -188,7 +185,7 @@ def test_the_layer_file_loads_and_decomposes_where_tqdm_is_missing(tmp_path):
                     raise ImportError("no tqdm here")
         sys.meta_path.insert(0, Block())
         sys.path.insert(0, {str(tmp_path)!r})
-        from checkpoint_code import tt_layer as module
+        from checkpoint_code import tt_solver as module
         import torch
         cores, _ = module.tt_svd(torch.randn(50, 12), [3, 4], [2], progress=True)
         assert "tqdm" not in sys.modules

@@ -24,8 +24,11 @@ from transformers import (
 )
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.methods.tt import layer as tt_module
-from hf_tensorcompress.methods.tt.layer import TTEmbedding, TTTiedHead, balanced_shape, tt_reconstruct, tt_svd
+from hf_tensorcompress.methods.tt import logits as tt_logits
+from hf_tensorcompress.methods.tt import solver as tt_solver
+from hf_tensorcompress.methods.tt.head import TTTiedHead
+from hf_tensorcompress.methods.tt.layer import TTEmbedding
+from hf_tensorcompress.methods.tt.solver import balanced_shape, tt_reconstruct, tt_svd
 
 VOCAB, HIDDEN = 120, 24
 
@@ -123,7 +126,7 @@ def test_blocks_over_threads_give_what_one_batch_gives(monkeypatch):
     eps = torch.linspace(0.2, 0.6, 700)  # per-token budgets, so blocks store different ranks
     whole = {mode: tt_svd(weight, [4, 3, 6], **kwargs) for mode, kwargs in
              {"fixed": {"max_ranks": [3, 2], "solver": "eigh"}, "eps": {"eps": eps}}.items()}
-    monkeypatch.setattr(tt_module, "DECOMPOSE_BLOCK", 128)
+    monkeypatch.setattr(tt_solver, "DECOMPOSE_BLOCK", 128)
     for count in (1, 3):
         with torch_threads(count):
             for mode, kwargs in {"fixed": {"max_ranks": [3, 2], "solver": "eigh"}, "eps": {"eps": eps}}.items():
@@ -137,7 +140,7 @@ def test_power_solver_stays_within_one_percent_of_exact_tt_svd_and_is_thread_ind
     weight = _spread_rows(1500, 72, seed=1)
     weight[7] = 0  # no dominant subspace at all
     weight[8] = torch.einsum("i,j,k->ijk", torch.randn(4), torch.randn(3), torch.randn(6)).reshape(-1)  # ranks 1, 1
-    monkeypatch.setattr(tt_module, "DECOMPOSE_BLOCK", 512)
+    monkeypatch.setattr(tt_solver, "DECOMPOSE_BLOCK", 512)
     exact, _ = tt_svd(weight, [4, 3, 6], [3, 2])
     power, ranks = tt_svd(weight, [4, 3, 6], [3, 2], solver="power")
     assert bool((ranks == torch.tensor([3, 2], dtype=torch.int32)).all())

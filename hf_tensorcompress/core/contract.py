@@ -1,7 +1,8 @@
 """The contract every replacement layer implements, and the registry of layer types that checkpoints name.
 
 Ships inside saved checkpoints (imports torch only). A subclass with a ``layer_type`` registers itself, so
-``CompressedLayer.types[spec["type"]]`` rebuilds any recorded layer without a hand-kept list.
+``CompressedLayer.types[spec["type"]]`` rebuilds any recorded layer without a hand-kept list; a ``ModelOption``
+subclass (behaviour a method records beside its layers) likewise registers under its ``key``.
 """
 
 from __future__ import annotations
@@ -86,6 +87,67 @@ class CompressedLayer(nn.Module):
 
     def bind(self, model: nn.Module) -> None:
         """Nothing to do for a layer that only replaces its own module."""
+
+    def dense_weight(self) -> torch.Tensor:
+        """The dense weight this layer computes (``nn.Linear``/``nn.Embedding`` orientation), for ``decompress``."""
+        return self.weight
+
+    def fill_dense(self, module: nn.Module) -> None:
+        """Write this layer's dense weight (and bias) into ``module``, the dense module it replaced: ``decompress``
+        builds that module empty from the model's own class, so its type and layout (e.g. GPT-2's ``Conv1D``, stored
+        ``(in, out)``) are the original's."""
+        weight = self.dense_weight().detach()
+        if type(module).__name__ == "Conv1D":
+            weight = weight.T
+        module.weight.data.copy_(weight)
+        if getattr(module, "bias", None) is not None:  # a layer without a bias computes a zero one
+            bias = getattr(self, "bias", None)
+            if bias is None:
+                module.bias.data.zero_()
+            else:
+                module.bias.data.copy_(bias.detach())
+
+    def unbind(self, model: nn.Module, reference: nn.Module) -> None:
+        """Undo ``bind`` once ``decompress`` has put the dense module back; ``reference`` is a dense model of the
+        base class on the meta device, from which modules ``bind`` replaced can be taken."""
+
+
+class ModelOption:
+    """Model-level behaviour a method records in ``compression_config`` beside its layers (e.g. biprop's SBT attention
+    masks): re-installed on load, initialised where a checkpoint lacks its tensors. Defining a subclass with a ``key``
+    (the ``compression_config`` entry that turns it on) registers it in ``ModelOption.options``."""
+
+    key: ClassVar[str] = ""
+    #: Every option class with a ``key``, by that key (filled by ``__init_subclass__``).
+    options: ClassVar[dict[str, type["ModelOption"]]] = {}
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.key:
+            ModelOption.options[cls.key] = cls
+
+    @classmethod
+    def active(cls, compression: dict) -> bool:
+        return compression.get(cls.key) is not None
+
+    @classmethod
+    def install(cls, model: nn.Module, compression: dict) -> None:
+        raise NotImplementedError(f"{cls.__name__} must install itself on a model in install()")
+
+    @classmethod
+    def tensors(cls, model: nn.Module, compression: dict) -> dict[str, torch.Tensor]:
+        """The persistent tensors the option owns, by full state-dict key (checked after loading)."""
+        return {}
+
+    @classmethod
+    def initial_tensors(cls, model: nn.Module, compression: dict) -> dict[str, torch.Tensor]:
+        """Fresh values for ``tensors`` (used where a checkpoint did not fill them)."""
+        return {}
+
+    @classmethod
+    def dense_equivalent(cls, compression: dict) -> str | None:
+        """Why a model with this option cannot become a plain dense model (``decompress``), or None if it can."""
+        return None
 
 
 class CompressedLinear(CompressedLayer):

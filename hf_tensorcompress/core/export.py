@@ -1,87 +1,122 @@
 """What makes a compressed model save with self-contained code: its class, ``auto_map``, ``compression_config``,
 and the modeling files written next to the weights.
 
-The files that ship inside checkpoints are listed once, in ``SHIPPED_FILES``. In the package they live with their
-method (``methods/cp/layer.py``, ...); a checkpoint holds them flat under the names given here, which is the layout
-``trust_remote_code`` loading needs (transformers copies a modeling file and its sibling imports). Their relative
-imports are rewritten to those flat names when written; a shipped file may import only torch, transformers and
+Which files ship is derived, not listed: the entry point ``modeling_tensorcompress.py``, the files defining the
+method's layer and model-option classes (``Method.layers``, ``Method.options``), and every file those import from
+this package, recursively. A checkpoint holds them flat (``core/contract.py`` → ``contract.py``,
+``methods/tt/layer.py`` → ``tt_layer.py``, a file outside the package under its own name), which is the layout
+``trust_remote_code`` loading needs; their imports of package files are rewritten to those flat names, and
+``shipped_layers.py`` is written to import the layer files. A shipped file may import only torch, transformers and
 other shipped files.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
+import sys
 from pathlib import Path
 
 import transformers
 from torch import nn
 
-from ..config import CompressionConfig
 from .contract import QUANTIZATION_MARKER
-from .modeling_tensorcompress import CompressedModelMixin, compressed_class
+from .modeling_tensorcompress import compressed_class
+from .registry import Method
 
 REMOTE_MODULE = "modeling_tensorcompress"
 PACKAGE = Path(__file__).resolve().parent.parent
-PACKAGE_NAME = "hf_tensorcompress"
+PACKAGE_NAME = PACKAGE.name
+ENTRY = Path(__file__).resolve().with_name(f"{REMOTE_MODULE}.py")
+MANIFEST = Path(__file__).resolve().with_name("shipped_layers.py")
 
-#: Path inside the package -> file name inside a checkpoint.
-SHIPPED_FILES: dict[str, str] = {
-    "core/modeling_tensorcompress.py": f"{REMOTE_MODULE}.py",
-    "core/structure.py": "structure.py",
-    "core/contract.py": "contract.py",
-    "core/lowbit.py": "lowbit.py",
-    "core/factor_storage.py": "factor_storage.py",
-    "methods/cp/layer.py": "cp_layer.py",
-    "methods/svd/layer.py": "svd_layer.py",
-    "methods/biprop/layer.py": "biprop_layer.py",
-    "methods/biprop/attention.py": "biprop_attention.py",
-    "methods/tt/layer.py": "tt_layer.py",
-    "methods/tt/scaled.py": "tt_scaled_layer.py",
-}
-
-_RELATIVE_IMPORT = re.compile(r"^(\s*)from (\.+)([\w.]*) import ", re.MULTILINE)
+#: ``from <relative or package module> import <names>`` lines, at any indentation.
+_IMPORT = re.compile(rf"^(\s*)from (\.+[\w.]*|{PACKAGE_NAME}(?:\.\w+)*) import (\(?\s*)(\w+)", re.MULTILINE)
 
 
-def _module_of(path: str) -> str:
-    return ".".join([PACKAGE_NAME, *Path(path).with_suffix("").parts])
+def flat_name(path: Path) -> str:
+    """A shipped file's name inside a checkpoint."""
+    try:
+        parts = path.resolve().relative_to(PACKAGE).with_suffix("").parts
+    except ValueError:
+        return path.stem
+    if parts[0] == "methods" and len(parts) == 3:
+        return f"{parts[1]}_{parts[2]}"
+    return parts[-1]
 
 
-def shipped_source(path: str) -> str:
-    """The text of shipped file ``path`` with its relative imports pointing at the flat checkpoint names."""
-    flat = {_module_of(source): Path(name).stem for source, name in SHIPPED_FILES.items()}
-    package = _module_of(path).rpartition(".")[0]
+def _imported_file(path: Path, module: str, name: str = "") -> Path | None:
+    """The file a ``from <module> import <name>`` line of ``path`` imports from, when it is a file of this package
+    (``from hf_tensorcompress import <name>``: the module defining that public name)."""
+    if module == PACKAGE_NAME:  # a public name of the package: the module that defines it
+        defining = sys.modules[PACKAGE_NAME]._EXPORTS.get(name)
+        if defining is None:
+            return None
+        module = PACKAGE_NAME + defining
+    if module.startswith("."):
+        dots = len(module) - len(module.lstrip("."))
+        base = path.resolve().parent
+        for _ in range(dots - 1):
+            base = base.parent
+        parts = [part for part in module.lstrip(".").split(".") if part]
+    else:
+        base, parts = PACKAGE, module.split(".")[1:]
+    target = base.joinpath(*parts)
+    for candidate in (target.with_suffix(".py"), target / "__init__.py"):
+        if candidate.is_file():
+            return candidate.resolve()
+    return None
+
+
+def shipped_files(methods: list[Method]) -> dict[Path, str]:
+    """Every file a checkpoint of ``methods`` ships: the entry point, the files of their layer and option classes,
+    and every package file those import, recursively; ``{path: flat module name}``."""
+    pending = [ENTRY] + [Path(inspect.getsourcefile(cls)).resolve() for m in methods for cls in (*m.layers, *m.options)]
+    files: dict[Path, str] = {}
+    while pending:
+        path = pending.pop()
+        if path in files:
+            continue
+        files[path] = flat_name(path)
+        text = path.read_text(encoding="utf-8")
+        pending += [f for f in (_imported_file(path, m.group(2), m.group(4)) for m in _IMPORT.finditer(text)) if f]
+    names = sorted(files.values())
+    clashes = {name for name in names if names.count(name) > 1}
+    if clashes:
+        raise ValueError(f"shipped files would share the checkpoint names {sorted(clashes)}; rename one of them")
+    return files
+
+
+def shipped_source(path: Path, files: dict[Path, str], methods: list[Method]) -> str:
+    """The text of shipped file ``path`` as a checkpoint holds it: imports of package files point at the flat
+    names; the layer manifest imports the layer files of ``methods``."""
+    if path == MANIFEST:
+        classes = list(dict.fromkeys(cls for m in methods for cls in (*m.layers, *m.options)))
+        docstring = path.read_text(encoding="utf-8").split('"""')[1]
+        imports = [f"from .{files[Path(inspect.getsourcefile(cls)).resolve()]} import {cls.__name__}" for cls in classes]
+        names = "".join(f"{cls.__name__}, " for cls in classes)
+        return f'"""{docstring}"""\n\n' + "\n".join(imports) + f"\n\nLAYER_CLASSES = ({names})\n"
 
     def rewrite(match: re.Match) -> str:
-        indent, dots, name = match.groups()
-        base = package.rsplit(".", len(dots) - 1)[0] if len(dots) > 1 else package
-        target = f"{base}.{name}" if name else base
-        if target not in flat:
-            raise ValueError(f"shipped file {path} imports {dots}{name}, which is not shipped; see SHIPPED_FILES")
-        return f"{indent}from .{flat[target]} import "
+        indent, module, opening, name = match.groups()
+        target = _imported_file(path, module, name)
+        if target is None or target not in files:
+            raise ValueError(f"shipped file {path} imports {module}, which is not shipped (torch and transformers only)")
+        return f"{indent}from .{files[target]} import {opening}{name}"
 
-    return _RELATIVE_IMPORT.sub(rewrite, (PACKAGE / path).read_text(encoding="utf-8"))
+    return _IMPORT.sub(rewrite, path.read_text(encoding="utf-8"))
 
 
-def write_modeling_code(folder: str | os.PathLike) -> list[Path]:
-    """Write every shipped file into ``folder`` (a checkpoint), flat; returns the written paths."""
+def write_modeling_code(folder: str | os.PathLike, methods: list[Method]) -> list[Path]:
+    """Write the shipped files of ``methods`` into ``folder``, flat; returns the written paths."""
+    files = shipped_files(methods)
     written = []
-    for source, name in SHIPPED_FILES.items():
-        target = Path(folder) / name
-        target.write_text(shipped_source(source), encoding="utf-8")
+    for path, name in files.items():
+        target = Path(folder) / f"{name}.py"
+        target.write_text(shipped_source(path, files, methods), encoding="utf-8")
         written.append(target)
     return written
-
-
-def after_save(model: nn.Module, folder: str | os.PathLike, repo_id: str | None = None) -> None:
-    """``CompressedModelMixin.save_hook`` where the library is installed: the modeling code, then the model card."""
-    from ..hub import write_model_card
-
-    write_modeling_code(folder)
-    write_model_card(model, folder, repo_id=repo_id)
-
-
-CompressedModelMixin.save_hook = staticmethod(after_save)
 
 
 def auto_classes_for(base: type[nn.Module], config) -> list[str]:
@@ -99,12 +134,13 @@ def auto_classes_for(base: type[nn.Module], config) -> list[str]:
     return names
 
 
-def mark_compressed(model: nn.Module, recorded: CompressionConfig) -> None:
-    """Make ``model`` a ``Compressed<Class>``, record the config, point ``auto_map`` at the shipped code and
-    ``quantization_config`` at the registered quantizer (native loading, ``core/quantizer.py``)."""
+def mark_compressed(model: nn.Module, recorded: dict, save_hook=None) -> None:
+    """Make ``model`` a ``Compressed<Class>`` (with ``save_hook``, see ``compressed_class``), record the config
+    (``recorded``: a ``CompressionConfig.to_dict()``), point ``auto_map`` at the shipped code and
+    ``quantization_config`` at the library's transformers quantizer (native loading)."""
     base = type(model)
-    model.__class__ = compressed_class(base)
-    model.config.compression_config = recorded.to_dict()
+    model.__class__ = compressed_class(base, save_hook)
+    model.config.compression_config = recorded
     model.config.quantization_config = dict(QUANTIZATION_MARKER)
     class_name = model.__class__.__name__
     auto_map = dict(getattr(model.config, "auto_map", None) or {})

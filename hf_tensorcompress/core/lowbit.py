@@ -62,11 +62,17 @@ def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def unpack(packed: torch.Tensor, bits: int, columns: int) -> torch.Tensor:
-    """Inverse of ``pack``: ``(rows, columns)`` codes as int64."""
+    """Inverse of ``pack``: ``(rows, columns)`` codes (uint8 for 2, 4 and 8 bits, which split bytes directly, the
+    fast path of every decoding step; int32 for 3 bits, whose codes straddle bytes)."""
     rows = packed.shape[0]
-    byte_shifts = torch.arange(bits, device=packed.device) * 8
-    word = (packed.to(torch.int64).reshape(rows, -1, bits) << byte_shifts).sum(dim=-1, keepdim=True)
-    shifts = torch.arange(8, device=packed.device) * bits
+    if bits == 8:
+        return packed[:, :columns]
+    if bits in (2, 4):  # one scalar shift per code slot: far faster on CPU than a broadcast shift
+        parts = [(packed >> shift) & (2**bits - 1) for shift in range(0, 8, bits)]
+        return torch.stack(parts, dim=-1).reshape(rows, -1)[:, :columns]
+    byte_shifts = torch.arange(bits, device=packed.device, dtype=torch.int32) * 8
+    word = (packed.to(torch.int32).reshape(rows, -1, bits) << byte_shifts).sum(dim=-1, keepdim=True, dtype=torch.int32)
+    shifts = torch.arange(8, device=packed.device, dtype=torch.int32) * bits
     return ((word >> shifts) & (2**bits - 1)).reshape(rows, -1)[:, :columns]
 
 
@@ -121,14 +127,14 @@ class LowBitTensor(nn.Module):
             return codes.to(dtype)
         scale = self.scale if ids is None else self.scale.index_select(0, ids.reshape(-1))
         minimum = self.minimum if ids is None else self.minimum.index_select(0, ids.reshape(-1))
-        values = unpack(codes, self.bits, self.shape[1]).to(torch.float32).reshape(len(codes), -1, self.group_size)
-        return (values * scale.float()[..., None] + minimum.float()[..., None]).reshape(len(codes), -1).to(dtype)
+        values = unpack(codes, self.bits, self.shape[1]).to(dtype).reshape(len(codes), -1, self.group_size)
+        return torch.addcmul(minimum.to(dtype)[..., None], values, scale.to(dtype)[..., None]).reshape(len(codes), -1)
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The whole float matrix (for analysis and tests; layers use ``rows`` and ``matmul_t``)."""
         return self.rows(None, dtype)
 
-    def matmul_t(self, hidden: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+    def matmul_t(self, hidden: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
         """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``), decoding ``chunk`` rows at a time: the transient is
         one chunk, never the whole float table."""
         parts = []

@@ -23,7 +23,7 @@ import transformers
 from torch import nn
 
 from .contract import QUANT_METHOD, TOMBSTONE_KEY, CompressedLayer
-from .structure import CompressedCheckpointError, install_layers, install_model_options, qkv_masks
+from .structure import CompressedCheckpointError, active_options, install_layers, install_model_options
 
 CLASS_PREFIX = "Compressed"
 
@@ -88,13 +88,14 @@ def _expect_tombstones(model: nn.Module, module_names) -> None:
     model._keys_to_ignore_on_load_unexpected = set(model._keys_to_ignore_on_load_unexpected or ()) | patterns
 
 
-def make_compressed(model: nn.Module) -> nn.Module:
+def make_compressed(model: nn.Module, save_hook=None) -> nn.Module:
     """Give a model built from a compressed checkpoint's ``config.json`` its compressed structure, in place: the class
-    ``Compressed<Base>``, empty layers from the specs (on the device and dtype of what they replace: the meta device
-    while ``from_pretrained`` builds), the model options; the tombstones become expected keys."""
+    ``Compressed<Base>`` (with ``save_hook``, see ``compressed_class``), empty layers from the specs (on the device
+    and dtype of what they replace: the meta device while ``from_pretrained`` builds), the model options; the
+    tombstones become expected keys."""
     compression = model.config.compression_config = for_this_class(model, compression_of(model.config))
     if not is_compressed(model):
-        model.__class__ = compressed_class(type(model))
+        model.__class__ = compressed_class(type(model), save_hook)
         install_layers(model, compression["modules"])
         install_model_options(model, compression)
     _expect_tombstones(model, compression["modules"])
@@ -110,17 +111,18 @@ def unloaded_tensors(model: nn.Module) -> list[str]:
         for name in compression["modules"]
         for key, value in model.get_submodule(name).state_dict(keep_vars=True).items()
     }
-    for name in compression.get("attention_modules", []) if compression.get("attention") == "qkv_mask" else []:
-        tensors[f"{name}.sbt_qkv_mask"] = model.get_submodule(name).sbt_qkv_mask
+    for option in active_options(compression):
+        tensors.update(option.tensors(model, compression))
     return sorted(key for key, value in tensors.items() if not getattr(value, "_is_hf_initialized", False))
 
 
 class CompressedModelMixin:
     """Re-installs the compressed layers after the base model's ``__init__`` and checks what was loaded."""
 
-    #: ``save_hook(model, folder, repo_id=None)`` writes the modeling code and the model card next to the weights;
-    #: hf_tensorcompress sets it on import. Where only this shipped code is loaded (``trust_remote_code``) it stays
-    #: None: transformers registers the class for its Auto class then, and copies these files itself.
+    #: ``save_hook(model, folder, repo_id=None)`` writes the modeling code and the model card next to the weights:
+    #: the library passes it to ``compressed_class`` for the classes it makes. Where only this shipped code is
+    #: loaded (``trust_remote_code``) it is None: transformers registers the class for its Auto class then, and
+    #: copies these files itself.
     save_hook = None
 
     def __init__(self, config, *args, **kwargs) -> None:
@@ -146,18 +148,28 @@ class CompressedModelMixin:
         compression = compression_of(self.config)
         modules = dict(self.named_modules())  # during __init__ (post_init) the layers are not installed yet
         layers = [m for m in modules.values() if isinstance(m, CompressedLayer) and pending(m)]
-        masked = [
-            name for name in compression.get("attention_modules", [])
-            if hasattr(modules.get(name), "sbt_qkv_mask") and pending(modules[name])
-        ]
+        options = active_options(compression)
+        unfilled = {
+            key: tensor
+            for option in options
+            for key, tensor in option.tensors(self, compression).items()
+            if not getattr(tensor, "_is_hf_initialized", False) and not getattr(
+                modules.get(key.rpartition(".")[0]), "_is_hf_initialized", False)
+        }
         super().initialize_weights()
         with torch.no_grad():
             for layer in layers:
                 layer.reset_parameters()
                 layer._is_hf_initialized = True
-            drawn = qkv_masks(self, compression) if masked else {}
-            for name in masked:
-                self.get_submodule(name).sbt_qkv_mask.copy_(drawn[name])
+            fresh = {k: v for option in options for k, v in option.initial_tensors(self, compression).items()} if unfilled else {}
+            for key, tensor in unfilled.items():
+                tensor.copy_(fresh[key])
+
+    def dequantize(self):
+        """The dense model of the base class with every compressed layer's weight rebuilt (``decompress``)."""
+        from .decompress import decompress
+
+        return decompress(self)
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """``PreTrainedModel.save_pretrained`` with a tombstone under each replaced module's dense key, plus the
@@ -235,17 +247,23 @@ def _is_key_of(key, module_names: tuple[str, ...]) -> bool:
     return any(key.startswith(name + ".") or f".{name}." in key for name in module_names)
 
 
-_CLASSES: dict[str, type] = {}
+
+_CLASSES: dict[tuple[type, object], type] = {}
 
 
-def compressed_class(base: type[nn.Module]) -> type[nn.Module]:
-    """The ``Compressed<Base>`` subclass of a transformers model class (made once, then reused)."""
+def compressed_class(base: type[nn.Module], save_hook=None) -> type[nn.Module]:
+    """The ``Compressed<Base>`` subclass of a transformers model class (made once per hook, then reused).
+
+    ``save_hook(model, folder, repo_id=None)`` runs after ``save_pretrained`` and before a Hub upload: the library
+    passes its writer of the modeling code and model card; the remote-code path passes none."""
     if issubclass(base, CompressedModelMixin):
-        return base
-    name = CLASS_PREFIX + base.__name__
-    if name not in _CLASSES:
-        _CLASSES[name] = type(name, (CompressedModelMixin, base), {"__module__": __name__})
-    return _CLASSES[name]
+        base = next(cls for cls in base.__mro__ if not issubclass(cls, CompressedModelMixin))
+    key = (base, save_hook)
+    if key not in _CLASSES:
+        hook = None if save_hook is None else staticmethod(save_hook)
+        _CLASSES[key] = type(CLASS_PREFIX + base.__name__, (CompressedModelMixin, base),
+                             {"__module__": __name__, "save_hook": hook})
+    return _CLASSES[key]
 
 
 def __getattr__(name: str) -> type[nn.Module]:

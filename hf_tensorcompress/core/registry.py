@@ -1,18 +1,20 @@
-"""The method registry: each compression method registers its config class and how it builds its layers.
+"""The method registry: each compression method registers its config class, how it builds its layers, and the
+layer and model-option classes its checkpoints ship.
 
-Methods register themselves when their ``methods/<name>/apply.py`` is imported (it calls ``register_method``);
-lookups load the built-in ones on first use, so importing this module imports no method.
+A method registers itself with one ``register_method`` call (the built-in ones in ``methods/<name>/apply.py``);
+this module knows no method. ``hf_tensorcompress.methods.get_method`` loads the built-in ones before looking up.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from torch import nn
+if TYPE_CHECKING:  # no torch at import: the command line reads the registry for its flags
+    from torch import nn
 
 #: ``build(model, name, module, config, calibration) -> layer``: must not modify ``model``.
-Builder = Callable[[nn.Module, str, nn.Module, Any, Any], nn.Module]
+Builder = Callable[["nn.Module", str, "nn.Module", Any, Any], "nn.Module"]
 
 
 @dataclass(frozen=True)
@@ -26,40 +28,46 @@ class Method:
     (recorded in ``compression_config``) without touching the model; ``prepare(model, config, calibration)``
     checks and condenses calibration data once, before any layer is built (its result reaches every ``build``);
     ``reads_weights(config)`` says whether ``build`` computes the layer from the dense weights (then it cannot run on
-    a model whose weights are on the meta device, i.e. not loaded).
+    a model whose weights are on the meta device, i.e. not loaded); ``layers`` and ``options`` are the
+    ``CompressedLayer`` and ``ModelOption`` classes its checkpoints may name: their files (and what those import
+    from the package) ship inside every checkpoint of the method.
     """
 
     name: str
     config_class: type
     default_targets: Callable[[nn.Module], list[str]]
     build: Builder
-    accepts: tuple[type[nn.Module], ...] = (nn.Linear,)
+    accepts: tuple[type[nn.Module], ...] = ()
     keywords: dict[str, Callable[[nn.Module], list[str]]] = field(default_factory=dict)
     model_options: Callable[[nn.Module, Any], dict] | None = None
     prepare: Callable[[nn.Module, Any, Any], Any] | None = None
     reads_weights: Callable[[Any], bool] = lambda config: True
+    layers: tuple[type[nn.Module], ...] = ()
+    options: tuple[type, ...] = ()
 
 
 _METHODS: dict[str, Method] = {}
 
 
 def register_method(method: Method) -> Method:
-    """Add ``method`` under its name (a second registration of the same name replaces the first)."""
+    """Add ``method``, keyed by its name, which must be its config class's ``method_name``. A second method of the
+    same name is refused (registering the very same ``Method`` again is a no-op)."""
+    if getattr(method.config_class, "method_name", None) != method.name:
+        raise ValueError(
+            f"Method {method.name!r}: its config class {method.config_class.__name__} must set "
+            f"method_name = {method.name!r} (the name configs and checkpoints use)"
+        )
+    if not method.accepts:
+        raise ValueError(f"Method {method.name!r} names no module types it replaces (accepts=...)")
+    if not method.layers:
+        raise ValueError(f"Method {method.name!r} names no layer classes (layers=...): its checkpoints could not load")
+    existing = _METHODS.get(method.name)
+    if existing is not None and existing != method:
+        raise ValueError(f"a method named {method.name!r} is already registered ({existing.config_class.__name__})")
     _METHODS[method.name] = method
     return method
 
 
-def registered_methods() -> dict[str, Method]:
-    """Every registered method by name (the built-in ones are imported on first call)."""
-    from ..methods import load_builtin
-
-    load_builtin()
+def registered() -> dict[str, Method]:
+    """The methods registered so far, by name (built-in ones only once something loaded them)."""
     return dict(_METHODS)
-
-
-def get_method(name: str) -> Method:
-    """The method called ``name``; an error lists the registered ones."""
-    methods = registered_methods()
-    if name not in methods:
-        raise ValueError(f"method={name!r} is not supported; choose one of {sorted(methods)}")
-    return methods[name]

@@ -1,27 +1,16 @@
 """Rebuilds a compressed model's structure from the per-module specs recorded in ``config.compression_config``.
 
-Ships inside saved checkpoints (the file list is ``core.export.SHIPPED_FILES``). Importing the layer files
-registers their types with ``CompressedLayer.types``.
+Ships inside saved checkpoints. It names no method: layer types come from ``CompressedLayer.types`` and
+model-level options from ``ModelOption.options``, which the layer files fill when they are imported (in a
+checkpoint, by ``shipped_layers``; in the package, when their method registers).
 """
 
 from __future__ import annotations
 
 from torch import nn
 
-from ..methods.biprop.attention import install_attention, qkv_masks
-from ..methods.biprop.layer import BipropLinear
-from ..methods.cp.layer import CPLinear
-from ..methods.svd.layer import LowRankLinear
-from ..methods.tt.layer import TTEmbedding
-from ..methods.tt.scaled import ScaledTTEmbedding
-from .contract import CompressedLayer
-
-__all__ = [
-    "CompressedCheckpointError", "build_layer", "install_layers", "bind_layers", "install_model_options", "qkv_masks"
-]
-
-#: The layer types a checkpoint may name (importing them registered each with ``CompressedLayer.types``).
-SHIPPED_LAYERS = (CPLinear, LowRankLinear, BipropLinear, TTEmbedding, ScaledTTEmbedding)
+from .shipped_layers import LAYER_CLASSES  # noqa: F401  (in a checkpoint: imports, so registers, its layers)
+from .contract import CompressedLayer, ModelOption
 
 
 class CompressedCheckpointError(ValueError):
@@ -66,6 +55,12 @@ def bind_layers(model: nn.Module, names) -> None:
             layer.bind(model)
 
 
+def active_options(compression: dict) -> list[type[ModelOption]]:
+    """The registered model options ``compression`` turns on."""
+    return [option for option in ModelOption.options.values() if option.active(compression)]
+
+
 def install_model_options(model: nn.Module, compression: dict) -> None:
-    """Model-level options recorded in ``compression_config`` (biprop's SBT attention), re-installed on load."""
-    install_attention(model, compression)
+    """Model-level options recorded in ``compression_config`` (e.g. biprop's SBT attention), re-installed on load."""
+    for option in active_options(compression):
+        option.install(model, compression)

@@ -11,7 +11,10 @@ from pathlib import Path
 
 from .. import assets
 
-WEIGHTS_NOTE = "SmolLM2-135M-Instruct, Q4_1 GGUF dequantised to float32 by transformers (4-bit weights)"
+WEIGHTS_NOTE = (
+    "SmolLM2-135M-Instruct GGUF dequantised to float32 by transformers: block linears Q4_1 (4-bit), tied embedding "
+    "token_embd.weight Q8_0 (8-bit)"
+)
 
 
 def smollm2_dir() -> Path:

@@ -38,16 +38,21 @@ class SearchConfig:
             end (not the training batches, which differ from stage to stage and reward mini-batch luck).
         validation_batches: batches of ``eval_dataset`` behind the validation-loss reward (its first ones, in order).
         tolerance: ε of the reward; ``None`` takes the paper's value (1.125 for loss, 0.1 for accuracy).
-        epsilon_start, epsilon_end, epsilon_decay: ε-greedy exploration; after ``t`` actions
+        epsilon_start: ε-greedy exploration at the first action; after ``t`` actions
             ``ε_t = max(epsilon_end, epsilon_start · epsilon_decay**t)``, compared with a *uniform* draw.
+        epsilon_end: the floor of ε.
+        epsilon_decay: the factor ε shrinks by per action.
         consecutive_actions: k, a layer is decided when its last k actions chose the same rank (paper: 5).
         max_actions_per_layer: a safeguard the paper lacks: after this many actions without k agreeing, the
             layer is decided at the agent's greedy rank, so the search always ends. ``None`` disables it.
         param_budget: optional fraction in (0, 1] of the dense parameters (weights + biases) of all searched projections that the
             compressed ones may keep in the end. Enforced as AMC's action wall: a rank is only offered if the
             budget can still be met with every other undecided layer at its smallest rank.
-        gamma, learning_rate, hidden_units: actor-critic settings (paper: 0.95, 1e-3, two layers of 40 units).
-        embedding_dim, lstm_units: the state encoder, a token embedding and a 1-layer bidirectional LSTM.
+        gamma: the actor-critic's discount (paper: 0.95).
+        learning_rate: the actor-critic's learning rate (paper: 1e-3).
+        hidden_units: units of each of the actor-critic's two hidden layers (paper: 40).
+        embedding_dim: the state encoder's token embedding size.
+        lstm_units: the units of the state encoder's 1-layer bidirectional LSTM.
         als_iterations: ALS sweeps of a CP re-decomposition at a rank change.
         seed: seeds the agent's weights and its exploration draws (independent of the training seed).
         trace_file: JSON trace of all decisions, written to the Trainer's ``output_dir`` (``None``: not written).

@@ -110,8 +110,9 @@ class SmartformerTrainer(Trainer):
     """``Trainer`` plus the Smartformer search. The model must already be compressed with ``cp`` or ``svd``.
 
     Args:
+        *args: the positional arguments of ``transformers.Trainer``.
         search: the ``SearchConfig`` (defaults: a stage of 10 optimizer steps, loss reward with ε = 1.125).
-        All other arguments are ``transformers.Trainer``'s.
+        **kwargs: the keyword arguments of ``transformers.Trainer``.
 
     After training: ``search.ranks`` / ``search.decided`` hold the chosen ranks, ``search.trace`` every stage's
     record, ``rank_history`` the ranks this process held after each stage, ``search_seconds`` the time spent in

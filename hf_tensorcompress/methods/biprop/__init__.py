@@ -9,6 +9,7 @@ from ...lazy import lazy_exports
 _EXPORTS = {
     "BipropConfig": ".config",
     "BipropLinear": ".layer",
+    "apply_attention": ".apply",
 }
 __all__ = list(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

@@ -9,7 +9,7 @@ from torch import nn
 
 from ...core.registry import Method, register_method
 from ...core.targets import attention_projections, dense_projection, family_of, projection_types
-from .attention import install_attention
+from .attention import SBTAttention, install_attention
 from .config import BipropConfig
 from .layer import BipropLinear
 
@@ -110,6 +110,8 @@ register_method(
         keywords={"all-linear": encoder_linears},
         model_options=model_options,
         reads_weights=lambda config: False,  # frozen random weights from the seed: the dense weights are not used
+        layers=(BipropLinear,),
+        options=(SBTAttention,),
     )
 )
 

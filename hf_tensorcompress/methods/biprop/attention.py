@@ -20,6 +20,8 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
+from ...core.contract import ModelOption
+
 IMPLEMENTATIONS = {"step_t": "sbt_step_t", "qkv_mask": "sbt_qkv_mask"}
 MASK_BUFFER = "sbt_qkv_mask"
 _FLAG = "sbt_attention"
@@ -121,3 +123,36 @@ def install_attention(model: nn.Module, options: dict) -> None:
         config = getattr(sub, "config", None)
         if config is not None and config is not model.config and hasattr(config, "_attn_implementation_internal"):
             config._attn_implementation_internal = IMPLEMENTATIONS[kind]
+
+
+class SBTAttention(ModelOption):
+    """The ``attention`` entry of a biprop ``compression_config`` as a model option: re-installed on load, its Q/K/V
+    masks redrawn from the seed where a checkpoint lacks them."""
+
+    key = "attention"
+
+    @classmethod
+    def install(cls, model: nn.Module, compression: dict) -> None:
+        install_attention(model, compression)
+
+    @classmethod
+    def tensors(cls, model: nn.Module, compression: dict) -> dict[str, torch.Tensor]:
+        if compression.get("attention") != "qkv_mask":
+            return {}
+        modules = (model.get_submodule(name) for name in compression.get("attention_modules", []))
+        # before ``install`` (transformers' init during the base class's __init__) the buffers do not exist yet
+        return {f"{name}.{MASK_BUFFER}": getattr(module, MASK_BUFFER)
+                for name, module in zip(compression.get("attention_modules", []), modules) if hasattr(module, MASK_BUFFER)}
+
+    @classmethod
+    def initial_tensors(cls, model: nn.Module, compression: dict) -> dict[str, torch.Tensor]:
+        if compression.get("attention") != "qkv_mask":
+            return {}
+        return {f"{name}.{MASK_BUFFER}": masks for name, masks in qkv_masks(model, compression).items()}
+
+    @classmethod
+    def dense_equivalent(cls, compression: dict) -> str | None:
+        return (
+            f"biprop's attention={compression['attention']!r} changes the attention itself, which a plain "
+            f"{{base}} cannot run; only models compressed with attention=None decompress"
+        )

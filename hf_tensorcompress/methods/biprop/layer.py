@@ -262,6 +262,10 @@ class BipropLinear(CompressedLinear):
             self._cache = (key, weight)
         return self._cache[1]
 
+    def dense_weight(self) -> torch.Tensor:
+        """``decompress``: the weight the forward uses (``α · sign(W) ⊙ M``), not the frozen random ``W``."""
+        return self.folded_weight()
+
     @torch.no_grad()
     def _refresh_packed(self) -> None:
         """Write the current mask and α into the persistent ``mask_bits`` / ``alpha`` buffers."""

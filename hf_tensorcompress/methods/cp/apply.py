@@ -74,5 +74,6 @@ def reads_weights(config: CPConfig) -> bool:
 
 
 register_method(
-    Method("cp", CPConfig, attention_projections, build, accepts=projection_types(), reads_weights=reads_weights)
+    Method("cp", CPConfig, attention_projections, build, accepts=projection_types(), reads_weights=reads_weights,
+           layers=(CPLinear,))
 )

@@ -30,5 +30,6 @@ def reads_weights(config: SVDConfig) -> bool:
 
 
 register_method(
-    Method("svd", SVDConfig, attention_projections, build, accepts=projection_types(), reads_weights=reads_weights)
+    Method("svd", SVDConfig, attention_projections, build, accepts=projection_types(), reads_weights=reads_weights,
+           layers=(LowRankLinear,))
 )

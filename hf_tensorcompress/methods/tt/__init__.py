@@ -11,7 +11,9 @@ from ...lazy import lazy_exports
 _EXPORTS = {
     "TTConfig": ".config",
     "TTEmbedding": ".layer",
-    "TTTiedHead": ".layer",
+    "TTTiedHead": ".head",
+    "apply_tt": ".apply",
+    "TTCalibration": ".calibration",
 }
 __all__ = list(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

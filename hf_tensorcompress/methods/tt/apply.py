@@ -15,7 +15,8 @@ from ...core.registry import Method, register_method
 from ...core.targets import FAMILIES
 from .calibration import TTCalibration, check_calibration, exact_token_ids, output_basis
 from .config import TTConfig
-from .layer import TTEmbedding, balanced_shape
+from .layer import TTEmbedding
+from .solver import balanced_shape
 from .scaled import ScaledTTEmbedding
 
 DEFAULT_ORDER = 3
@@ -112,7 +113,8 @@ def build(
 
 
 register_method(
-    Method("tt", TTConfig, input_embedding_name, build, accepts=(nn.Embedding,), prepare=check_calibration)
+    Method("tt", TTConfig, input_embedding_name, build, accepts=(nn.Embedding,), prepare=check_calibration,
+           layers=(TTEmbedding, ScaledTTEmbedding))
 )
 
 

@@ -70,7 +70,7 @@ class TTConfig(CompressionConfig):
         ):
             raise ValueError(f"tt_eps must be a float in (0, 1) (relative reconstruction error), got {self.tt_eps!r}")
         check_choice(self.tt_basis, "tt_basis", TT_BASES)
-        from .layer import TT_SOLVERS  # the layer module imports torch: only when validating
+        from .solver import TT_SOLVERS  # the layer module imports torch: only when validating
 
         check_choice(self.tt_solver, "tt_solver", TT_SOLVERS)
         if self.tt_solver == "power" and (self.tt_eps is not None or self.tt_ranks is None):

@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from .layer import TTEmbedding, TTTiedHead
+from .head import TTTiedHead
+from .layer import TTEmbedding
 
 
 @torch.no_grad()

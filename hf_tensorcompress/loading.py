@@ -13,10 +13,11 @@ from pathlib import Path
 import transformers
 from torch import nn
 
-from ..config import CompressionConfig
-from ..extras import require
-from . import export  # noqa: F401  (sets CompressedModelMixin.save_hook: saving writes the code and card)
-from .modeling_tensorcompress import CLASS_PREFIX, compressed_class
+from .config import CompressionConfig
+from .core.modeling_tensorcompress import CLASS_PREFIX
+from .extras import require
+from .methods import get_method
+from .saving import library_class
 
 
 class ModelLoadError(ValueError):
@@ -28,7 +29,10 @@ def model_class(folder: Path) -> type[nn.Module]:
     config_file = folder / "config.json"
     if not config_file.is_file():
         raise ModelLoadError(f"{folder} has no config.json; pass a folder written by save_pretrained or a .gguf file")
-    architectures = json.loads(config_file.read_text(encoding="utf-8")).get("architectures") or []
+    data = json.loads(config_file.read_text(encoding="utf-8"))
+    if isinstance(data.get("compression_config"), dict):  # its method's layer types must be registered before loading
+        get_method(data["compression_config"].get("method", "cp"))
+    architectures = data.get("architectures") or []
     if not architectures:
         raise ModelLoadError(f"{config_file} names no architectures; cannot tell which model class to load")
     name = architectures[0]
@@ -36,7 +40,7 @@ def model_class(folder: Path) -> type[nn.Module]:
     base = getattr(transformers, base_name, None)
     if not (isinstance(base, type) and issubclass(base, transformers.PreTrainedModel)):
         raise ModelLoadError(f"{config_file} names {name!r}, which is not a transformers model class")
-    return compressed_class(base) if name.startswith(CLASS_PREFIX) else base
+    return library_class(base) if name.startswith(CLASS_PREFIX) else base
 
 
 def load_model(path: str | Path) -> nn.Module:

@@ -31,9 +31,9 @@ from transformers.quantizers.auto import (
 from transformers.quantizers.base import HfQuantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
-from ..config import CompressionConfig
-from .contract import QUANT_METHOD, QUANTIZATION_MARKER
-from .registry import get_method
+from .config import CompressionConfig
+from .core.contract import QUANT_METHOD, QUANTIZATION_MARKER
+from .methods import get_method
 
 
 class CompressedCheckpointConfig(QuantizationConfigMixin):
@@ -41,7 +41,7 @@ class CompressedCheckpointConfig(QuantizationConfigMixin):
 
     def __init__(self, quant_method: str = QUANT_METHOD, version: int = 1, **_: Any) -> None:
         if version > QUANTIZATION_MARKER["version"]:
-            from .structure import CompressedCheckpointError  # registration may run while structure imports
+            from .core.structure import CompressedCheckpointError  # registration may run while structure imports
 
             raise CompressedCheckpointError(
                 f"the checkpoint's quantization_config version {version} is newer than this hf_tensorcompress "
@@ -77,22 +77,26 @@ class TensorCompressQuantizer(HfQuantizer):
             ) from None
 
     def _process_model_before_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
-        from . import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
+        from .core import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
+        from .saving import save_extras
+
         if self.pre_quantized:
-            return modeling.make_compressed(model)
+            get_method(modeling.compression_of(model.config).get("method", "cp"))  # registers its layer types
+            return modeling.make_compressed(model, save_extras)
         if modeling.is_compressed(model):
             raise ValueError(
                 "this checkpoint is already compressed; load it without quantization_config (or compress the dense one)"
             )
-        from ..compress import check_model, resolve_targets
+        from .compress import check_model, resolve_targets
 
         check_model(model)
         resolve_targets(model, self.quantization_config)  # bad targets fail before any weight is read
         return model
 
     def _process_model_after_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
-        from . import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
-        from .structure import CompressedCheckpointError
+        from .core import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
+        from .core.structure import CompressedCheckpointError
+
         if self.pre_quantized:
             missing = modeling.unloaded_tensors(model)
             if missing:
@@ -106,11 +110,17 @@ class TensorCompressQuantizer(HfQuantizer):
             if hasattr(getattr(module, "config", None), "_is_quantized"):
                 del module.config._is_quantized
         if not self.pre_quantized:
-            from ..compress import apply_compression
+            from .compress import apply_compression
 
             apply_compression(model, config)
         model.config.quantization_config = dict(QUANTIZATION_MARKER)
         return model
+
+    def _dequantize(self, model: nn.Module) -> nn.Module:
+        """``model.dequantize()`` while this quantizer is attached: the dense model (``decompress``)."""
+        from .core.decompress import decompress
+
+        return decompress(model)
 
     def is_serializable(self, safe_serialization: bool | None = None) -> bool:
         return True

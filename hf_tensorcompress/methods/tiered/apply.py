@@ -1,0 +1,92 @@
+"""``method="tiered"``: the token embedding stored as tiers of low-bit rows (+ an optional low-rank part); registers
+the method. Targets ``model.get_input_embeddings()``; a tied output layer reads the same stored rows."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ...compress import apply_compression
+from ...core.lowbit import LowBitTensor
+from ...core.registry import Method, register_method
+from ..tt.apply import input_embedding_name, tied_output_name
+from ..tt.calibration import TTCalibration, exact_token_ids, hidden_covariance
+from .config import TieredConfig
+from .layer import TieredEmbedding
+from .rounding import low_rank_factors, output_aware_codes
+
+
+def check_calibration(model: nn.Module, config: TieredConfig, calibration: object) -> TTCalibration | None:
+    """``Method.prepare``: the calibration the config needs, else an error saying how to give it."""
+    if not config.needs_calibration():
+        return None
+    if not isinstance(calibration, TTCalibration) or (config.rounding == "output" and calibration.covariance is None):
+        raise ValueError(
+            "method='tiered' with rounding='output' or tier_order other than 'token_id' needs calibration text: call "
+            "apply_tiered(model, config, calibration_ids) with token ids of text the model should serve, or pass "
+            "calibration=TTCalibration(counts, hidden_covariance(model, ids)) to apply_compression"
+        )
+    return calibration
+
+
+def _store(rows: torch.Tensor, bits: int, group: int | None, covariance: torch.Tensor | None) -> LowBitTensor:
+    if covariance is not None and bits != 16:
+        return output_aware_codes(rows, covariance, bits, group)
+    return LowBitTensor.quantize(rows, bits, group)
+
+
+@torch.no_grad()
+def build(
+    model: nn.Module, name: str, embedding: nn.Embedding, config: TieredConfig, calibration: TTCalibration | None
+) -> TieredEmbedding:
+    if type(embedding) is not nn.Embedding:
+        raise ValueError(f"method 'tiered' replaces plain nn.Embedding modules; {name} is {type(embedding).__name__}")
+    weight = embedding.weight.detach().float()
+    vocab, hidden = weight.shape
+    if sum(config.tier_tokens) >= vocab:
+        raise ValueError(f"tier_tokens={config.tier_tokens} leave no token for the last tier of a {vocab}-token vocabulary")
+    counts = calibration.counts if calibration is not None else torch.zeros(vocab, dtype=torch.long)
+    order = exact_token_ids(counts, vocab, config.tier_order).to(weight.device)
+    covariance = calibration.covariance if config.rounding == "output" else None
+    sizes = [*config.tier_tokens, vocab - sum(config.tier_tokens)]
+    tiers = [{"rows": n, "bits": b, "group_size": g if b not in (0, 16) else None}
+             for n, b, g in zip(sizes, config.tier_bits, config.group_sizes())]
+    layer = TieredEmbedding(vocab, hidden, tiers, config.low_rank, config.low_rank_bits).to(weight.device)
+    rows = weight[order]
+    if config.low_rank:
+        left, right = low_rank_factors(rows[layer.low_rank_start :], config.low_rank, covariance)
+        layer.left.load_state_dict(LowBitTensor.quantize(left, config.low_rank_bits).state_dict())
+        layer.right.load_state_dict(LowBitTensor.quantize(right, config.low_rank_bits).state_dict())
+        rows = rows.clone()
+        rows[layer.low_rank_start :] -= layer.left.dequantize() @ layer.right.dequantize()
+    stored, start = iter(layer.tiers), 0
+    for tier in tiers:
+        if tier["bits"]:
+            rounded = _store(rows[start : start + tier["rows"]], tier["bits"], tier["group_size"], covariance)
+            next(stored).load_state_dict(rounded.state_dict())
+        start += tier["rows"]
+    slot = torch.empty(vocab, dtype=torch.int32, device=weight.device)
+    slot[order] = torch.arange(vocab, dtype=torch.int32, device=weight.device)
+    layer.slot.copy_(slot)
+    layer.tied_output = tied_output_name(model, embedding)
+    return layer.to(embedding.weight.dtype)
+
+
+register_method(Method("tiered", TieredConfig, input_embedding_name, build, accepts=(nn.Embedding,),
+                       prepare=check_calibration, layers=(TieredEmbedding,)))
+
+
+def apply_tiered(
+    model: nn.Module, config: TieredConfig, calibration_ids: torch.Tensor | None = None, covariance_tokens: int = 4096
+) -> nn.Module:
+    """``apply_compression`` for ``method="tiered"`` with calibration text (token counts for ``tier_order``, the
+    hidden-state covariance for ``rounding="output"``): text that must not overlap the evaluation text."""
+    calibration = None
+    if calibration_ids is not None:
+        vocab = model.get_input_embeddings().num_embeddings
+        counts = torch.bincount(calibration_ids.reshape(-1).cpu(), minlength=vocab)[:vocab]
+        covariance = None
+        if config.rounding == "output":
+            covariance = hidden_covariance(model, calibration_ids.reshape(-1)[:covariance_tokens])
+        calibration = TTCalibration(counts=counts, covariance=covariance)
+    return apply_compression(model, config, calibration=calibration)

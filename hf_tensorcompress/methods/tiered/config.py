@@ -1,0 +1,87 @@
+"""Options of ``method="tiered"`` (tiered low-bit token embeddings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...config import CompressionConfig, check_choice, check_int
+from ..tt.config import EXACT_PRIORS
+
+#: Widths a tier may store (0: nothing but the low-rank part; 16: bfloat16 rows).
+TIER_BITS = (0, 2, 3, 4, 8, 16)
+
+#: How codes are chosen: round-to-nearest, or output-aware (GPTQ with the calibration covariance).
+ROUNDINGS = ("nearest", "output")
+
+
+def _int_list(value: object) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+
+
+@dataclass
+class TieredConfig(CompressionConfig):
+    """The token embedding (and a tied output layer) stored as tiers of low-bit rows, training-free.
+
+    Args:
+        tier_tokens: how many tokens each tier but the last holds, in ``tier_order``; the last tier takes the rest.
+        tier_bits: one width per tier (``len(tier_tokens) + 1``): 2, 3, 4, 8 (packed integer codes with an fp16
+            scale and minimum per group), 16 (bfloat16 rows) or 0 (last tier only: rows are the low-rank part alone,
+            i.e. dense rows + an SVD tail).
+        tier_group_size: columns sharing a scale, one int for every tier or one per tier; None: one group per row.
+        tier_order: which tokens come first: ``"token_id"`` (lowest ids: BPE merge order, no text needed),
+            ``"calibration"`` (most frequent in the calibration text) or ``"mixed"`` (half each).
+        rounding: ``"nearest"`` (round-to-nearest) or ``"output"`` (GPTQ rounding under the covariance of the hidden
+            states the tied output layer sees: minimises the expected logit error; needs calibration text).
+        low_rank: rank of a part ``left @ right`` added to the last tier's rows (0: none),
+            fitted in the output metric when ``rounding="output"``; with quantized tiers it is fitted first and the
+            quantization stores what it leaves.
+        low_rank_bits: the width the two factors are stored at (8 or 16).
+    """
+
+    method: str = "tiered"
+    tier_tokens: list[int] | None = None
+    tier_bits: list[int] | None = None
+    tier_group_size: int | list[int | None] | None = 64
+    tier_order: str = "token_id"
+    rounding: str = "nearest"
+    low_rank: int = 0
+    low_rank_bits: int = 8
+
+    method_name: ClassVar[str] = "tiered"
+
+    def validate(self) -> None:
+        super().validate()
+        self.tier_tokens = list(self.tier_tokens or [])
+        self.tier_bits = list(self.tier_bits) if self.tier_bits is not None else [4] * (len(self.tier_tokens) + 1)
+        if not _int_list(self.tier_tokens) or any(v < 1 for v in self.tier_tokens):
+            raise ValueError(f"tier_tokens must be a list of ints >= 1 (tokens per tier), got {self.tier_tokens!r}")
+        if not _int_list(self.tier_bits) or len(self.tier_bits) != len(self.tier_tokens) + 1:
+            raise ValueError(
+                f"tier_bits={self.tier_bits!r} needs one width per tier: {len(self.tier_tokens) + 1} ints "
+                f"(tier_tokens={self.tier_tokens} plus the last tier holding the rest)"
+            )
+        for bits in self.tier_bits:
+            check_choice(bits, "tier_bits entries", TIER_BITS)
+        if 0 in self.tier_bits[:-1] or (self.tier_bits[-1] == 0 and not self.low_rank):
+            raise ValueError("tier_bits=0 (rows from the low-rank part alone) is for the last tier and needs low_rank")
+        groups = self.tier_group_size if isinstance(self.tier_group_size, list) else [self.tier_group_size]
+        if len(groups) not in (1, len(self.tier_bits)) or any(
+            g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 1) for g in groups
+        ):
+            raise ValueError(
+                f"tier_group_size must be an int >= 1, None (one group per row) or one of those per tier, got "
+                f"{self.tier_group_size!r}"
+            )
+        check_choice(self.tier_order, "tier_order", EXACT_PRIORS)
+        check_choice(self.rounding, "rounding", ROUNDINGS)
+        check_int(self.low_rank, "low_rank", 0, " (0: no low-rank part)")
+        check_choice(self.low_rank_bits, "low_rank_bits", (8, 16))
+
+    def group_sizes(self) -> list[int | None]:
+        """One group size per tier."""
+        groups = self.tier_group_size if isinstance(self.tier_group_size, list) else [self.tier_group_size]
+        return groups * len(self.tier_bits) if len(groups) == 1 else list(groups)
+
+    def needs_calibration(self) -> bool:
+        return self.rounding == "output" or self.tier_order != "token_id"

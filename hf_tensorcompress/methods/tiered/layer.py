@@ -1,0 +1,182 @@
+"""The tiered low-bit token embedding (``method="tiered"``) and the tied output layer that reads it.
+
+Ships inside saved checkpoints: torch only. Tokens are split into tiers (e.g. the most frequent ones first), each
+tier's rows stored as a ``LowBitTensor`` at its own bit width; an optional low-rank part ``left @ right`` is added
+to the last tier's rows (a plain low-rank tail when that tier stores nothing, or a correction of its low-bit
+quantization). Lookups decode only the requested rows; the tied head decodes the table a chunk at a time.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ...core.contract import CompressedLayer
+from ...core.lowbit import LowBitTensor
+
+
+class TieredEmbedding(CompressedLayer):
+    """``nn.Embedding`` replacement whose rows are stored tier by tier in low-bit form.
+
+    ``slot[token]`` is the token's row in the stored order (tiers one after the other); ``tiers`` describes each
+    tier as ``{"rows", "bits", "group_size"}`` (``bits=0``: the last tier stores nothing but its low-rank part)."""
+
+    layer_type = "tiered_embedding"
+
+    def __init__(
+        self, num_embeddings: int, embedding_dim: int, tiers: list[dict], rank: int = 0, rank_bits: int = 8,
+        tied_output: str | None = None,
+    ) -> None:
+        super().__init__()
+        if sum(tier["rows"] for tier in tiers) != num_embeddings:
+            raise ValueError(f"tiers {tiers} do not add up to the {num_embeddings} tokens")
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.tier_specs = [dict(tier) for tier in tiers]
+        self.rank, self.rank_bits, self.tied_output = rank, rank_bits, tied_output
+        self.register_buffer("slot", torch.arange(num_embeddings, dtype=torch.int32))
+        self.tiers = nn.ModuleList(
+            LowBitTensor((tier["rows"], embedding_dim), tier["bits"], tier["group_size"])
+            for tier in tiers if tier["bits"]
+        )
+        self.low_rank_start = num_embeddings - tiers[-1]["rows"]  # the low-rank part serves the last tier
+        if rank:
+            self.left = LowBitTensor((num_embeddings - self.low_rank_start, rank), rank_bits)
+            self.right = LowBitTensor((rank, embedding_dim), rank_bits)
+        self.register_buffer("dtype_probe", torch.zeros(0), persistent=False)  # follows the model's dtype
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Random rows (N(0, 1), like ``nn.Embedding``) in every tier and factor, tokens in id order."""
+        self.slot.copy_(torch.arange(self.num_embeddings, dtype=torch.int32))
+        for stored in [*self.tiers, *([self.left, self.right] if self.rank else [])]:
+            fresh = LowBitTensor.quantize(torch.randn(stored.shape, device=stored.codes.device), stored.bits,
+                                          stored.group_size)
+            for name, buffer in stored.named_buffers():
+                buffer.copy_(fresh.get_buffer(name))
+
+    def _ranges(self) -> list[tuple[int, int]]:
+        """(start, end) in the stored order of every tier that stores rows."""
+        ranges, start = [], 0
+        for tier in self.tier_specs:
+            if tier["bits"]:
+                ranges.append((start, start + tier["rows"]))
+            start += tier["rows"]
+        return ranges
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        slot = self.slot[input_ids.reshape(-1)].long()
+        dtype = self.dtype_probe.dtype
+        vectors = torch.zeros(len(slot), self.embedding_dim, dtype=dtype, device=slot.device)
+        for stored, (start, end) in zip(self.tiers, self._ranges()):
+            hit = ((slot >= start) & (slot < end)).nonzero().squeeze(1)
+            if len(hit):
+                vectors[hit] = stored.rows(slot[hit] - start, dtype)
+        if self.rank:
+            hit = (slot >= self.low_rank_start).nonzero().squeeze(1)
+            if len(hit):
+                vectors[hit] += self.left.rows(slot[hit] - self.low_rank_start, dtype) @ self.right.dequantize(dtype)
+        return vectors.reshape(*input_ids.shape, self.embedding_dim)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``hidden @ Wᵀ`` in token order, decoding the table a chunk at a time (no float copy of the table)."""
+        parts = []
+        stored = iter(self.tiers)
+        for tier in self.tier_specs:
+            parts.append(next(stored).matmul_t(hidden) if tier["bits"]
+                         else hidden.new_zeros(*hidden.shape[:-1], tier["rows"]))
+        scores = torch.cat(parts, dim=-1)
+        if self.rank:
+            scores[..., self.low_rank_start:] += self.left.matmul_t(hidden @ self.right.dequantize(hidden.dtype).T)
+        return scores.index_select(-1, self.slot.long())
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The dense ``(V, d)`` matrix, rebuilt (for code that asks for it; forward and logits never build it)."""
+        return self.forward(torch.arange(self.num_embeddings, device=self.slot.device))
+
+    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> "TieredEmbedding":
+        """``resize_token_embeddings``: the same size is a no-op; another size is refused (rows are packed per tier,
+        and a new token's tier and rounding need the calibration the layer was built with)."""
+        target = new_num_tokens or self.num_embeddings
+        if pad_to_multiple_of:
+            target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
+        if target != self.num_embeddings:
+            raise ValueError(
+                f"a tiered embedding cannot change its vocabulary ({self.num_embeddings} -> {target}): resize the dense "
+                "model's token embeddings first (resize_token_embeddings), then compress it with method='tiered'"
+            )
+        return self
+
+    def bind(self, model: nn.Module) -> None:
+        """Take over the tied output layer: its weight parameter is gone, so tying is switched off and the head
+        reads this layer."""
+        text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+        for config in {id(model.config): model.config, id(text_config): text_config}.values():
+            if getattr(config, "tie_word_embeddings", False):
+                config.tie_word_embeddings = False
+        if hasattr(model, "all_tied_weights_keys"):
+            model.all_tied_weights_keys = {}
+        if self.tied_output is not None:
+            model.set_submodule(self.tied_output, TieredTiedHead(self))
+
+    def unbind(self, model: nn.Module, reference: nn.Module) -> None:
+        """``decompress``: the tied head goes back to the dense output layer (tied again by the caller)."""
+        if self.tied_output is not None:
+            head = reference.get_submodule(self.tied_output)
+            model.set_submodule(self.tied_output, head.to_empty(device=self.slot.device).to(self.dtype_probe.dtype))
+
+    def spec(self) -> dict:
+        return {"type": self.layer_type, "num_embeddings": self.num_embeddings, "embedding_dim": self.embedding_dim,
+                "tiers": self.tier_specs, "rank": self.rank, "rank_bits": self.rank_bits,
+                "tied_output": self.tied_output}
+
+    @classmethod
+    def from_spec(cls, spec: dict) -> "TieredEmbedding":
+        return cls(spec["num_embeddings"], spec["embedding_dim"], spec["tiers"], spec.get("rank", 0),
+                   spec.get("rank_bits", 8), spec.get("tied_output"))
+
+    def dense_parameters(self) -> int:
+        return self.num_embeddings * self.embedding_dim
+
+    def stored_parameters(self) -> int:
+        """Stored values (codes and factor entries), whatever their width; ``storage_bits`` counts the bytes."""
+        return sum(s.shape[0] * s.shape[1] for s in [*self.tiers, *([self.left, self.right] if self.rank else [])])
+
+    def multiply_adds(self, tokens: int, cached: bool = False) -> tuple[int, str]:
+        return tokens * self.rank * self.embedding_dim, "lookup"
+
+    def extra_repr(self) -> str:
+        tiers = ", ".join(f"{t['rows']}×int{t['bits']}" + (f"/g{t['group_size']}" if t["bits"] not in (0, 16) else "")
+                          for t in self.tier_specs)
+        return f"{self.num_embeddings}, {self.embedding_dim}, tiers=[{tiers}], rank={self.rank}"
+
+
+class TieredTiedHead(nn.Module):
+    """The tied output layer of a model whose embedding is a ``TieredEmbedding``: ``logits = h Wᵀ`` decoded chunk
+    by chunk from the low-bit rows. It owns no tensors (the matrix is stored once, in the embedding)."""
+
+    def __init__(self, embedding: TieredEmbedding) -> None:
+        super().__init__()
+        object.__setattr__(self, "embedding", embedding)  # a reference, not a submodule: no duplicate state
+
+    @property
+    def in_features(self) -> int:
+        return self.embedding.embedding_dim
+
+    @property
+    def out_features(self) -> int:
+        return self.embedding.num_embeddings
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.embedding.weight
+
+    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> "TieredTiedHead":
+        """Nothing to do: the head follows the embedding's vocabulary."""
+        return self
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.embedding.logits(hidden)
+
+    def extra_repr(self) -> str:
+        return f"tied to TieredEmbedding({self.out_features}, {self.in_features})"

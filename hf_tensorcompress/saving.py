@@ -1,0 +1,29 @@
+"""What the library adds when a compressed model is saved or pushed: the modeling code of its method (so the
+checkpoint loads with ``trust_remote_code`` where this library is absent) and the model card.
+
+``compressed_class(base, save_hook=save_extras)`` gives the classes the library makes (``apply_compression``, the
+transformers quantizer, ``loading``) this hook; the checkpoint's own copy of the code makes classes without it.
+"""
+
+from __future__ import annotations
+
+import os
+
+from torch import nn
+
+from .core.export import write_modeling_code
+from .core.modeling_tensorcompress import compressed_class
+from .methods import get_method
+
+
+def save_extras(model: nn.Module, folder: str | os.PathLike, repo_id: str | None = None) -> None:
+    """``Compressed<Base>.save_hook``: the shipped files of the model's method, then the model card."""
+    from .hub import write_model_card  # the card's tables import the evaluation helpers: only when saving
+
+    write_modeling_code(folder, [get_method(model.config.compression_config["method"])])
+    write_model_card(model, folder, repo_id=repo_id)
+
+
+def library_class(base: type[nn.Module]) -> type[nn.Module]:
+    """``Compressed<Base>`` as the library makes it: saving writes the modeling code and the model card."""
+    return compressed_class(base, save_extras)

@@ -1,0 +1,81 @@
+"""The package's shape: core/ names no method and nothing built on it, and no module imports itself in a circle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "hf_tensorcompress"
+NAME = PACKAGE.name
+#: What core/ is built under: it may import none of these (nor the recipes, which live outside the package).
+ABOVE_CORE = (f"{NAME}.methods", f"{NAME}.compress", f"{NAME}.hub", f"{NAME}.quantizer", f"{NAME}.loading",
+              f"{NAME}.saving", f"{NAME}.cli", f"{NAME}.search", f"{NAME}.training", f"{NAME}.data", "recipes")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
+def imports_of(name: str, path: Path, known: set[str]) -> set[str]:
+    """Every package module ``path`` imports, at any depth of the file (lazy imports in functions included)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                base = f"{anchor}.{base}" if base else anchor
+            found.update(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names)
+            if base.startswith("recipes"):
+                found.add(base)
+    return {target for target in found if target in known or target.startswith("recipes")}
+
+
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports_of(name, path, set(known)) - {name} for name, path in known.items()}
+
+
+def test_core_imports_nothing_built_on_it():
+    wrong = {
+        (name, target)
+        for name, targets in graph().items() if name.startswith(f"{NAME}.core")
+        for target in targets if target.startswith(ABOVE_CORE)
+    }
+    assert not wrong, f"core modules import what is built on core: {sorted(wrong)}"
+
+
+def test_no_import_cycle():
+    edges, state, cycles = graph(), {}, []
+
+    def visit(node: str, path: list[str]) -> None:
+        state[node] = "open"
+        for target in sorted(edges.get(node, ())):
+            if state.get(target) == "open":
+                cycles.append(path[path.index(target):] + [target])
+            elif target not in state:
+                visit(target, path + [target])
+        state[node] = "done"
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, f"import cycles: {cycles[:5]}"
+
+
+def test_the_checker_sees_a_forbidden_import_and_a_cycle(tmp_path):
+    """The two checks above could fail: the same parser finds both faults in a made-up pair of modules."""
+    core = tmp_path / "core.py"
+    core.write_text("from .methods import get_method\n")
+    assert imports_of(f"{NAME}.core.x", core, {f"{NAME}.core.methods", f"{NAME}.methods"}) == {f"{NAME}.core.methods"}
+    lazy = tmp_path / "lazy.py"
+    lazy.write_text("def f():\n    from ..hub import push_to_hub\n")
+    assert imports_of(f"{NAME}.core.lazy", lazy, {f"{NAME}.hub"}) == {f"{NAME}.hub"}

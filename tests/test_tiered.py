@@ -1,0 +1,144 @@
+"""method="tiered": tiers of low-bit rows (+ a low-rank part) for the token embedding and its tied output layer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress.methods.tiered.apply import apply_tiered
+from hf_tensorcompress.methods.tiered.layer import TieredEmbedding, TieredTiedHead
+from hf_tensorcompress.methods.tiered.rounding import output_aware_codes
+from hf_tensorcompress.core.lowbit import LowBitTensor
+from helpers import run_without_library, tiny_causal_lm
+
+IDS = torch.randint(3, 120, (2, 9), generator=torch.Generator().manual_seed(2))
+CALIBRATION = torch.randint(3, 120, (1, 400), generator=torch.Generator().manual_seed(3))
+OPTIONS = dict(tier_tokens=[20], tier_bits=[8, 3], tier_group_size=8, tier_order="calibration", rounding="output",
+               low_rank=2)
+
+
+def compressed(**options):
+    return apply_tiered(tiny_causal_lm("llama"), CompressionConfig(method="tiered", **options), CALIBRATION)
+
+
+def test_lookups_and_the_tied_head_read_the_same_stored_rows():
+    model = compressed(**OPTIONS)
+    embedding = model.get_input_embeddings()
+    assert isinstance(embedding, TieredEmbedding) and isinstance(model.lm_head, TieredTiedHead)
+    table = embedding.weight
+    hidden = torch.randn(2, 5, 24)
+    torch.testing.assert_close(embedding(IDS), table[IDS])
+    torch.testing.assert_close(model.lm_head(hidden), hidden @ table.T, rtol=1e-5, atol=1e-5)
+
+
+def test_frequent_tokens_get_the_wide_tier_and_the_table_stays_close():
+    dense = tiny_causal_lm("llama").get_input_embeddings().weight.detach()
+    model = compressed(**OPTIONS)
+    embedding = model.get_input_embeddings()
+    frequent = torch.bincount(CALIBRATION.reshape(-1), minlength=120).argsort(descending=True, stable=True)[:20]
+    assert (embedding.slot[frequent] < 20).all()  # stored in the 8-bit tier
+    live = dense.norm(dim=1) > 0  # not the zero padding row
+    errors = (embedding.weight - dense).norm(dim=1)[live] / dense.norm(dim=1)[live]
+    assert errors[(embedding.slot[live] < 20)].max() < 0.02 < errors.mean() < 0.3
+    # 8-bit tier 20×(24 codes + 3 groups × fp16 scale, min); 3-bit tier 100×(24×3 + 3×32); factors (8 codes a byte
+    # row, padded) with one scale and min per row; the int32 slot of every token
+    tiers = 20 * (24 * 8 + 3 * 32) + 100 * (24 * 3 + 3 * 32)
+    factors = 100 * (8 * 8 + 32) + 2 * (24 * 8 + 32)  # the low-rank part serves the last tier (100 tokens)
+    assert embedding.storage_bits() == tiers + factors + 120 * 32
+
+
+def test_output_aware_rounding_lowers_the_logit_error_it_targets():
+    torch.manual_seed(0)
+    weight, mixing = torch.randn(300, 32), torch.randn(32, 32) * torch.linspace(0.1, 3, 32)
+    hidden = torch.randn(2000, 32) @ mixing
+    covariance = hidden.T.double() @ hidden.double() / len(hidden)
+    nearest = LowBitTensor.quantize(weight, 3, 16).dequantize()
+    aware = output_aware_codes(weight, covariance, 3, 16).dequantize()
+    assert ((hidden @ (aware - weight).T) ** 2).mean() < 0.8 * ((hidden @ (nearest - weight).T) ** 2).mean()
+
+
+def test_dense_rows_plus_a_low_rank_tail_is_the_bits_zero_tier():
+    model = compressed(tier_tokens=[30], tier_bits=[16, 0], low_rank=3, tier_order="calibration")
+    embedding = model.get_input_embeddings()
+    assert embedding.low_rank_start == 30 and len(embedding.tiers) == 1 and embedding.left.shape == (90, 3)
+    dense = tiny_causal_lm("llama").get_input_embeddings().weight.detach()
+    kept = embedding.slot < 30
+    torch.testing.assert_close(embedding.weight[kept], dense[kept].bfloat16().float())
+
+
+def test_save_then_load_natively_and_as_a_compressed_class_gives_equal_outputs(tmp_path):
+    model = compressed(**OPTIONS)
+    reference = model(IDS).logits
+    model.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["compression_config"]["method"] == "tiered"
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path)
+    embedding = loaded.get_input_embeddings()
+    assert embedding.tiers[1].codes.dtype == torch.uint8 and embedding.tiers[1].scale.dtype == torch.float16
+    assert torch.equal(loaded(IDS).logits, reference)
+    greedy = dict(max_new_tokens=6, do_sample=False)
+    assert torch.equal(loaded.generate(IDS[:1], **greedy), model.generate(IDS[:1], **greedy))
+
+
+@pytest.mark.slow  # a fresh Python importing transformers: 15-45 s on a shared machine
+def test_loads_without_the_library_to_the_same_logits(tmp_path):
+    model = compressed(**OPTIONS)
+    model.save_pretrained(tmp_path / "tiered")
+    torch.save({"ids": IDS, "logits": model(IDS).logits}, tmp_path / "io.pt")
+    script = f"""
+    import torch
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained({str(tmp_path / "tiered")!r}, trust_remote_code=True)
+    io = torch.load({str(tmp_path / "io.pt")!r})
+    assert type(model).__name__.startswith("Compressed"), type(model)
+    print(float((model(io["ids"]).logits - io["logits"]).abs().max()))
+    """
+    assert float(run_without_library(script, cwd=tmp_path).stdout.split()[-1]) == 0.0
+
+
+def test_compress_on_load_without_calibration(tmp_path):
+    tiny_causal_lm("llama").save_pretrained(tmp_path)
+    config = CompressionConfig(method="tiered", tier_tokens=[40], tier_bits=[8, 4], tier_group_size=8)
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path, quantization_config=config)
+    direct = apply_compression(tiny_causal_lm("llama"), config)
+    assert torch.equal(loaded(IDS).logits, direct(IDS).logits)
+
+
+def test_dequantize_gives_back_a_tied_dense_model_with_the_same_logits():
+    model = compressed(**OPTIONS)
+    expected = model(IDS).logits
+    dense = model.dequantize()  # hf_tensorcompress.decompress(model) is the same
+    assert dense.get_output_embeddings().weight is dense.get_input_embeddings().weight
+    torch.testing.assert_close(dense(IDS).logits, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_resizing_the_vocabulary_says_to_resize_before_compressing():
+    model = compressed(**OPTIONS)
+    reference = model(IDS).logits
+    model.resize_token_embeddings(120)  # the same size: nothing changes
+    assert torch.equal(model(IDS).logits, reference)
+    with pytest.raises(ValueError, match="resize the dense model's token embeddings first"):
+        model.resize_token_embeddings(121)
+
+
+@pytest.mark.parametrize("options,message", [
+    (dict(tier_tokens=[10], tier_bits=[4]), "one width per tier"),
+    (dict(tier_bits=[5]), "choose one of"),
+    (dict(tier_tokens=[10], tier_bits=[0, 4]), "for the last tier and needs low_rank"),
+    (dict(tier_group_size=[8, 8]), "one of those per tier"),
+    (dict(rounding="gptq"), "choose one of"),
+])
+def test_bad_options_name_the_fix(options, message):
+    with pytest.raises(ValueError, match=message):
+        CompressionConfig(method="tiered", **options)
+
+
+def test_calibrated_options_without_calibration_say_how_to_calibrate():
+    with pytest.raises(ValueError, match="apply_tiered"):
+        apply_compression(tiny_causal_lm("llama"), CompressionConfig(method="tiered", rounding="output"))
+    with pytest.raises(ValueError, match="dividing the 24 columns"):
+        apply_compression(tiny_causal_lm("llama"), CompressionConfig(method="tiered", tier_group_size=7))
