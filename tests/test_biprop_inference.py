@@ -45,10 +45,21 @@ def test_packed_forward_equals_the_folded_weight(shape, monkeypatch):
 
 def test_loaded_model_keeps_two_bits_per_weight_in_ram(tmp_path):
     torch.manual_seed(0)
-    config = PatchTSTConfig(num_input_channels=3, context_length=12, patch_length=1, patch_stride=1, d_model=64,
-                            num_attention_heads=4, num_hidden_layers=2, ffn_dim=128, num_targets=4)
-    trained = apply_compression(PatchTSTForClassification(config),
-                                CompressionConfig(method="biprop", target_modules="all-linear", keep_ratio=0.5)).eval()
+    config = PatchTSTConfig(
+        num_input_channels=3,
+        context_length=12,
+        patch_length=1,
+        patch_stride=1,
+        d_model=64,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        ffn_dim=128,
+        num_targets=4,
+    )
+    trained = apply_compression(
+        PatchTSTForClassification(config),
+        CompressionConfig(method="biprop", target_modules="all-linear", keep_ratio=0.5),
+    ).eval()
     x = torch.randn(2, 12, 3)
     with torch.no_grad():
         expected = trained(past_values=x).prediction_logits  # the trainable form's folded path

@@ -67,8 +67,13 @@ def test_ternary_qat_weights_take_three_values_and_gradients_reach_the_latent_we
 def test_pareto_front_and_budgets():
     runs = [
         {"name": n, "metrics": {"mse": m}, "linear_bytes": {"disk_ratio": b}}
-        for n, m, b in [("dense", 1.0, 1.0), ("ptq-int8-all", 1.0, 0.26), ("ptq-int2-all", 1.4, 0.1),
-                        ("svd-x", 0.9, 0.12), ("svd-y", 2.0, 0.05)]
+        for n, m, b in [
+            ("dense", 1.0, 1.0),
+            ("ptq-int8-all", 1.0, 0.26),
+            ("ptq-int2-all", 1.4, 0.1),
+            ("svd-x", 0.9, 0.12),
+            ("svd-y", 2.0, 0.05),
+        ]
     ]
     points = arm_points(runs, "mse")
     assert [p["name"] for p in front(points, True)] == ["svd-y", "ptq-int2-all", "svd-x"]

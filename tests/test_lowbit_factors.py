@@ -21,8 +21,13 @@ def quantized_patchtst(bits: int, group_size: int | None = None, method: str = "
     """Every Linear as SVD, or the q/k/v projections as CP, with ``bits``-bit factors."""
     torch.manual_seed(0)
     model = PatchTSTForPrediction(tiny_patchtst_config())
-    config = CompressionConfig(method=method, target_modules=ALL_LINEAR if method == "svd" else None, rank=0.5,
-                               factor_bits=bits, factor_group_size=group_size)
+    config = CompressionConfig(
+        method=method,
+        target_modules=ALL_LINEAR if method == "svd" else None,
+        rank=0.5,
+        factor_bits=bits,
+        factor_group_size=group_size,
+    )
     return apply_compression(model, config).eval()
 
 

@@ -28,19 +28,48 @@ def smartformer():
 def series_csv(path: Path) -> Path:
     steps = np.arange(1200)
     rng = np.random.default_rng(0)
-    frame = pd.DataFrame({"when": pd.date_range("2024-01-01", periods=len(steps), freq="h"),
-                          "load": np.sin(steps / 10) + 0.1 * rng.standard_normal(len(steps))})
+    frame = pd.DataFrame(
+        {
+            "when": pd.date_range("2024-01-01", periods=len(steps), freq="h"),
+            "load": np.sin(steps / 10) + 0.1 * rng.standard_normal(len(steps)),
+        }
+    )
     frame.to_csv(path, index=False)
     return path
 
 
 def test_quantization_arms_count_bytes_and_reload(smartformer, tmp_path):
-    runs = ["dense", "ptq-int8-all", "ptq-int2-qkv", "qat-ternary-all", "svd-all-0.5-scheduled",
-            "svd-all-0.5-scheduled+int4", "svd-all-0.5-q4"]
-    results = smartformer.main([
-        "--model", "patchtst", "--dataset", str(series_csv(tmp_path / "series.csv")), "--horizon", "8", "--context", "64",
-        "--steps", "6", "--all-linear-ratios", "0.5", "--switch-step", "3", "--runs", *runs, "--output-dir", str(tmp_path / "out"),
-    ])
+    runs = [
+        "dense",
+        "ptq-int8-all",
+        "ptq-int2-qkv",
+        "qat-ternary-all",
+        "svd-all-0.5-scheduled",
+        "svd-all-0.5-scheduled+int4",
+        "svd-all-0.5-q4",
+    ]
+    results = smartformer.main(
+        [
+            "--model",
+            "patchtst",
+            "--dataset",
+            str(series_csv(tmp_path / "series.csv")),
+            "--horizon",
+            "8",
+            "--context",
+            "64",
+            "--steps",
+            "6",
+            "--all-linear-ratios",
+            "0.5",
+            "--switch-step",
+            "3",
+            "--runs",
+            *runs,
+            "--output-dir",
+            str(tmp_path / "out"),
+        ]
+    )
     by_name = {run["name"]: run for run in results["runs"]}
     assert set(by_name) == set(runs)
     disk = {name: run["linear_bytes"]["disk_ratio"] for name, run in by_name.items()}
@@ -59,6 +88,20 @@ def test_quantization_arms_count_bytes_and_reload(smartformer, tmp_path):
 
 def test_post_training_arms_need_their_source(smartformer, tmp_path, capsys):
     with pytest.raises(SystemExit):
-        smartformer.main(["--model", "patchtst", "--dataset", str(series_csv(tmp_path / "s.csv")), "--horizon", "8",
-                          "--context", "64", "--runs", "ptq-int4-all", "--output-dir", str(tmp_path / "out")])
+        smartformer.main(
+            [
+                "--model",
+                "patchtst",
+                "--dataset",
+                str(series_csv(tmp_path / "s.csv")),
+                "--horizon",
+                "8",
+                "--context",
+                "64",
+                "--runs",
+                "ptq-int4-all",
+                "--output-dir",
+                str(tmp_path / "out"),
+            ]
+        )
     assert "add them" in capsys.readouterr().err

@@ -62,7 +62,8 @@ def quantize_linears(model: nn.Module, names: Iterable[str], scheme: str) -> nn.
             raise TypeError(f"{name} is a {type(module).__name__}; weight-only PTQ here rounds nn.Linear weights")
         if module.in_features == 1:
             continue
-        quantization.quantize_(module, ptq_config(scheme, module.in_features), filter_fn=lambda m, fqn: m is module)
+        config = ptq_config(scheme, module.in_features)
+        quantization.quantize_(module, config, filter_fn=lambda m, fqn, target=module: m is target)
     return model
 
 
@@ -92,4 +93,3 @@ def ternary_training(model: nn.Module, names: Iterable[str]) -> nn.Module:
 def ternary_bytes(rows: int, columns: int) -> int:
     """Bytes of a deployed ternary weight: 2-bit codes plus one fp32 absmean scale."""
     return (rows * columns * TERNARY_BITS + 7) // 8 + 4
-

@@ -51,8 +51,9 @@ def rounded(matrix: torch.Tensor, bits: int, group_size: int | None) -> torch.Te
     return matrix + (values - matrix).detach()
 
 
-def save_codes(state_dict: dict, prefix: str, factors: dict[str, tuple[str, torch.Tensor]], bits: int,
-               group_size: int | None) -> None:
+def save_codes(
+    state_dict: dict, prefix: str, factors: dict[str, tuple[str, torch.Tensor]], bits: int, group_size: int | None
+) -> None:
     """Replace each fp32 factor of ``state_dict`` by its codes: ``{stored name: (parameter name, matrix)}``."""
     for name, (parameter, matrix) in factors.items():
         for key, value in stored(matrix, bits, group_size).state_dict().items():
@@ -60,8 +61,15 @@ def save_codes(state_dict: dict, prefix: str, factors: dict[str, tuple[str, torc
         state_dict.pop(prefix + parameter, None)
 
 
-def read_codes(state_dict: dict, prefix: str, name: str, shape: tuple[int, int], bits: int,
-               group_size: int | None, dtype: torch.dtype) -> torch.Tensor | None:
+def read_codes(
+    state_dict: dict,
+    prefix: str,
+    name: str,
+    shape: tuple[int, int],
+    bits: int,
+    group_size: int | None,
+    dtype: torch.dtype,
+) -> torch.Tensor | None:
     """The float values of the codes saved under ``name`` (their keys removed), or None if there are none."""
     if prefix + name + ".codes" not in state_dict:
         return None

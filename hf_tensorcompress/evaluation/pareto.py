@@ -31,7 +31,9 @@ def arm_points(runs: list[dict], metric: str, bytes_of=lambda run: run["linear_b
         grouped.setdefault(run["name"], []).append(run)
     return [
         {
-            "name": name, "kind": kind_of(name), "seeds": len(group),
+            "name": name,
+            "kind": kind_of(name),
+            "seeds": len(group),
             "metric": float(np.mean([run["metrics"][metric] for run in group])),
             "std": float(np.std([run["metrics"][metric] for run in group])),
             "bytes": float(np.mean([bytes_of(run) for run in group])),
@@ -76,44 +78,87 @@ def budget_rows(points: list[dict], lower_is_better: bool) -> list[dict]:
 
 def budget_table(rows: list[dict], metric: str) -> str:
     """Markdown: per budget, the best baseline and the best library option with their metric and bytes."""
+
     def cell(point: dict | None) -> str:
-        return "none this small" if point is None else f"{point['name']}: {point['metric']:.4f} at {point['bytes']:.3f}×"
+        return (
+            "none this small" if point is None else f"{point['name']}: {point['metric']:.4f} at {point['bytes']:.3f}×"
+        )
 
     body = [
-        [f"1/{round(1 / row['budget'])}", cell(row["baseline"]), cell(row["library"]),
-         {True: "yes", False: "no", None: "-"}[row["library_at_least_as_good"]]]
+        [
+            f"1/{round(1 / row['budget'])}",
+            cell(row["baseline"]),
+            cell(row["library"]),
+            {True: "yes", False: "no", None: "-"}[row["library_at_least_as_good"]],
+        ]
         for row in rows
     ]
     return markdown_table(
-        ["bytes budget (of fp32)", f"best PTQ/QAT arm ({metric})", f"best library option ({metric})", "library ≥ baseline"],
+        [
+            "bytes budget (of fp32)",
+            f"best PTQ/QAT arm ({metric})",
+            f"best library option ({metric})",
+            "library ≥ baseline",
+        ],
         body,
     )
 
 
-def plot_pareto(points: list[dict], path: str | Path, metric_label: str, title: str, lower_is_better: bool,
-                dense: dict | None = None) -> None:
+def plot_pareto(
+    points: list[dict],
+    path: str | Path,
+    metric_label: str,
+    title: str,
+    lower_is_better: bool,
+    dense: dict | None = None,
+) -> None:
     """Metric against bytes of every Linear (log axis, fp32 = 1): every arm (mean ± std over seeds), the
     quantization baselines' front as a step line, the front of all arms circled, dense as a horizontal line."""
     plt = require("matplotlib.pyplot", "the bytes-vs-metric figure")
     figure, axis = plt.subplots(figsize=(8.5, 5.5))
-    styles = {"baseline": ("tab:orange", "s", "PTQ / QAT (torchao, ternary)"), "library": ("tab:blue", "o", "this library"),
-              "dense": ("black", "D", "dense fp32")}
+    styles = {
+        "baseline": ("tab:orange", "s", "PTQ / QAT (torchao, ternary)"),
+        "library": ("tab:blue", "o", "this library"),
+        "dense": ("black", "D", "dense fp32"),
+    }
     for kind, (color, marker, label) in styles.items():
         chosen = [p for p in points if p["kind"] == kind]
         if chosen:
-            axis.errorbar([p["bytes"] for p in chosen], [p["metric"] for p in chosen], yerr=[p["std"] for p in chosen],
-                          fmt=marker, color=color, label=label, alpha=0.8, capsize=2, markersize=5)
+            axis.errorbar(
+                [p["bytes"] for p in chosen],
+                [p["metric"] for p in chosen],
+                yerr=[p["std"] for p in chosen],
+                fmt=marker,
+                color=color,
+                label=label,
+                alpha=0.8,
+                capsize=2,
+                markersize=5,
+            )
     baseline_front = front([p for p in points if p["kind"] in ("baseline", "dense")], lower_is_better)
     if baseline_front:
         xs = [p["bytes"] for p in baseline_front]
         ys = [p["metric"] for p in baseline_front]
         axis.step(xs, ys, where="post", color="tab:orange", linestyle="--", label="PTQ/QAT Pareto front")
     overall = front(points, lower_is_better)
-    axis.scatter([p["bytes"] for p in overall], [p["metric"] for p in overall], s=160, facecolors="none",
-                 edgecolors="red", label="Pareto front, all arms", zorder=3)
+    axis.scatter(
+        [p["bytes"] for p in overall],
+        [p["metric"] for p in overall],
+        s=160,
+        facecolors="none",
+        edgecolors="red",
+        label="Pareto front, all arms",
+        zorder=3,
+    )
     for point in points:
-        axis.annotate(point["name"], (point["bytes"], point["metric"]), fontsize=6, alpha=0.7,
-                      xytext=(3, 3), textcoords="offset points")
+        axis.annotate(
+            point["name"],
+            (point["bytes"], point["metric"]),
+            fontsize=6,
+            alpha=0.7,
+            xytext=(3, 3),
+            textcoords="offset points",
+        )
     if dense is not None:
         axis.axhline(dense["metric"], color="black", linewidth=0.8, linestyle=":")
     for budget in (1 / 4, 1 / 8, 1 / 32):
@@ -134,7 +179,12 @@ def write_pareto(runs: list[dict], metric: str, folder: str | Path, title: str, 
     rows = budget_rows(points, lower_is_better)
     dense = next((p for p in points if p["kind"] == "dense"), None)
     plot_pareto(points, Path(folder) / "bytes_pareto.png", f"test {metric}", title, lower_is_better, dense)
-    summary = {"metric": metric, "lower_is_better": lower_is_better, "points": points, "budgets": rows,
-               "front": [p["name"] for p in front(points, lower_is_better)]}
+    summary = {
+        "metric": metric,
+        "lower_is_better": lower_is_better,
+        "points": points,
+        "budgets": rows,
+        "front": [p["name"] for p in front(points, lower_is_better)],
+    }
     (Path(folder) / "bytes_pareto.json").write_text(json.dumps(summary, indent=2) + "\n")
     return budget_table(rows, metric)
