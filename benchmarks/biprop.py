@@ -1,16 +1,27 @@
-"""Biprop layer speed and on-disk size, measured side by side in one run.
+"""Biprop layer speed, on-disk size and resident memory, measured side by side in one run.
 
-    OMP_NUM_THREADS=1 python benchmarks/biprop.py [--features 512 --tokens 4096 --repeats 20]
+    OMP_NUM_THREADS=1 python benchmarks/biprop.py [--features 512 --tokens 4096 --repeats 20 --batch 4]
 
-Forward time of ``BipropLinear`` in training mode (top-k mask + α every call) and in inference mode (mask and signs
-folded into one cached weight) against the dense ``nn.Linear`` of the same shape; then the bytes of a saved
-PatchTST model, dense vs biprop on every encoder Linear. The last line is one JSON object with the figures.
+1. Forward time of ``BipropLinear`` in training mode (top-k mask + α every call), the trainable form in eval mode
+   (mask and signs folded into one cached weight) and the inference-only form (packed bits, unpacked a block at a
+   time) against the dense ``nn.Linear`` of the same shape.
+2. The bytes of a saved PatchTST model, dense vs biprop on every encoder Linear.
+3. A loaded model in a fresh process: a PatchTST classifier (``--layers`` 4, ``--d_model`` 512, FFN 4×) saved dense
+   and biprop (keep ``--keep_ratio`` on every encoder Linear), each loaded with ``from_pretrained`` in its own new
+   Python process and run once; the process's RSS growth, the bytes its Linear layers hold (parameters, buffers
+   and caches) and its best forward time, in two alternating rounds (dense, biprop, dense, biprop; best time
+   kept). The ratios are biprop over dense.
+
+The last line is one JSON object with the figures.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,15 +54,19 @@ def layer_times(features: int, tokens: int, keep_ratio: float, repeats: int) -> 
     layer.train()
     train = best_time(lambda: layer(x), repeats)  # grad enabled: the training path
     layer.eval()
+    packed = BipropLinear(features, features, keep_ratio=keep_ratio, trainable=False)
     with torch.no_grad():
         folded = best_time(lambda: layer(x), repeats)
         dense_time = best_time(lambda: dense(x), repeats)
+        packed_time = best_time(lambda: packed(x), repeats)
     return {
         "dense_ms": dense_time * 1e3,
         "biprop_train_ms": train * 1e3,
         "biprop_folded_ms": folded * 1e3,
+        "biprop_packed_ms": packed_time * 1e3,
         "train_over_dense": train / dense_time,
         "folded_over_dense": folded / dense_time,
+        "packed_over_dense": packed_time / dense_time,
     }
 
 
@@ -88,6 +103,85 @@ def saved_bytes(keep_ratio: float, d_model: int) -> dict:
     }
 
 
+def rss_bytes() -> int:
+    """Resident set size of this process (Linux ``/proc``)."""
+    with open("/proc/self/statm", encoding="ascii") as handle:
+        return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def held_bytes(module: nn.Module) -> int:
+    """Bytes a layer holds: its parameters and buffers, and tensors it caches in attributes (dicts/tuples too)."""
+    seen, total = set(), 0
+
+    def count(value) -> None:
+        nonlocal total
+        if isinstance(value, torch.Tensor) and id(value) not in seen and not value.is_meta:
+            seen.add(id(value))
+            total += value.numel() * value.element_size()
+        elif isinstance(value, dict):
+            for item in value.values():
+                count(item)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                count(item)
+
+    for value in [*module.parameters(), *module.buffers(), *vars(module).values()]:
+        count(value)
+    return total
+
+
+def measure_loaded(path: str, batch: int, repeats: int) -> dict:
+    """In this (fresh) process: RSS growth of loading ``path`` and one forward, Linear-layer bytes, best time."""
+    from transformers import AutoModel  # imported before the baseline RSS: only the model's own memory counts
+
+    import hf_tensorcompress  # noqa: F401  (registers the loader for compressed checkpoints)
+
+    torch.manual_seed(0)
+    before = rss_bytes()
+    model = AutoModel.from_pretrained(path).eval()
+    config = model.config
+    x = torch.randn(batch, config.context_length, config.num_input_channels)
+    with torch.no_grad():
+        model(past_values=x)
+        after = rss_bytes()
+        seconds = best_time(lambda: model(past_values=x), repeats)
+    layers = [m for m in model.modules() if isinstance(m, (nn.Linear, BipropLinear))]
+    return {"rss_growth": after - before, "linear_bytes": sum(held_bytes(m) for m in layers), "forward_s": seconds}
+
+
+def loaded_models(layers: int, d_model: int, keep_ratio: float, batch: int, repeats: int) -> dict:
+    """Dense and biprop PatchTST, each saved and then loaded in fresh processes (two alternating rounds)."""
+    config = PatchTSTConfig(
+        num_input_channels=12, context_length=64, patch_length=1, patch_stride=1, d_model=d_model,
+        num_attention_heads=8, num_hidden_layers=layers, ffn_dim=4 * d_model, num_targets=9,
+    )
+    runs: dict[str, list[dict]] = {"dense": [], "biprop": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        PatchTSTForClassification(config).save_pretrained(Path(tmp) / "dense")
+        apply_compression(
+            PatchTSTForClassification(config),
+            CompressionConfig(method="biprop", target_modules="all-linear", keep_ratio=keep_ratio),
+        ).save_pretrained(Path(tmp) / "biprop")
+        for _ in range(2):
+            for label in runs:
+                command = [sys.executable, __file__, "--measure", str(Path(tmp) / label), "--batch", str(batch),
+                           "--repeats", str(repeats)]
+                output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+                runs[label].append(json.loads(output.strip().splitlines()[-1]))
+    dense, biprop = runs["dense"], runs["biprop"]
+    figures = {
+        "dense_rss_growth": dense[0]["rss_growth"], "biprop_rss_growth": biprop[0]["rss_growth"],
+        "dense_linear_bytes": dense[0]["linear_bytes"], "biprop_linear_bytes": biprop[0]["linear_bytes"],
+        "dense_forward_ms": min(r["forward_s"] for r in dense) * 1e3,
+        "biprop_forward_ms": min(r["forward_s"] for r in biprop) * 1e3,
+    }
+    return figures | {
+        "linear_bytes_ratio": figures["biprop_linear_bytes"] / figures["dense_linear_bytes"],
+        "rss_growth_ratio": figures["biprop_rss_growth"] / figures["dense_rss_growth"],
+        "forward_time_ratio": figures["biprop_forward_ms"] / figures["dense_forward_ms"],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--features", type=int, default=512)
@@ -95,16 +189,32 @@ def main() -> None:
     parser.add_argument("--keep_ratio", type=float, default=0.5)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--d_model", type=int, default=128)
+    parser.add_argument("--loaded_d_model", type=int, default=512, help="loaded-model test: d_model (FFN 4×)")
+    parser.add_argument("--layers", type=int, default=4, help="loaded-model test: encoder layers")
+    parser.add_argument("--batch", type=int, default=4, help="loaded-model test: windows per forward (x 12 channels x 64 steps)")
+    parser.add_argument("--loaded_repeats", type=int, default=5, help="loaded-model test: timed forwards per process")
+    parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)  # the fresh process of one loaded model
     args = parser.parse_args()
+    if args.measure:
+        print(json.dumps(measure_loaded(args.measure, args.batch, args.repeats)))
+        return
     times = layer_times(args.features, args.tokens, args.keep_ratio, args.repeats)
     print(f"forward {args.tokens}x{args.features} -> {args.features}: dense {times['dense_ms']:.2f} ms, "
           f"biprop train {times['biprop_train_ms']:.2f} ms (x{times['train_over_dense']:.2f}), "
-          f"folded {times['biprop_folded_ms']:.2f} ms (x{times['folded_over_dense']:.2f})")
+          f"folded {times['biprop_folded_ms']:.2f} ms (x{times['folded_over_dense']:.2f}), "
+          f"packed inference form {times['biprop_packed_ms']:.2f} ms (x{times['packed_over_dense']:.2f})")
     sizes = saved_bytes(args.keep_ratio, args.d_model)
     print(f"saved PatchTST (d_model={args.d_model}, every encoder Linear biprop): file {sizes['dense_file_bytes']} -> "
           f"{sizes['biprop_file_bytes']} bytes (x{sizes['file_bytes_ratio']:.1f}); biprop layers "
           f"{sizes['dense_layer_bytes']} -> {sizes['biprop_layer_bytes']} bytes (x{sizes['layer_bytes_ratio']:.1f})")
-    print(json.dumps({"features": args.features, "tokens": args.tokens, "keep_ratio": args.keep_ratio, **times, **sizes}))
+    loaded = loaded_models(args.layers, args.loaded_d_model, args.keep_ratio, args.batch, args.loaded_repeats)
+    print(f"loaded PatchTST ({args.layers} layers, d_model {args.loaded_d_model}, FFN {4 * args.loaded_d_model}), fresh "
+          f"process each: Linear layers hold {loaded['dense_linear_bytes']:,} -> {loaded['biprop_linear_bytes']:,} bytes "
+          f"(x{loaded['linear_bytes_ratio']:.3f}); RSS growth {loaded['dense_rss_growth'] / 2**20:.1f} -> "
+          f"{loaded['biprop_rss_growth'] / 2**20:.1f} MB (x{loaded['rss_growth_ratio']:.3f}); forward "
+          f"{loaded['dense_forward_ms']:.1f} -> {loaded['biprop_forward_ms']:.1f} ms (x{loaded['forward_time_ratio']:.2f})")
+    loaded = {f"loaded_{key}": value for key, value in loaded.items()}
+    print(json.dumps({"features": args.features, "tokens": args.tokens, "keep_ratio": args.keep_ratio, **times, **sizes, **loaded}))
 
 
 if __name__ == "__main__":

@@ -270,6 +270,11 @@ def report_command(args: argparse.Namespace) -> int:
     print(text_table(headers, rows))
     print()
     print(text_table(["total", "dense", "compressed", "compressed / dense"], [list(r) for r in summary_rows(report)]))
+    print()
+    print(text_table(["bytes", "fp32", "on disk", "in RAM", "disk / fp32", "RAM / fp32"], [
+        [label, f"{b['dense']:,}", f"{b['disk']:,}", f"{b['ram']:,}", f"{b['disk_ratio']:.3f}", f"{b['ram_ratio']:.3f}"]
+        for label, b in (("compressed modules", report["bytes"]["targets"]), ("every Linear layer", report["bytes"]["linear"]))
+    ]))
     return 0
 
 

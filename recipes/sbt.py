@@ -14,6 +14,11 @@
 * anomaly: KDD-TSAD_135 (aeon) or a CSV with a ``label`` column; x_t predicted from the steps before it, score =
   squared error at step t; thresholds by a validation quantile and by POT, F1 with the point-adjust rule.
 
+Against quantization (``quant`` extra): ``ptq-<int8|int4|int2>-<qkv|all>`` round each seed's trained dense model
+(torchao weight-only; ``--ptq-schemes``), ``qat-ternary-<qkv|all>`` train ternary weights from the first step
+(``--qat-scopes``); every run reports the bytes of every Linear layer on disk and in RAM, and ``bytes_pareto.png``
+plots the test metric against them.
+
 Budget: every arm (dense and each keep ratio × weight seed) trains for the same ``--steps`` optimizer steps and is
 scored with the weights of its best validation check (every ``--validate-every`` steps): the budget does not depend
 on the dataset size, so a small dataset is not under-trained. Learning rates: weights ``--learning-rate`` (dense
@@ -25,6 +30,8 @@ table are library calls; this script parses flags and writes results.
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -34,8 +41,10 @@ from accelerate import Accelerator
 from transformers import PatchTSTConfig, PatchTSTForClassification, PatchTSTForPretraining
 
 from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress.baselines import quantization
 from hf_tensorcompress.core.atomic import atomic_folder
-from hf_tensorcompress.core.metrics import nonzero_flops, storage_bits
+from hf_tensorcompress.core.metrics import linear_bytes, linear_modules, nonzero_flops, storage_bits
+from hf_tensorcompress.core.targets import attention_projections
 from hf_tensorcompress.data import describe_source, standardization_of
 from hf_tensorcompress.data.anomaly import load_anomaly_series
 from hf_tensorcompress.data.arguments import (
@@ -55,6 +64,7 @@ from hf_tensorcompress.evaluation.sequences import (
     forecast_scores,
     step_t_errors,
 )
+from hf_tensorcompress.evaluation.pareto import kind_of, write_pareto
 from hf_tensorcompress.evaluation.tables import runs_table
 from hf_tensorcompress.methods.biprop.apply import apply_attention
 from hf_tensorcompress.training import StepBudget, train_for_steps
@@ -120,6 +130,21 @@ def compress(model, task: str, keep_ratio: float | None, seed: int, args):
     return apply_compression(model, config)
 
 
+def scope_names(model: torch.nn.Module, scope: str) -> list[str]:
+    """The Linear layers a quantization arm rounds: ``qkv`` (the attention projections) or ``all`` of them."""
+    return attention_projections(model) if scope == "qkv" else list(linear_modules(model))
+
+
+def ternary(model: torch.nn.Module, scope: str) -> dict[str, int]:
+    """Ternary QAT of ``scope`` in place; the deployed bytes of those layers (2-bit codes, a scale, the bias)."""
+    names = scope_names(model, scope)
+    quantization.ternary_training(model, names)
+    return {
+        name: quantization.ternary_bytes(m.out_features, m.in_features) + (m.bias.numel() * 4 if m.bias is not None else 0)
+        for name in names for m in [model.get_submodule(name)]
+    }
+
+
 def objective(args):
     """(training loss, validation criterion (higher is better), test metrics) of the task."""
     zero = args.task == "forecasting" or args.zero_current
@@ -153,6 +178,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--keep-ratios", "--keep_ratios", dest="keep_ratios", type=float, nargs="*",
                         default=[0.75, 0.5, 0.25], help="biprop keep ratios (none: dense only)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--ptq-schemes", nargs="*", default=list(quantization.SCHEMES), choices=list(quantization.SCHEMES),
+                        help="post-training weight-only quantization of each seed's dense run (q/k/v, then every Linear)")
+    parser.add_argument("--qat-scopes", nargs="*", default=["qkv", "all"], choices=["qkv", "all"],
+                        help="ternary quantization-aware training arms (q/k/v or every Linear), same steps as dense")
     parser.add_argument("--target-modules", "--target_modules", dest="target_modules", default="all-linear",
                         help="'all-linear' (paper) or a regex / None")
     parser.add_argument("--no-attention-option", "--no_attention_option", dest="no_attention_option",
@@ -192,7 +221,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def measure(model, name: str, keep_ratio: float | None, seed: int, metrics: dict, outcome, sample, checkpoint: Path) -> dict:
+def measure(model, name: str, keep_ratio: float | None, seed: int, metrics: dict, outcome, sample,
+            checkpoint: Path | None, packed: dict[str, int] | None = None) -> dict:
+    counted = linear_bytes(model, packed)
     return {
         "name": name, "keep_ratio": keep_ratio if keep_ratio is not None else 1.0, "seed": seed, "metrics": metrics,
         "steps": outcome.steps, "selected_step": outcome.selected_step,
@@ -202,15 +233,21 @@ def measure(model, name: str, keep_ratio: float | None, seed: int, metrics: dict
         ),
         "storage_bits": storage_bits(model),
         "nonzero_flops": nonzero_flops(model.eval(), **sample)["total"],
-        "checkpoint_bytes": sum(f.stat().st_size for f in checkpoint.glob("*.safetensors")),
+        "checkpoint_bytes": None if checkpoint is None else sum(f.stat().st_size for f in checkpoint.glob("*.safetensors")),
+        "linear_bytes": {key: counted[key] for key in ("dense", "disk", "ram", "disk_ratio", "ram_ratio")},
         "train_seconds": round(outcome.seconds, 2),
     }
 
 
 def write_results(results: dict, out: Path, args) -> str:
     metric_names = list(results["runs"][0]["metrics"])
-    table = runs_table(results["runs"], {m: m for m in metric_names}, {
+    runs = [
+        run | {key: f"{run['linear_bytes'][key]:,} ({run['linear_bytes'][key + '_ratio']:.3f}×)" for key in ("disk", "ram")}
+        for run in results["runs"]
+    ]
+    table = runs_table(runs, {m: m for m in metric_names}, {
         "keep_ratio": "keep_ratio", "steps": "steps", "params": "params", "storage_bits": "storage_bits",
+        "disk": "every Linear: bytes on disk (/ fp32)", "ram": "every Linear: bytes in RAM",
         "nonzero_flops": "nonzero_flops", "checkpoint_bytes": "checkpoint_bytes"})
     selected = {run["name"]: [] for run in results["runs"]}
     for run in results["runs"]:
@@ -225,6 +262,12 @@ def write_results(results: dict, out: Path, args) -> str:
     if baseline:
         note += f"\nPersistence baseline (x_t = x_(t-1)) on the same test windows: {baseline}\n"
     text = f"# SBT {args.task}: {results['dataset']}\n\n" + table + note
+    metric = {"classification": ("accuracy", False), "forecasting": ("mse", True)}.get(args.task)
+    if metric and any(kind_of(run["name"]) == "baseline" for run in results["runs"]):
+        text += f"\n## Best test {metric[0]} within each byte budget (every Linear weight)\n\n"
+        text += write_pareto(results["runs"], metric[0], out, f"SBT {args.task}: {results['dataset']}, "
+                             f"{len(args.seeds)} seeds", lower_is_better=metric[1])
+        text += "\nFigure: bytes_pareto.png (numbers: bytes_pareto.json).\n"
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     (out / "results.md").write_text(text)
     return text
@@ -248,23 +291,36 @@ def main(argv=None) -> dict:
     if args.task == "forecasting":  # context for the MSE/MAE figures: predict x_t = x_{t-1}
         values = splits["test"].with_format("numpy")[:]["past_values"]
         results["persistence_baseline"] = forecast_scores(values[:, -2], values[:, -1])
-    for keep_ratio in [None, *args.keep_ratios]:
+    dense = {}  # seed -> (trained dense model, its outcome): what the post-training quantization arms round
+    arms = [(None, None), *((ratio, None) for ratio in args.keep_ratios), *((None, scope) for scope in args.qat_scopes)]
+    for keep_ratio, qat in arms:
         for seed in args.seeds:
-            name = "dense" if keep_ratio is None else f"biprop-{keep_ratio}"
+            name = f"qat-ternary-{qat}" if qat else "dense" if keep_ratio is None else f"biprop-{keep_ratio}"
             torch.manual_seed(seed)
             np.random.seed(seed)
             model = compress(build_model(args.task, channels, steps, classes, args), args.task, keep_ratio, seed, args)
+            packed = ternary(model, qat) if qat else None
             outcome = train_for_steps(model, splits["train"].with_format("torch"), loss, budget,
                                       select(splits["validation"]), accelerator, f"{name} seed {seed}")
             model = accelerator.unwrap_model(model).cpu()
             metrics = test(model, splits, extra)
-            checkpoint = out / "checkpoints" / f"{name}-seed{seed}"
-            if accelerator.is_main_process:
+            checkpoint = None if qat else out / "checkpoints" / f"{name}-seed{seed}"
+            if checkpoint is not None and accelerator.is_main_process:
                 with atomic_folder(checkpoint) as staging:  # a dense run too: all files or the old folder
                     model.save_pretrained(staging)
-            run = measure(model, name, keep_ratio, seed, metrics, outcome, sample, checkpoint)
+            run = measure(model, name, keep_ratio, seed, metrics, outcome, sample, checkpoint, packed)
             results["runs"].append(run)
-            accelerator.print(json.dumps({k: run[k] for k in ("name", "seed", "metrics", "selected_step", "train_seconds")}))
+            accelerator.print(json.dumps({k: run[k] for k in ("name", "seed", "metrics", "selected_step", "linear_bytes")}))
+            if name == "dense":
+                dense[seed] = (model, outcome)
+    for scope in ("qkv", "all"):
+        for scheme in args.ptq_schemes:
+            for seed in args.seeds:  # round each seed's trained dense model: no training, the same test windows
+                model = quantization.quantize_linears(copy.deepcopy(dense[seed][0]).eval(), scope_names(dense[seed][0], scope), scheme)
+                outcome = dataclasses.replace(dense[seed][1], seconds=0.0)
+                run = measure(model, f"ptq-{scheme}-{scope}", None, seed, test(model, splits, extra), outcome, sample, None)
+                results["runs"].append(run)
+                accelerator.print(json.dumps({k: run[k] for k in ("name", "seed", "metrics", "linear_bytes")}))
     if accelerator.is_main_process:
         accelerator.print(write_results(results, out, args))
     return results

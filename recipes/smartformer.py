@@ -23,6 +23,14 @@ of them) and the searched ranks trained from the start (``searched-ranks``); ``u
 ``random-ranks-scheduled`` take the same ranks on the search's schedule: full rank until the step its search ended,
 then cut to them at once (the search cuts layer by layer up to that step), so they differ from Smartformer in where
 the ranks go, not in how long the model first trained at full rank.
+What a user would pick instead, at equal bytes (``quant`` extra): ``ptq-<int8|int4|int2>-<qkv|all>`` round each
+seed's trained dense model (torchao weight-only, int8 per row, int4/int2 in groups of 32; no training of their
+own), ``qat-ternary-<qkv|all>`` train with ternary weights from the first step (BitNet b1.58 absmean, straight-through).
+The library's answer on every Linear: ``svd-all-<ratio>`` (every Linear with both sides >= 32 as ``U Vᵀ`` at that
+fraction of its parameters, from the start; ``-scheduled``: at full rank until ``--switch-step``), stored after training
+with int8/int4/int2 factors (``+int8`` ..., saved and loaded back), or trained with 4-bit factors (``-q4``). Every
+table reports bytes of the q/k/v projections and of every Linear layer, on disk and in RAM (fp32 = 1×), and
+``bytes_pareto.png`` plots test MSE against those bytes with the quantization baselines' Pareto front.
 Writes ``results.json``, ``results.md`` (a table like the paper's Tables 3–8), the search trace and its plot, and
 the Smartformer model (``save_pretrained``: config with compression_config, safetensors, remote code, model card).
 Every run is scored on the test windows with the weights of its best validation MSE (checked every few steps;
@@ -34,10 +42,12 @@ the paper's loss-ratio reward).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -57,8 +67,11 @@ from transformers import (
 from transformers.trainer_utils import get_last_checkpoint
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
+from hf_tensorcompress.baselines import quantization
+from hf_tensorcompress.compress import refresh_compression_config
 from hf_tensorcompress.core.atomic import atomic_folder
-from hf_tensorcompress.core.targets import attention_projections
+from hf_tensorcompress.core.metrics import linear_bytes, linear_modules
+from hf_tensorcompress.core.targets import attention_projections, family_of
 from hf_tensorcompress.data import (
     NUM_TIME_FEATURES,
     describe_forecasting,
@@ -68,6 +81,7 @@ from hf_tensorcompress.data import (
 )
 from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_forecasting_from_args
 from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
+from hf_tensorcompress.evaluation.pareto import kind_of, write_pareto
 from hf_tensorcompress.evaluation.tables import runs_table
 from hf_tensorcompress.search import SearchConfig, attention_groups
 from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total_params, uniform_ranks
@@ -139,18 +153,32 @@ def build_model(family: str, channels: int, context: int, horizon: int, size: Si
     return InformerForPrediction(InformerConfig(attention_type="full", num_parallel_samples=20, **common))
 
 
+def qkv_names(model: torch.nn.Module) -> list[str]:
+    """The q/k/v projections of the family's attention modules, whatever replaced them (dense, compressed, quantized)."""
+    family = family_of(model)
+    return [
+        f"{name}.{projection}"
+        for name, module in model.named_modules()
+        if type(module).__name__ in family.attention_classes
+        for projection in family.projections
+        if hasattr(module, projection)
+    ]
+
+
 def attention_params(model: torch.nn.Module) -> int:
     """Parameters of the attention q/k/v projections (dense Linear or their compressed replacement)."""
-    compressed = (getattr(model.config, "compression_config", None) or {}).get("modules")
-    names = list(compressed) if compressed else attention_projections(model)
-    return sum(p.numel() for name in names for p in model.get_submodule(name).parameters())
+    return sum(p.numel() for name in qkv_names(model) for p in model.get_submodule(name).parameters())
 
 
 def projection_flops(model: torch.nn.Module) -> int:
     """FLOPs of the q/k/v projections for one token (a multiply-add counts 2), at the path each layer takes."""
+    compressed = {}
     if getattr(model.config, "compression_config", None):
-        return compression_report(model, tokens=1)["targets"]["flops"]
-    return sum(2 * model.get_submodule(name).weight.numel() for name in attention_projections(model))
+        compressed = {row["name"]: row["flops"] for row in compression_report(model, tokens=1)["modules"]}
+    return sum(
+        compressed[name] if name in compressed else 2 * model.get_submodule(name).in_features * model.get_submodule(name).out_features
+        for name in qkv_names(model)
+    )
 
 
 def model_flops(model: torch.nn.Module, windows) -> int:
@@ -166,9 +194,11 @@ def model_flops(model: torch.nn.Module, windows) -> int:
 
 
 def run_one(name: str, method: str | None, rank, search: SearchConfig | None, seed: int, args, size: Size, data,
-            switch_at: int | None = None):
+            switch_at: int | None = None, prepare: Callable | None = None):
     """Train one arm. ``rank``: one rank (int, or a parameter ratio) for every projection, or ``{module: rank}``;
-    with ``switch_at`` the model trains at full rank (like a search's start) and takes those ranks after that step."""
+    with ``switch_at`` the model trains at full rank (like a search's start) and takes those ranks after that step.
+    ``prepare(model, final_ranks or None)`` builds an arm of its own (quantization-aware training, every Linear
+    low-rank) instead of ``method`` and returns the disk bytes of modules deployed in another form than trained."""
     train, validation, test = data
     output_dir = os.path.join(args.output_dir, "runs", f"{name}-seed{seed}")
     checkpoint = get_last_checkpoint(output_dir) if args.resume and os.path.isdir(output_dir) else None
@@ -176,7 +206,10 @@ def run_one(name: str, method: str | None, rank, search: SearchConfig | None, se
     if switch_at is not None and checkpoint and int(checkpoint.rsplit("-", 1)[1]) >= switch_at:
         schedule_at = None  # saved after the cut: build the model at its final ranks, the checkpoint's shapes
     model = build_model(args.model, args.channels, args.context, args.horizon, size, seed, args.model_path)
-    if method is not None:
+    packed = None
+    if prepare is not None:
+        packed = prepare(model, rank if schedule_at is None else None)
+    elif method is not None:
         per_module = rank if isinstance(rank, dict) and schedule_at is None else {}
         apply_compression(model, CompressionConfig(method=method, rank=1.0 if isinstance(rank, dict) else rank, ranks=per_module))
     training = TrainingArguments(
@@ -207,6 +240,8 @@ def run_one(name: str, method: str | None, rank, search: SearchConfig | None, se
     ranks = {}
     if method is not None:
         ranks = {group.name: model.get_submodule(group.modules[0]).rank for group in attention_groups(model)}
+    elif prepare is not None and getattr(model.config, "compression_config", None):
+        ranks = {name: spec["rank"] for name, spec in model.config.compression_config["modules"].items()}
     result = {
         "name": name,
         "seed": seed,
@@ -216,6 +251,7 @@ def run_one(name: str, method: str | None, rank, search: SearchConfig | None, se
         "selected_step": size.steps if selection is None or selection.best is None else selection.best[1],
         "params": sum(p.numel() for p in model.parameters()),
         "attention_params": attention_params(model),
+        **byte_counts(model, packed),
         "flops": projection_flops(model),
         "model_flops": model_flops(model, test),
         "ranks": ranks,
@@ -227,6 +263,116 @@ def run_one(name: str, method: str | None, rank, search: SearchConfig | None, se
     if PartialState().num_processes > 1:  # what every process holds (the search decides on one and broadcasts)
         result["ranks_per_process"] = gather_object([ranks])
     return result, trainer
+
+
+def byte_counts(model: torch.nn.Module, packed: dict[str, int] | None = None) -> dict:
+    """Bytes of every Linear layer and of the q/k/v projections, on disk and in RAM, and their fractions of fp32."""
+    counted = linear_bytes(model, packed)
+    qkv = [counted["modules"][name] for name in qkv_names(model)]
+    attention = {key: sum(row[key] for row in qkv) for key in ("dense", "disk", "ram")}
+    return {
+        "linear_bytes": {key: counted[key] for key in ("dense", "disk", "ram", "disk_ratio", "ram_ratio")},
+        "attention_bytes": {**attention, "disk_ratio": attention["disk"] / attention["dense"],
+                            "ram_ratio": attention["ram"] / attention["dense"]},
+    }
+
+
+def scope_names(model: torch.nn.Module, scope: str) -> list[str]:
+    """The Linear layers an arm quantizes or factorizes: ``qkv`` (the attention projections) or ``all``."""
+    return attention_projections(model) if scope == "qkv" else list(linear_modules(model))
+
+
+#: Post-training quantization of each seed's dense run (``ptq-<scheme>-<scope>``; no training of their own).
+PTQ_ARMS = tuple(f"ptq-{scheme}-{scope}" for scope in ("qkv", "all") for scheme in quantization.SCHEMES)
+#: Ternary quantization-aware training from the first step, at the same steps (``qat-ternary-<scope>``).
+QAT_ARMS = ("qat-ternary-qkv", "qat-ternary-all")
+#: Bits and group size the factors of every ``svd-all`` run are also stored in after training (``<run>+<name>``,
+#: through ``LowRankLinear.set_factor_bits``, then saved and loaded back); ``-q4`` arms train with 4-bit factors.
+FACTOR_SCHEMES = {"int8": (8, None), "int4": (4, 32), "int2": (2, 32)}
+TRAINED_FACTOR_BITS = (4, 32)
+
+
+def prepare_ternary(scope: str) -> Callable:
+    """An arm's ``prepare``: ternary QAT of ``scope``; its layers deploy as 2-bit codes plus a scale."""
+    def prepare(model: torch.nn.Module, final_ranks) -> dict[str, int]:
+        names = scope_names(model, scope)
+        quantization.ternary_training(model, names)
+        return {
+            name: quantization.ternary_bytes(m.out_features, m.in_features) + (m.bias.numel() * 4 if m.bias is not None else 0)
+            for name in names for m in [model.get_submodule(name)]
+        }
+    return prepare
+
+
+#: Layers with a side this narrow stay dense in the ``svd-all`` arms: PatchTST's patch embedding (16 inputs) at
+#: half its parameters keeps rank 7, and that alone took the test MSE of seed 0 from 0.48 to 0.72.
+NARROWEST_FACTORED = 32
+
+
+def low_rank_targets(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """The Linear layers the ``svd-all`` arms factor: every one with both sides >= ``NARROWEST_FACTORED``."""
+    return {
+        name: m for name, m in linear_modules(model).items() if min(m.in_features, m.out_features) >= NARROWEST_FACTORED
+    }
+
+
+def svd_all_ranks(model: torch.nn.Module, ratio: float) -> dict[str, int]:
+    """The SVD rank of every factored Linear at ``ratio`` of its weight parameters."""
+    return {
+        name: max(1, min(min(m.in_features, m.out_features), int(ratio * m.in_features * m.out_features / (m.in_features + m.out_features))))
+        for name, m in low_rank_targets(model).items()
+    }
+
+
+def prepare_svd_all(ratio: float, factor_bits: tuple[int, int | None] | None = None) -> Callable:
+    """An arm's ``prepare``: every Linear but the narrowest becomes ``U Vᵀ``, at ``ratio`` of its parameters, or at full rank
+    (``min(in, out)``, the dense weight exactly) when a schedule cuts it later; ``factor_bits`` (bits, group):
+    the factors train rounded to those bits from the first step."""
+    bits, group = factor_bits or (None, None)
+
+    def prepare(model: torch.nn.Module, final_ranks) -> None:
+        ranks = final_ranks or {name: min(m.in_features, m.out_features) for name, m in low_rank_targets(model).items()}
+        apply_compression(model, CompressionConfig(method="svd", target_modules=list(ranks), rank=1.0, ranks=ranks,
+                                                   factor_bits=bits, factor_group_size=group))
+    return prepare
+
+
+def reloaded(model: torch.nn.Module, folder: str) -> torch.nn.Module:
+    """``model`` saved with ``save_pretrained`` and loaded back by its transformers class (the inference form)."""
+    model.save_pretrained(folder)
+    return CLASSES[model.config.model_type].from_pretrained(folder).eval()
+
+
+def post_training_arm(name: str, source: dict, model: torch.nn.Module, transform: Callable, data, size: Size,
+                      folder: str | None = None) -> dict:
+    """An arm that rounds a trained run's weights (no training): ``transform(copy)`` quantizes a copy of ``model``
+    and returns the disk bytes it overrides (if any); with ``folder`` the copy is then saved there and loaded back,
+    and the loaded model is scored and counted. Scored on the same test windows as its source run."""
+    quantized = copy.deepcopy(model).eval()
+    packed = transform(quantized)
+    if folder is not None:
+        quantized = reloaded(quantized, folder)
+    return {
+        **source, "name": name, "source": source["name"], "train_seconds": 0.0,
+        "metrics": evaluate_forecaster(quantized, data[2], batch_size=size.batch_size, progress=False),
+        **byte_counts(quantized, packed),
+    }
+
+
+def ptq_transform(scheme: str, scope: str) -> Callable:
+    def transform(model: torch.nn.Module) -> None:
+        quantization.quantize_linears(model, scope_names(model, scope), scheme)
+    return transform
+
+
+def factor_transform(bits: int, group: int | None) -> Callable:
+    """Store every low-rank layer's factors in ``bits`` (the library's ``factor_bits``), spec re-recorded."""
+    def transform(model: torch.nn.Module) -> None:
+        for module in model.modules():
+            if hasattr(module, "set_factor_bits"):
+                module.set_factor_bits(bits, group)
+        refresh_compression_config(model)
+    return transform
 
 
 #: Arms derived from each seed's Smartformer run: its final attention parameter count, spent other ways; the
@@ -266,12 +412,18 @@ def markdown(results: dict) -> str:
             **run,
             "metrics": {**run["metrics"], "seconds": run["train_seconds"]},
             "attention_ratio": f"{run['attention_params'] / dense:.2f}" if dense else "-",
+            "attention_disk": f"{run['attention_bytes']['disk']:,} ({run['attention_bytes']['disk_ratio']:.3f}×)",
+            "attention_ram": f"{run['attention_bytes']['ram']:,} ({run['attention_bytes']['ram_ratio']:.3f}×)",
+            "linear_disk": f"{run['linear_bytes']['disk']:,} ({run['linear_bytes']['disk_ratio']:.3f}×)",
+            "linear_ram": f"{run['linear_bytes']['ram']:,} ({run['linear_bytes']['ram_ratio']:.3f}×)",
         }
         for run in results["runs"]
     ]
     table = runs_table(
         runs, {"mse": "MSE", "mae": "MAE", "seconds": "train s"},
         {"params": "params", "attention_params": "attention params", "attention_ratio": "attention / dense",
+         "attention_disk": "q/k/v bytes on disk (/ fp32)", "attention_ram": "q/k/v bytes in RAM",
+         "linear_disk": "every Linear: bytes on disk (/ fp32)", "linear_ram": "every Linear: bytes in RAM",
          "model_flops": "model FLOPs per window", "flops": "q/k/v FLOPs per token", "steps": "steps"},
     )
     return (
@@ -322,6 +474,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--resume", action="store_true",
         help="continue every run from the last checkpoint in its folder under --output-dir (written by --save-steps)",
     )
+    parser.add_argument(
+        "--all-linear-ratios", type=float, nargs="*", default=[0.5, 0.25],
+        help="svd-all-<ratio> arms: every Linear as U Vᵀ at this fraction of its parameters, trained at that rank from "
+        "the start and (-scheduled) at full rank until --switch-step; their factors are also rounded to int8/int4",
+    )
+    parser.add_argument("--switch-step", type=int, default=None, help="step the -scheduled svd-all arms are cut at (default: half the steps)")
     parser.add_argument("--random-draws", type=int, default=3, help="random rank assignments per seed (random-ranks arm)")
     parser.add_argument(
         "--validation-batches", type=int, default=4,
@@ -373,6 +531,25 @@ def main(argv=None) -> dict:
     plan += [("svd-smartformer", "svd", 1.0, search)]
     plan += [(f"cp-fixed-{ratio:g}", "cp", ratio, None) for ratio in size.grid]
     plan += [(name, "cp", None, None) for name in DERIVED]
+    plan += [(name, None, None, None) for name in (*PTQ_ARMS, *QAT_ARMS)]
+    prepares = {name: prepare_ternary(name.rpartition("-")[2]) for name in QAT_ARMS}
+    post_arms = {name: ("dense", ptq_transform(*name.split("-")[1:])) for name in PTQ_ARMS}
+    switch_step = args.switch_step or size.steps // 2
+    with user_errors("smartformer.py"):
+        if not 1 <= switch_step < size.steps:
+            raise ValueError(f"--switch-step {switch_step} must be in [1, {size.steps}) (the runs' steps)")
+        if any(not 0.0 < ratio <= 1.0 for ratio in args.all_linear_ratios):
+            raise ValueError(f"--all-linear-ratios {args.all_linear_ratios}: each must be in (0, 1]")
+    for ratio in args.all_linear_ratios:
+        for trained_bits in ("", f"-q{TRAINED_FACTOR_BITS[0]}"):
+            for suffix in ("", "-scheduled"):
+                name = f"svd-all-{ratio:g}{trained_bits}{suffix}"
+                plan.append((name, None, svd_all_ranks(shape_model, ratio), None))
+                prepares[name] = prepare_svd_all(ratio, TRAINED_FACTOR_BITS if trained_bits else None)
+                for scheme, bits in FACTOR_SCHEMES.items():
+                    if not trained_bits:
+                        plan.append((f"{name}+{scheme}", None, None, None))
+                        post_arms[f"{name}+{scheme}"] = (name, factor_transform(*bits))
     if args.runs is not None:
         unknown = sorted(set(args.runs) - {entry[0] for entry in plan})
         if unknown or (set(args.runs) & set(DERIVED) and "smartformer" not in args.runs):
@@ -383,6 +560,10 @@ def main(argv=None) -> dict:
                     f"--runs {args.runs}: {sorted(set(args.runs) & set(DERIVED))} take their parameter count from "
                     "the Smartformer search of the same seed; add smartformer"
                 )
+        missing = sorted({post_arms[name][0] for name in args.runs if name in post_arms} - set(args.runs))
+        if missing:
+            with user_errors("smartformer.py"):
+                raise ValueError(f"--runs {args.runs}: the post-training arms round the weights of {missing}; add them")
         plan = [entry for entry in plan if entry[0] in args.runs]
     results = {
         "model": args.model, "dataset": args.dataset or "appliances_energy", "horizon": args.horizon,
@@ -392,19 +573,30 @@ def main(argv=None) -> dict:
     smart_model = smart_dir = None
     for seed in args.seeds:
         searched = None  # (groups, final ranks, step its search ended) of this seed's Smartformer run
+        trained = {}  # run name -> (result, trained model) of this seed: what the post-training arms round
         for name, method, rank, make_search in plan:
+            if name in post_arms:
+                source, transform = post_arms[name]
+                folder = None if name in PTQ_ARMS else os.path.join(args.output_dir, "runs", f"{name}-seed{seed}")
+                result = post_training_arm(name, *trained[source], transform, data, size, folder)
+                results["runs"].append(result)
+                print(json.dumps({k: result[k] for k in ("name", "seed", "metrics", "linear_bytes")}))
+                continue
             arms = [(name, rank, None)]
             if name in DERIVED:
                 arms = derived_arms(name, *searched[:2], seed, args.random_draws)
-            switch_at = searched[2] if name.endswith("-scheduled") else None
+            switch_at = None
+            if name.endswith("-scheduled"):
+                switch_at = switch_step if name in prepares else searched[2]
             for run_name, run_rank, draw in arms:
                 result, trainer = run_one(run_name, method, run_rank, make_search(seed) if make_search else None, seed,
-                                          args, size, data, switch_at)
+                                          args, size, data, switch_at, prepares.get(name))
+                trained[run_name] = (result, trainer.model)
                 if draw is not None:
                     result["draw"] = draw
                 results["runs"].append(result)
                 if trainer.is_world_process_zero():
-                    print(json.dumps({k: result[k] for k in ("name", "seed", "metrics", "attention_params", "ranks")}))
+                    print(json.dumps({k: result[k] for k in ("name", "seed", "metrics", "attention_params", "linear_bytes", "ranks")}))
                     with open(os.path.join(args.output_dir, "results.json"), "w", encoding="utf-8") as handle:
                         json.dump(results, handle, indent=2)  # after every run: a long job's finished runs are kept
             if name == "smartformer":
@@ -416,6 +608,11 @@ def main(argv=None) -> dict:
     with open(os.path.join(args.output_dir, "results.json"), "w", encoding="utf-8") as handle:
         json.dump(results, handle, indent=2)
     table = markdown(results)
+    if any("linear_bytes" in run and kind_of(run["name"]) == "baseline" for run in results["runs"]):
+        title = f"{args.model} on {results['dataset']}, horizon {args.horizon}, {len(args.seeds)} seeds"
+        table += "\n### Best test MSE within each byte budget (every Linear weight)\n\n"
+        table += write_pareto(results["runs"], "mse", args.output_dir, title, lower_is_better=True)
+        table += "\nFigure: bytes_pareto.png (numbers: bytes_pareto.json).\n"
     with open(os.path.join(args.output_dir, "results.md"), "w", encoding="utf-8") as handle:
         handle.write(table)
     if smart_model is not None:  # --runs without smartformer: nothing searched, no model to save

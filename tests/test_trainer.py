@@ -87,6 +87,12 @@ def test_decisions_are_logged_traced_and_plotted(tmp_path):
     trace = json.loads((tmp_path / "smartformer_trace.json").read_text())
     assert trace == json.loads(json.dumps(trainer.search.trace))
     assert (tmp_path / "smartformer_trace.png").stat().st_size > 10_000
+    for record in trace:  # the searched modules' size after each stage: parameters and bytes (fp32 factors)
+        size = record["attention_bytes"]
+        assert size["disk"] == size["ram"] == 4 * record["attention_params"] and size["dense"] > 0
+    sizes = [record["attention_params"] for record in trace]
+    assert sizes[-1] == sum(p.numel() for group in trainer.search.groups for name in group.modules
+                            for p in model.get_submodule(name).parameters())
 
 
 def test_epoch_stages_and_accuracy_reward_with_svd(tmp_path):

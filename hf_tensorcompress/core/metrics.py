@@ -73,7 +73,18 @@ def compression_report(model: nn.Module, tokens: int = 1) -> dict:
             "dense_params": model_params - total["params"] + total["dense_params"],
             "params": model_params,
         },
+        # bytes on disk and in RAM (fp32 = "dense"): of the compressed modules, and of every Linear layer
+        "bytes": {"targets": _bytes_of(model, list(layers)), "linear": _bytes_of(model, None)},
     }
+
+
+def _bytes_of(model: nn.Module, names: list[str] | None) -> dict:
+    """``linear_bytes`` totals of the modules ``names`` (every Linear layer if None), with ratios to fp32."""
+    rows = linear_bytes(model)["modules"]
+    chosen = [row for name, row in rows.items() if names is None or name in names]
+    total = {key: sum(row[key] for row in chosen) for key in ("dense", "disk", "ram")}
+    dense = total["dense"] or 1
+    return total | {"disk_ratio": total["disk"] / dense, "ram_ratio": total["ram"] / dense}
 
 
 # ---------------------------------------------------------------------- SBT: non-zero FLOPs of a whole forward
@@ -142,6 +153,71 @@ def storage_bits(model: nn.Module) -> int:
             covered.update(id(t) for t in [*module.parameters(), *module.buffers()])
     for tensor in [*model.parameters(), *model.buffers()]:
         if id(tensor) not in covered:
-            total += tensor.numel() * tensor.element_size() * 8
+            total += tensor_bytes(tensor)[0] * 8  # a quantized weight (torchao) counts its packed codes and scales
             covered.add(id(tensor))
     return total
+
+
+# ---------------------------------------------------------------------- bytes of every Linear weight
+def _bits_of(dtype: torch.dtype) -> int:
+    """Bits per element of ``dtype``, sub-byte integer dtypes (``torch.int4``) included."""
+    digits = "".join(ch for ch in str(dtype).rsplit(".", 1)[-1] if ch.isdigit())
+    return int(digits) if digits else torch.empty(0, dtype=dtype).element_size() * 8
+
+
+def tensor_bytes(tensor: torch.Tensor) -> tuple[int, int]:
+    """(bytes on disk with codes packed at their bit width, bytes resident in RAM) of one tensor.
+
+    A tensor subclass that holds its data in inner tensors (torchao's quantized weights) counts those; its ``qdata``
+    packs at its ``target_dtype`` on disk (torchao keeps int4/int2 codes unpacked in int8 bytes in RAM on x86)."""
+    flatten = getattr(tensor, "__tensor_flatten__", None)
+    if flatten is None or type(tensor) in (torch.Tensor, nn.Parameter):
+        size = tensor.numel() * tensor.element_size()
+        return size, size
+    disk = ram = 0
+    target = getattr(tensor, "target_dtype", None)
+    for name in flatten()[0]:
+        inner = getattr(tensor, name)
+        inner_disk, inner_ram = tensor_bytes(inner)
+        if name == "qdata" and target is not None:
+            inner_disk = (inner.numel() * _bits_of(target) + 7) // 8
+        disk, ram = disk + inner_disk, ram + inner_ram
+    return disk, ram
+
+
+def linear_modules(model: nn.Module) -> dict[str, nn.Module]:
+    """Every ``nn.Linear`` and every compressed layer that replaced one (``in_features``/``out_features``), by name;
+    modules inside a compressed layer are part of it."""
+    found: dict[str, nn.Module] = {}
+    for name, module in model.named_modules():
+        if any(name.startswith(outer + ".") for outer in found):
+            continue
+        if isinstance(module, nn.Linear) or (isinstance(module, CompressedLayer) and hasattr(module, "out_features")):
+            found[name] = module
+    return found
+
+
+def linear_bytes(model: nn.Module, packed: dict[str, int] | None = None) -> dict:
+    """Bytes of every Linear layer's weights and biases: on disk, resident in RAM, and as dense fp32 (the 1× of the
+    ratios), in total and per module.
+
+    A compressed layer counts its ``storage_bits()`` on disk and the tensors it holds in RAM; a torchao-quantized
+    weight its packed codes and scales (``tensor_bytes``). ``packed`` overrides the disk bytes of named modules whose
+    deployed form differs from how they train (e.g. ternary QAT: fp32 latent weights, deployed as 2-bit codes).
+    """
+    rows = {}
+    for name, module in linear_modules(model).items():
+        bias = getattr(module, "bias", None) is not None
+        dense = (module.in_features * module.out_features + (module.out_features if bias else 0)) * 4
+        tensors = [*module.parameters(), *module.buffers()]
+        ram = sum(tensor_bytes(t)[1] for t in tensors)
+        if isinstance(module, CompressedLayer):
+            disk = module.storage_bits() // 8
+        else:
+            disk = sum(tensor_bytes(t)[0] for t in tensors)
+        if packed and name in packed:
+            disk = packed[name]
+        rows[name] = {"dense": dense, "disk": disk, "ram": ram}
+    total = {key: sum(row[key] for row in rows.values()) for key in ("dense", "disk", "ram")}
+    dense = total["dense"] or 1  # a model without nn.Linear layers (e.g. GPT-2's Conv1D): ratios of 0
+    return {**total, "disk_ratio": total["disk"] / dense, "ram_ratio": total["ram"] / dense, "modules": rows}

@@ -26,6 +26,7 @@ from transformers.utils import logging
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from ..compress import refresh_compression_config
+from ..core.metrics import linear_bytes
 from ..core.structure import install_layers
 from .config import SearchConfig
 from .mdp import STATE_FILE, RankSearch
@@ -213,8 +214,18 @@ class SmartformerTrainer(Trainer):
         start = time.perf_counter()
         self._apply_ranks(record["changes"])
         self.search_seconds["redecompose"] += time.perf_counter() - start
+        record.update(self._searched_size())
         self.rank_history.append((self.state.global_step, dict(record["ranks"])))
         self._log_decision(record)
+
+    def _searched_size(self) -> dict:
+        """Parameters and bytes (on disk, in RAM, fp32 dense) of the searched modules at their current ranks."""
+        names = [name for group in self.search.groups for name in group.modules]
+        rows = linear_bytes(self.model)["modules"]
+        return {
+            "attention_params": sum(p.numel() for name in names for p in self.model.get_submodule(name).parameters()),
+            "attention_bytes": {key: sum(rows[name][key] for name in names) for key in ("dense", "disk", "ram")},
+        }
 
     def _apply_ranks(self, changes: dict[str, int]) -> None:
         modules = {name: rank for group, rank in changes.items() for name in self.search.by_name[group].modules}

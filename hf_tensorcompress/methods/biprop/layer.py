@@ -11,11 +11,17 @@ with ``save_scores=True`` also stores ``scores`` and ``frozen_weight`` so that t
 is not called ``weight``: a checkpoint's ``<module>.weight`` key is the tombstone that makes a plain transformers
 class refuse the file (``core/modeling_tensorcompress.py``), and a frozen ``W`` under that key would load silently.
 
+In RAM the inference-only form (a checkpoint without scores, as ``from_pretrained`` loads it) holds 2 bits per
+weight: ``mask_bits`` and the signs packed the same way (regenerated from ``sign_seed`` once per device, never
+saved). Its forward unpacks the ternary weight ``sign ⊙ M`` a block of output rows at a time through a 256-entry
+table and multiplies that block, so no full-size float (or int8) copy of the weight ever stays in memory.
+
 Ships inside saved checkpoints: torch only.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -26,6 +32,8 @@ from ...core.contract import CompressedLinear
 
 WEIGHT_INITS = ("kaiming_normal", "signed_constant")
 _MASK32 = 0xFFFFFFFF
+#: Weights unpacked at once by the inference-only forward (a block of output rows): bounds its transient memory.
+BLOCK_WEIGHTS = 1 << 18
 
 
 def _mul32(x, constant: int):
@@ -43,10 +51,11 @@ def _hash32(x):
     return x ^ (x >> 16)
 
 
-def seeded_signs(seed: int, numel: int, device: torch.device | None = None) -> torch.Tensor:
-    """``numel`` signs in {-1, +1} (int8) fixed by ``seed``: bit 31 of ``hash(index + hash(seed))``."""
+def seeded_signs(seed: int, numel: int, device: torch.device | None = None, start: int = 0) -> torch.Tensor:
+    """``numel`` signs in {-1, +1} (int8) fixed by ``seed``: bit 31 of ``hash(index + hash(seed))``, for the
+    indices ``start … start + numel - 1`` (so a long run of signs can be made a chunk at a time)."""
     offset = _hash32(seed & _MASK32)
-    index = (torch.arange(numel, dtype=torch.int64, device=device) + offset) & _MASK32
+    index = (torch.arange(start, start + numel, dtype=torch.int64, device=device) + offset) & _MASK32
     bits = (_hash32(index) >> 31) & 1
     return (bits * 2 - 1).to(torch.int8)
 
@@ -70,6 +79,14 @@ def unpack_bits(packed: torch.Tensor, numel: int) -> torch.Tensor:
     """Inverse of ``pack_bits``: the first ``numel`` bits as a bool tensor."""
     shifts = torch.arange(7, -1, -1, dtype=torch.uint8, device=packed.device)
     return ((packed.view(-1, 1) >> shifts) & 1).reshape(-1)[:numel].bool()
+
+
+@functools.lru_cache(maxsize=None)
+def bit_table(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """``(256, 8)`` table: row ``b`` holds the bits of byte ``b``, most significant first, as ``dtype`` (8 KB in
+    fp32, one per dtype and device for every layer)."""
+    shifts = torch.arange(7, -1, -1, device=device)
+    return ((torch.arange(256, device=device).view(-1, 1) >> shifts) & 1).to(dtype)
 
 
 def kept_count(numel: int, keep_ratio: float) -> int:
@@ -140,6 +157,7 @@ class BipropLinear(CompressedLinear):
         self.sign_seed, self.save_scores, self.trainable = int(sign_seed), bool(save_scores), bool(trainable)
         numel = in_features * out_features
         self._signs: dict[torch.device, torch.Tensor] = {}
+        self._sign_bits: dict[torch.device, torch.Tensor] = {}
         self.register_buffer("mask_bits", torch.zeros((numel + 7) // 8, dtype=torch.uint8))
         self.register_buffer("alpha", torch.zeros(1))
         if trainable:
@@ -203,6 +221,34 @@ class BipropLinear(CompressedLinear):
             )
         return self._signs[device]
 
+    def sign_bits(self) -> torch.Tensor:
+        """``sign(W) > 0`` packed 8 per byte like ``mask_bits``, regenerated from ``sign_seed`` once per device."""
+        device = self.mask_bits.device
+        if device not in self._sign_bits:  # in chunks: the hash's int64 temporaries stay small
+            numel = self.in_features * self.out_features
+            self._sign_bits[device] = torch.cat([
+                pack_bits(seeded_signs(self.sign_seed, min(BLOCK_WEIGHTS, numel - start), device, start) > 0)
+                for start in range(0, numel, BLOCK_WEIGHTS)
+            ])
+        return self._sign_bits[device]
+
+    def packed_forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x (α · sign(W) ⊙ M)ᵀ`` from the packed bits, ``rows`` output rows at a time (a multiple of 8, so each
+        block starts on a byte): the +1 and -1 bits of a block are looked up as floats, subtracted, scaled by α
+        (the folded weight's exact values), multiplied."""
+        table, signs, mask, alpha = bit_table(x.dtype, x.device), self.sign_bits(), self.mask_bits, self.alpha.to(x.dtype)
+        rows = max(8, BLOCK_WEIGHTS // self.in_features // 8 * 8)
+        outputs = []
+        for start in range(0, self.out_features, rows):
+            stop = min(start + rows, self.out_features)
+            first, last = start * self.in_features // 8, (stop * self.in_features + 7) // 8
+            block_mask, block_signs = mask[first:last], signs[first:last]
+            plus = table[(block_mask & block_signs).long()].view(-1)
+            minus = table[(block_mask & ~block_signs).long()].view(-1)
+            weight = (plus - minus)[: (stop - start) * self.in_features].view(stop - start, self.in_features) * alpha
+            outputs.append(F.linear(x, weight))
+        return torch.cat(outputs, dim=-1)
+
     def effective_weight(self) -> torch.Tensor:
         """``α · sign(W) ⊙ M`` with gradients to the scores (training path)."""
         if not self.trainable:
@@ -235,7 +281,9 @@ class BipropLinear(CompressedLinear):
         self.alpha.copy_((self.frozen_weight.abs() * mask).sum() / mask.sum())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.trainable and self.training and torch.is_grad_enabled():
+        if not self.trainable:
+            return self.packed_forward(x)
+        if self.training and torch.is_grad_enabled():
             weight = self.effective_weight()
         else:
             weight = self.folded_weight()

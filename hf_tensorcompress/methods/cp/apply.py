@@ -59,7 +59,8 @@ def build(model: nn.Module, name: str, linear: nn.Linear, config: CPConfig, cali
     dense = dense_projection(linear)
     heads, rank = cp_rank(model, name, dense, config.rank_for(name))
     weight = dense.weight
-    layer = CPLinear(dense.in_features, dense.out_features, heads, rank, bias=dense.bias is not None)
+    layer = CPLinear(dense.in_features, dense.out_features, heads, rank, bias=dense.bias is not None,
+                     factor_bits=config.factor_bits, factor_group_size=config.factor_group_size)
     if config.init == "decompose":
         layer.load_factors(decompose(layer.folded_weight(weight), rank, config.cp_iterations))
     layer = layer.to(device=weight.device, dtype=weight.dtype)

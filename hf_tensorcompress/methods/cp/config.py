@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...config import RankedConfig, check_int
+from ...core.factor_storage import check_factor_storage
 
 
 @dataclass
@@ -18,13 +19,20 @@ class CPConfig(RankedConfig):
         ranks: per-module overrides, ``{name or suffix: rank}``, same rules as ``rank``; the longest key wins.
         init: ``"decompose"`` (factors from the existing dense weights) or ``"random"``.
         cp_iterations: ALS iterations of the initial CP decomposition (tensorly ``parafac``, SVD init).
+        factor_bits: store the three factors as packed integer codes of this many bits (2, 3, 4 or 8;
+            ``core/factor_storage``) instead of fp32; trained rounded as stored, saved and loaded as codes.
+        factor_group_size: columns (rank components) per scale/minimum group; ``None`` (or a size that does not
+            divide the rank) is one group per factor row.
     """
 
     method: str = "cp"
     cp_iterations: int = 100
+    factor_bits: int | None = None
+    factor_group_size: int | None = None
 
     method_name: ClassVar[str] = "cp"
 
     def validate(self) -> None:
         super().validate()
         check_int(self.cp_iterations, "cp_iterations", 1)
+        check_factor_storage(self.factor_bits, self.factor_group_size)

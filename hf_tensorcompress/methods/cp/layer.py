@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...core.contract import CompressedLinear
+from ...core.factor_storage import read_codes, rounded, save_codes, stored_form
 
 
 #: Two thin matmuls plus the Khatri-Rao product run below the speed of one square matmul of equal multiply-adds
@@ -77,6 +78,10 @@ class CPLinear(CompressedLinear):
     Parameters ``R·(h + d + out)`` instead of ``h·d·out`` (paper Table 1). Forward picks, for the input at hand,
     the cheaper of the factorized product ``(x · KhatriRao(A, B)) · Cᵀ`` and "rebuild W, then one matmul"; under
     ``torch.no_grad`` the rebuilt weight is cached until a factor changes.
+
+    ``factor_bits``: the factors are stored as packed codes of that many bits (``core/factor_storage``): trained
+    rounded as stored, saved as codes; ``stored=True`` is the form such a checkpoint loads as (codes only, and
+    always the factorized path, so no float copy of the weight is ever kept).
     """
 
     layer_type = "cp"
@@ -90,26 +95,39 @@ class CPLinear(CompressedLinear):
         bias: bool = True,
         device: torch.device | None = None,
         dtype: torch.dtype | None = None,
+        factor_bits: int | None = None,
+        factor_group_size: int | None = None,
+        stored: bool = False,
     ) -> None:
         super().__init__()
+        if stored and factor_bits is None:
+            raise ValueError("stored=True is the form of a layer with low-bit factors; pass factor_bits")
         if num_heads <= 0 or in_features % num_heads:
             raise ValueError(f"in_features={in_features} is not divisible by num_heads={num_heads}")
         if rank < 1:
             raise ValueError(f"CP rank must be >= 1, got {rank}")
         self.in_features, self.out_features, self.num_heads = in_features, out_features, num_heads
         self.head_dim = in_features // num_heads
+        self.factor_bits, self.factor_group_size, self.stored = factor_bits, factor_group_size, stored
         kwargs = {"device": device, "dtype": dtype}
+        self._weight_cache: tuple[tuple, torch.Tensor] | None = None
+        if stored:
+            for name, rows in zip(STORED_NAMES, (num_heads, self.head_dim, out_features)):
+                setattr(self, name, stored_form((rows, rank), factor_bits, factor_group_size))
+            self.bias = nn.Parameter(torch.zeros(out_features, **kwargs)) if bias else None
+            return
         self.factor_heads = nn.Parameter(torch.empty(num_heads, rank, **kwargs))
         self.factor_head_dim = nn.Parameter(torch.empty(self.head_dim, rank, **kwargs))
         self.factor_out = nn.Parameter(torch.empty(out_features, rank, **kwargs))
         self.bias = nn.Parameter(torch.zeros(out_features, **kwargs)) if bias else None
-        self._weight_cache: tuple[tuple, torch.Tensor] | None = None
+        if factor_bits is not None:
+            self.register_state_dict_post_hook(_store_factors)
         self.reset_parameters()
 
     # ----------------------------------------------------------------- construction
     @property
     def rank(self) -> int:
-        return self.factor_heads.shape[1]
+        return self.stored_heads.shape[1] if self.stored else self.factor_heads.shape[1]
 
     def reset_parameters(self) -> None:
         """Random init whose rebuilt weight has the variance of ``nn.Linear``'s default init."""
@@ -125,15 +143,53 @@ class CPLinear(CompressedLinear):
 
     @property
     def factors(self) -> list[nn.Parameter]:
+        if self.stored:
+            raise ValueError("this layer was loaded with low-bit factors: it has codes (used_factors()), no fp32 factors")
         return [self.factor_heads, self.factor_head_dim, self.factor_out]
+
+    def used_factors(self) -> list[torch.Tensor]:
+        """The factors the forward computes with: fp32, rounded as stored (``factor_bits``), or decoded codes."""
+        if self.stored:
+            return [getattr(self, name).dequantize(self.bias.dtype if self.bias is not None else torch.float32)
+                    for name in STORED_NAMES]
+        if self.factor_bits is None:
+            return self.factors
+        return [rounded(f, self.factor_bits, self.factor_group_size) for f in self.factors]
 
     def spec(self) -> dict:
         """Everything needed to rebuild an empty layer of this shape (stored in ``config.compression_config``)."""
-        return {**super().spec(), "num_heads": self.num_heads, "rank": self.rank}
+        spec = {**super().spec(), "num_heads": self.num_heads, "rank": self.rank}
+        if self.factor_bits is not None:
+            spec |= {"factor_bits": self.factor_bits, "factor_group_size": self.factor_group_size}
+        return spec
 
     @classmethod
     def from_spec(cls, spec: dict) -> "CPLinear":
-        return cls(spec["in_features"], spec["out_features"], spec["num_heads"], spec["rank"], spec["bias"])
+        """The layer as a checkpoint holds it: with ``factor_bits``, the stored (inference-only) form."""
+        bits = spec.get("factor_bits")
+        return cls(spec["in_features"], spec["out_features"], spec["num_heads"], spec["rank"], spec["bias"],
+                   factor_bits=bits, factor_group_size=spec.get("factor_group_size"), stored=bits is not None)
+
+    def set_factor_bits(self, bits: int | None, group_size: int | None = None) -> None:
+        """Store (and compute with) the factors in ``bits`` from now on (``None``: fp32); re-record the spec in the
+        model's compression_config afterwards."""
+        if self.stored:
+            raise ValueError("this layer was loaded with low-bit factors; its fp32 factors are gone")
+        if bits is not None and self.factor_bits is None:
+            self.register_state_dict_post_hook(_store_factors)
+        self.factor_bits, self.factor_group_size = bits, group_size
+        self._weight_cache = None
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """The fp32 form reads low-bit codes too (its own ``state_dict``): the factors become the stored values."""
+        if not self.stored and self.factor_bits is not None:
+            for name, parameter in zip(STORED_NAMES, ("factor_heads", "factor_head_dim", "factor_out")):
+                factor = getattr(self, parameter)
+                values = read_codes(state_dict, prefix, name, tuple(factor.shape), self.factor_bits,
+                                    self.factor_group_size, factor.dtype)
+                if values is not None:
+                    state_dict[prefix + parameter] = values
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def folded_weight(self, weight: torch.Tensor | None = None) -> torch.Tensor:
         """A dense ``(out, in)`` weight folded to the (heads, head_dim, out) tensor this layer factorizes."""
@@ -187,10 +243,11 @@ class CPLinear(CompressedLinear):
     @property
     def weight(self) -> torch.Tensor:
         """The dense ``(out, in)`` weight these factors represent (rebuilt on every access)."""
-        return self.factor_out @ khatri_rao(self.factor_heads, self.factor_head_dim).T
+        heads, head_dim, out = self.used_factors()
+        return out @ khatri_rao(heads, head_dim).T
 
     def _cached_weight(self) -> torch.Tensor:
-        key = tuple((f.data_ptr(), f._version) for f in self.factors)
+        key = tuple((f.data_ptr(), f._version) for f in self.factors) + (self.factor_bits,)
         if self._weight_cache is None or self._weight_cache[0] != key:
             self._weight_cache = (key, self.weight.detach())
         return self._weight_cache[1]
@@ -199,6 +256,8 @@ class CPLinear(CompressedLinear):
         """Multiply-adds of the cheaper forward path for ``tokens`` input rows, and that path's name."""
         rank, fan_in, fan_out = self.rank, self.in_features, self.out_features
         factorized = tokens * rank * (fan_in + fan_out) + fan_in * rank
+        if self.factor_bits is not None:  # low-bit factors: never a float copy of the weight (the stored form's path)
+            return factorized, "factorized"
         dense = tokens * fan_in * fan_out + (0 if cached else fan_in * rank * fan_out + fan_in * rank)
         return (factorized, "factorized") if FACTORIZED_OVERHEAD * factorized <= dense else (dense, "reconstruct")
 
@@ -207,13 +266,37 @@ class CPLinear(CompressedLinear):
         cached = not torch.is_grad_enabled()
         _, path = self.multiply_adds(tokens, cached=cached)
         if path == "factorized":
-            hidden = x @ khatri_rao(self.factor_heads, self.factor_head_dim)
-            return F.linear(hidden, self.factor_out, self.bias)
+            heads, head_dim, out = self.used_factors()
+            return F.linear(x @ khatri_rao(heads, head_dim), out, self.bias)
         weight = self._cached_weight() if cached else self.weight
         return F.linear(x, weight, self.bias)
 
+    def storage_bits(self) -> int:
+        """fp32 factors and bias, or the packed codes, scales and minima of the low-bit factors plus the bias."""
+        if self.factor_bits is None:
+            return super().storage_bits()
+        shapes = ((self.num_heads, self.rank), (self.head_dim, self.rank), (self.out_features, self.rank))
+        forms = [getattr(self, name) for name in STORED_NAMES] if self.stored else [
+            stored_form(shape, self.factor_bits, self.factor_group_size) for shape in shapes]
+        bias = 0 if self.bias is None else self.bias.numel() * self.bias.element_size() * 8
+        return sum(form.storage_bits() for form in forms) + bias
+
     def extra_repr(self) -> str:
+        bits = "" if self.factor_bits is None else f", factor_bits={self.factor_bits}, stored={self.stored}"
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, heads={self.num_heads}, "
-            f"rank={self.rank}, bias={self.bias is not None}"
+            f"rank={self.rank}, bias={self.bias is not None}{bits}"
         )
+
+
+#: Names of the three factors' codes in a checkpoint (heads, head_dim, out).
+STORED_NAMES = ("stored_heads", "stored_head_dim", "stored_out")
+
+
+def _store_factors(module: CPLinear, state_dict: dict, prefix: str, local_metadata) -> None:
+    """A layer with low-bit factors saves what its stored form loads: the codes, not the fp32 factors."""
+    if module.factor_bits is None or module.stored:
+        return
+    factors = {name: (parameter, getattr(module, parameter)) for name, parameter in
+               zip(STORED_NAMES, ("factor_heads", "factor_head_dim", "factor_out"))}
+    save_codes(state_dict, prefix, factors, module.factor_bits, module.factor_group_size)

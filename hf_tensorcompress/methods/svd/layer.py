@@ -1,4 +1,10 @@
-"""Truncated-SVD linear projection: the "SVD-Smartformer" baseline.
+"""Truncated-SVD linear projection: the "SVD-Smartformer" baseline, with fp32 or low-bit factors.
+
+With ``factor_bits`` the factors ``U`` and ``Vᵀ`` are stored as packed integer codes (``LowBitTensor``). A layer
+being trained keeps fp32 factors and computes with them rounded exactly as they will be stored (straight-through
+gradients); its ``state_dict`` holds only the codes. A checkpoint loads as the stored form: the codes stay packed
+in memory and the forward decodes one factor at a time (never the ``out × in`` weight), giving the outputs the
+trained layer gave.
 
 Ships inside saved checkpoints: torch only.
 """
@@ -12,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...core.contract import CompressedLinear
+from ...core.factor_storage import read_codes, rounded, save_codes, stored_form
 
 
 def truncated_svd(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -22,7 +29,11 @@ def truncated_svd(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.
 
 
 class LowRankLinear(CompressedLinear):
-    """``y = x (U Vᵀ)ᵀ + b`` with ``U ∈ R^{out×R}``, ``V ∈ R^{in×R}``: ``R·(in + out)`` parameters."""
+    """``y = x (U Vᵀ)ᵀ + b`` with ``U ∈ R^{out×R}``, ``V ∈ R^{in×R}``: ``R·(in + out)`` parameters.
+
+    ``factor_bits``: factors stored as codes of that many bits (module docstring); ``stored=True`` builds the
+    inference-only form a checkpoint with low-bit factors loads as (``LowBitTensor`` codes, no fp32 factors).
+    """
 
     layer_type = "svd"
 
@@ -34,20 +45,33 @@ class LowRankLinear(CompressedLinear):
         bias: bool = True,
         device: torch.device | None = None,
         dtype: torch.dtype | None = None,
+        factor_bits: int | None = None,
+        factor_group_size: int | None = None,
+        stored: bool = False,
     ) -> None:
         super().__init__()
         if rank < 1:
             raise ValueError(f"SVD rank must be >= 1, got {rank}")
+        if stored and factor_bits is None:
+            raise ValueError("stored=True is the form of a layer with low-bit factors; pass factor_bits")
         self.in_features, self.out_features = in_features, out_features
+        self.factor_bits, self.factor_group_size, self.stored = factor_bits, factor_group_size, stored
         kwargs = {"device": device, "dtype": dtype}
-        self.factor_out = nn.Parameter(torch.empty(out_features, rank, **kwargs))
-        self.factor_in = nn.Parameter(torch.empty(in_features, rank, **kwargs))
+        if stored:
+            self.stored_out = stored_form((out_features, rank), factor_bits, factor_group_size)
+            self.stored_in = stored_form((rank, in_features), factor_bits, factor_group_size)
+        else:
+            self.factor_out = nn.Parameter(torch.empty(out_features, rank, **kwargs))
+            self.factor_in = nn.Parameter(torch.empty(in_features, rank, **kwargs))
+            if factor_bits is not None:
+                self.register_state_dict_post_hook(_store_factors)
         self.bias = nn.Parameter(torch.zeros(out_features, **kwargs)) if bias else None
-        self.reset_parameters()
+        if not stored:
+            self.reset_parameters()
 
     @property
     def rank(self) -> int:
-        return self.factor_in.shape[1]
+        return self.stored_in.shape[0] if self.stored else self.factor_in.shape[1]
 
     @property
     def factors(self) -> list[nn.Parameter]:
@@ -64,14 +88,51 @@ class LowRankLinear(CompressedLinear):
                 nn.init.uniform_(self.bias, -bound, bound)
 
     def spec(self) -> dict:
-        return {**super().spec(), "rank": self.rank}
+        spec = {**super().spec(), "rank": self.rank}
+        if self.factor_bits is not None:
+            spec |= {"factor_bits": self.factor_bits, "factor_group_size": self.factor_group_size}
+        return spec
 
     @classmethod
     def from_spec(cls, spec: dict) -> "LowRankLinear":
-        return cls(spec["in_features"], spec["out_features"], spec["rank"], spec["bias"])
+        """The layer as a checkpoint holds it: with ``factor_bits``, the stored (inference-only) form."""
+        bits = spec.get("factor_bits")
+        return cls(spec["in_features"], spec["out_features"], spec["rank"], spec["bias"], factor_bits=bits,
+                   factor_group_size=spec.get("factor_group_size"), stored=bits is not None)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """The fp32 form reads low-bit codes too (its own ``state_dict``, e.g. a kept best checkpoint or a Trainer
+        resume): the factors become the stored values, which round to themselves."""
+        if not self.stored and self.factor_bits is not None:
+            dtype = self.factor_out.dtype
+            out_t = read_codes(state_dict, prefix, "stored_out", (self.out_features, self.rank), self.factor_bits,
+                               self.factor_group_size, dtype)
+            in_t = read_codes(state_dict, prefix, "stored_in", (self.rank, self.in_features), self.factor_bits,
+                              self.factor_group_size, dtype)
+            if out_t is not None and in_t is not None:
+                state_dict[prefix + "factor_out"], state_dict[prefix + "factor_in"] = out_t, in_t.T
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+    def set_factor_bits(self, bits: int | None, group_size: int | None = None) -> None:
+        """Store (and compute with) the factors in ``bits`` from now on (``None``: fp32): post-training rounding,
+        or a switch during training. Re-record the spec in the model's compression_config afterwards."""
+        if self.stored:
+            raise ValueError("this layer was loaded with low-bit factors; its fp32 factors are gone")
+        if bits is not None and self.factor_bits is None:
+            self.register_state_dict_post_hook(_store_factors)
+        self.factor_bits, self.factor_group_size = bits, group_size
+
+    def rounded_factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(U, Vᵀ)`` as the forward uses them: stored values with straight-through gradients to the fp32 factors."""
+        out_t, in_t = self.factor_out, self.factor_in.T
+        if self.factor_bits is None:
+            return out_t, in_t
+        return rounded(out_t, self.factor_bits, self.factor_group_size), rounded(in_t, self.factor_bits, self.factor_group_size)
 
     @property
     def weight(self) -> torch.Tensor:
+        if self.stored:
+            return self.stored_out.dequantize() @ self.stored_in.dequantize()
         return self.factor_out @ self.factor_in.T
 
     def load_factors(self, factors: list[torch.Tensor]) -> None:
@@ -107,9 +168,37 @@ class LowRankLinear(CompressedLinear):
         return tokens * self.rank * (fan_in + fan_out), "factorized"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.stored:  # decode one factor at a time: hidden = x V, then hidden Uᵀ
+            output = self.stored_out.matmul_t(self.stored_in.matmul_t(x))
+            return output if self.bias is None else output + self.bias
+        if self.factor_bits is not None:  # the same products on the values the stored form decodes to
+            out_t, in_t = self.rounded_factors()
+            output = (x @ in_t.T) @ out_t.T
+            return output if self.bias is None else output + self.bias
         if self.multiply_adds(1)[1] == "reconstruct":
             return F.linear(x, self.weight, self.bias)
         return F.linear(x @ self.factor_in, self.factor_out, self.bias)
 
+    def storage_bits(self) -> int:
+        """fp32 factors and bias, or the packed codes, scales and minima of the low-bit factors plus the bias."""
+        if self.factor_bits is None:
+            return super().storage_bits()
+        if self.stored:
+            stored = [self.stored_out, self.stored_in]
+        else:
+            shapes = ((self.out_features, self.rank), (self.rank, self.in_features))
+            stored = [stored_form(shape, self.factor_bits, self.factor_group_size) for shape in shapes]
+        bias = 0 if self.bias is None else self.bias.numel() * self.bias.element_size() * 8
+        return sum(s.storage_bits() for s in stored) + bias
+
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, rank={self.rank}"
+        bits = "" if self.factor_bits is None else f", factor_bits={self.factor_bits}, stored={self.stored}"
+        return f"in_features={self.in_features}, out_features={self.out_features}, rank={self.rank}{bits}"
+
+
+def _store_factors(module: LowRankLinear, state_dict: dict, prefix: str, local_metadata) -> None:
+    """A layer with low-bit factors saves what its stored form loads: the codes, not the fp32 factors."""
+    if module.factor_bits is None or module.stored:
+        return
+    factors = {"stored_out": ("factor_out", module.factor_out), "stored_in": ("factor_in", module.factor_in.T)}
+    save_codes(state_dict, prefix, factors, module.factor_bits, module.factor_group_size)

@@ -1,0 +1,79 @@
+"""Low-bit factors of the low-rank layers (CP, SVD): what they compute with while training, and how they are saved.
+
+A layer with ``factor_bits`` trains fp32 factors but computes with them rounded exactly as ``LowBitTensor`` will
+store them (straight-through gradients), saves only the codes (``save_codes``), and reads codes back into fp32
+factors (``read_codes``: a kept best checkpoint, a Trainer resume). Loaded from a checkpoint, the layer holds the
+``LowBitTensor`` codes themselves (its stored form). Rows are grouped along their columns: ``group_size`` where it
+divides the row, else one group per row.
+
+Ships inside saved checkpoints: torch only.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .lowbit import LowBitTensor
+
+#: Bit widths factors can be stored in (``LowBitTensor``'s packed widths).
+FACTOR_BITS = (2, 3, 4, 8)
+
+
+def check_factor_storage(bits: int | None, group_size: int | None) -> None:
+    """A config's ``factor_bits`` / ``factor_group_size``, with an error naming the allowed values."""
+    if bits is not None and (isinstance(bits, bool) or bits not in FACTOR_BITS):
+        raise ValueError(f"factor_bits={bits!r}: choose one of {list(FACTOR_BITS)}, or None for fp32 factors")
+    if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1):
+        raise ValueError(f"factor_group_size={group_size!r} must be an int >= 1 (columns per scale group) or None")
+
+
+def factor_group(group_size: int | None, columns: int) -> int | None:
+    """The group size a factor row of ``columns`` uses: ``group_size`` where it divides the row, else the row."""
+    return group_size if group_size is not None and columns % group_size == 0 else None
+
+
+def stored_form(shape: tuple[int, int], bits: int, group_size: int | None) -> LowBitTensor:
+    """An empty ``LowBitTensor`` of a factor of ``shape`` (what a checkpoint's codes load into)."""
+    return LowBitTensor(shape, bits, factor_group(group_size, shape[1]))
+
+
+def stored(matrix: torch.Tensor, bits: int, group_size: int | None) -> LowBitTensor:
+    """``matrix`` stored in ``bits``."""
+    return LowBitTensor.quantize(matrix.detach(), bits, factor_group(group_size, matrix.shape[1]))
+
+
+def rounded(matrix: torch.Tensor, bits: int, group_size: int | None) -> torch.Tensor:
+    """The values ``matrix`` decodes to once stored; with gradients on, a straight-through estimate (``f + (r −
+    f)``, which can differ from ``r`` in the last bit, so without gradients the stored values themselves)."""
+    values = stored(matrix, bits, group_size).dequantize(matrix.dtype)
+    if not (torch.is_grad_enabled() and matrix.requires_grad):
+        return values
+    return matrix + (values - matrix).detach()
+
+
+def save_codes(
+    state_dict: dict, prefix: str, factors: dict[str, tuple[str, torch.Tensor]], bits: int, group_size: int | None
+) -> None:
+    """Replace each fp32 factor of ``state_dict`` by its codes: ``{stored name: (parameter name, matrix)}``."""
+    for name, (parameter, matrix) in factors.items():
+        for key, value in stored(matrix, bits, group_size).state_dict().items():
+            state_dict[f"{prefix}{name}.{key}"] = value
+        state_dict.pop(prefix + parameter, None)
+
+
+def read_codes(
+    state_dict: dict,
+    prefix: str,
+    name: str,
+    shape: tuple[int, int],
+    bits: int,
+    group_size: int | None,
+    dtype: torch.dtype,
+) -> torch.Tensor | None:
+    """The float values of the codes saved under ``name`` (their keys removed), or None if there are none."""
+    if prefix + name + ".codes" not in state_dict:
+        return None
+    keys = {key: state_dict.pop(f"{prefix}{name}.{key}") for key in ("codes", "scale", "minimum")}
+    form = stored_form(shape, bits, group_size)
+    form.load_state_dict(keys)
+    return form.dequantize(dtype)

@@ -1,0 +1,114 @@
+"""CP and SVD factors stored as low-bit codes: trained rounded, saved packed, loaded back (natively and through
+``trust_remote_code`` without the library) to the same outputs, and counted in bytes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors import safe_open
+from transformers import PatchTSTForPrediction
+
+from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
+from hf_tensorcompress.core.metrics import linear_bytes
+from hf_tensorcompress.methods.cp.layer import CPLinear
+from hf_tensorcompress.methods.svd.layer import LowRankLinear
+from tests.helpers import run_without_library, tiny_patchtst_config
+
+ALL_LINEAR = r".*(q_proj|k_proj|v_proj|out_proj|ff\.[03]|projection)"
+
+
+def quantized_patchtst(bits: int, group_size: int | None = None, method: str = "svd") -> PatchTSTForPrediction:
+    """Every Linear as SVD, or the q/k/v projections as CP, with ``bits``-bit factors."""
+    torch.manual_seed(0)
+    model = PatchTSTForPrediction(tiny_patchtst_config())
+    config = CompressionConfig(
+        method=method,
+        target_modules=ALL_LINEAR if method == "svd" else None,
+        rank=0.5,
+        factor_bits=bits,
+        factor_group_size=group_size,
+    )
+    return apply_compression(model, config).eval()
+
+
+@pytest.mark.parametrize("method,bits,group_size", [("svd", 8, None), ("svd", 4, 8), ("cp", 8, None), ("cp", 4, 2)])
+def test_saved_codes_load_natively_to_the_same_outputs_and_stay_packed(tmp_path, method, bits, group_size):
+    model = quantized_patchtst(bits, group_size, method)
+    x = torch.randn(2, 32, 3)
+    with torch.no_grad():
+        expected = model(past_values=x).prediction_outputs
+    model.save_pretrained(tmp_path)
+    with safe_open(str(tmp_path / "model.safetensors"), "pt") as handle:
+        keys = list(handle.keys())
+    assert not any(".factor_" in key for key in keys)  # codes only, no fp32 factors
+    assert any(key.endswith("stored_out.codes") for key in keys)
+    loaded = PatchTSTForPrediction.from_pretrained(tmp_path).eval()
+    layers = [m for m in loaded.modules() if isinstance(m, (LowRankLinear, CPLinear))]
+    assert layers and all(layer.stored and not hasattr(layer, "factor_out") for layer in layers)
+    assert all(layer.stored_out.codes.dtype == torch.uint8 for layer in layers)
+    with torch.no_grad():
+        assert torch.equal(loaded(past_values=x).prediction_outputs, expected)
+    counted, before = compression_report(loaded)["bytes"]["targets"], compression_report(model)["bytes"]["targets"]
+    assert counted["disk"] == counted["ram"] == before["disk"] < 0.3 * counted["dense"]  # packed in RAM too
+    assert linear_bytes(loaded)["ram"] < linear_bytes(model)["ram"]
+
+
+def test_trust_remote_code_without_the_library_gives_the_same_outputs(tmp_path):
+    x = torch.randn(2, 32, 3)
+    expected = {}
+    for method in ("svd", "cp"):
+        model = quantized_patchtst(4, None, method)
+        with torch.no_grad():
+            expected[method] = model(past_values=x).prediction_outputs
+        model.save_pretrained(tmp_path / method)
+    torch.save({"x": x, "expected": expected}, tmp_path / "io.pt")
+    run_without_library(
+        f"""
+        import os, torch
+        os.environ["HF_MODULES_CACHE"] = {str(tmp_path / "modules")!r}
+        from transformers import AutoModel
+        io = torch.load({str(tmp_path / "io.pt")!r})
+        for method in ("svd", "cp"):
+            model = AutoModel.from_pretrained(os.path.join({str(tmp_path)!r}, method), trust_remote_code=True).eval()
+            assert "hf_tensorcompress" not in type(model).__module__
+            with torch.no_grad():
+                out = model(past_values=io["x"]).prediction_outputs
+            assert torch.equal(out, io["expected"][method]), (method, (out - io["expected"][method]).abs().max())
+        """,
+        tmp_path,
+    )
+
+
+@pytest.mark.parametrize("method", ["svd", "cp"])
+def test_training_rounds_like_storage_and_the_best_weights_reload(method):
+    model = quantized_patchtst(8, None, method)
+    layer = next(m for m in model.modules() if isinstance(m, (LowRankLinear, CPLinear)))
+    layer.train()
+    x = torch.randn(3, layer.in_features)
+    layer(x).sum().backward()
+    assert layer.factor_out.grad is not None and layer.factor_out.grad.abs().sum() > 0
+    layer.eval()
+    kept = {k: v.clone() for k, v in model.state_dict().items()}  # what BestValidation keeps
+    with torch.no_grad():
+        before = layer(x)
+        layer.factor_out.add_(1.0)
+    model.load_state_dict(kept)
+    with torch.no_grad():
+        assert torch.equal(layer(x), before)
+
+
+def test_post_training_switch_and_bad_settings():
+    torch.manual_seed(0)
+    layer = LowRankLinear(32, 16, 8)
+    x = torch.randn(4, 32)
+    exact = layer(x)
+    layer.set_factor_bits(8)
+    # U (16×8) and Vᵀ (8×32): one byte per code, an fp16 scale and minimum per row; the fp32 bias
+    assert layer.storage_bits() == (16 * 8 + 16 * 4 + 8 * 32 + 8 * 4) * 8 + 16 * 32
+    assert torch.allclose(layer(x), exact, atol=0.05) and not torch.equal(layer(x), exact)
+    with pytest.raises(ValueError, match="factor_bits=5"):
+        CompressionConfig(method="svd", factor_bits=5)
+    with pytest.raises(ValueError, match="factor_group_size"):
+        CompressionConfig(method="cp", factor_bits=4, factor_group_size=0)
+    with pytest.raises(ValueError, match="pass factor_bits"):
+        LowRankLinear(4, 4, 2, stored=True)

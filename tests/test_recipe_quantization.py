@@ -1,0 +1,107 @@
+"""The Smartformer recipe's quantization and low-bit arms on a small CSV: PTQ of the dense run, ternary QAT, SVD on
+every Linear with factors stored low-bit (post-training, saved and reloaded; or trained at 4 bits)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smartformer.py"
+
+
+@pytest.fixture(scope="module")
+def smartformer():
+    spec = importlib.util.spec_from_file_location("smartformer_recipe", RECIPE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def series_csv(path: Path) -> Path:
+    steps = np.arange(1200)
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(
+        {
+            "when": pd.date_range("2024-01-01", periods=len(steps), freq="h"),
+            "load": np.sin(steps / 10) + 0.1 * rng.standard_normal(len(steps)),
+        }
+    )
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_quantization_arms_count_bytes_and_reload(smartformer, tmp_path):
+    runs = [
+        "dense",
+        "ptq-int8-all",
+        "ptq-int2-qkv",
+        "qat-ternary-all",
+        "svd-all-0.5-scheduled",
+        "svd-all-0.5-scheduled+int4",
+        "svd-all-0.5-q4",
+    ]
+    results = smartformer.main(
+        [
+            "--model",
+            "patchtst",
+            "--dataset",
+            str(series_csv(tmp_path / "series.csv")),
+            "--horizon",
+            "8",
+            "--context",
+            "64",
+            "--steps",
+            "6",
+            "--all-linear-ratios",
+            "0.5",
+            "--switch-step",
+            "3",
+            "--runs",
+            *runs,
+            "--output-dir",
+            str(tmp_path / "out"),
+        ]
+    )
+    by_name = {run["name"]: run for run in results["runs"]}
+    assert set(by_name) == set(runs)
+    disk = {name: run["linear_bytes"]["disk_ratio"] for name, run in by_name.items()}
+    assert disk["dense"] == 1.0 and 0.25 < disk["ptq-int8-all"] < 0.35 and disk["qat-ternary-all"] < 0.1
+    assert by_name["ptq-int2-qkv"]["attention_bytes"]["disk_ratio"] < 0.2 and disk["ptq-int2-qkv"] > 0.5
+    assert disk["svd-all-0.5-scheduled+int4"] < disk["svd-all-0.5-scheduled"] / 2  # narrow layers stay fp32
+    assert disk["svd-all-0.5-q4"] == pytest.approx(disk["svd-all-0.5-scheduled+int4"])
+    reloaded = by_name["svd-all-0.5-scheduled+int4"]  # scored after save_pretrained + from_pretrained: packed in RAM
+    assert reloaded["linear_bytes"]["ram"] == reloaded["linear_bytes"]["disk"]
+    assert by_name["svd-all-0.5-scheduled"]["switch_step"] == 3
+    assert all(np.isfinite(run["metrics"]["mse"]) for run in results["runs"])
+    out = tmp_path / "out"
+    assert (out / "bytes_pareto.png").exists() and json.loads((out / "bytes_pareto.json").read_text())["budgets"]
+    assert "within each byte budget" in (out / "results.md").read_text()
+
+
+def test_post_training_arms_need_their_source(smartformer, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        smartformer.main(
+            [
+                "--model",
+                "patchtst",
+                "--dataset",
+                str(series_csv(tmp_path / "s.csv")),
+                "--horizon",
+                "8",
+                "--context",
+                "64",
+                "--runs",
+                "ptq-int4-all",
+                "--output-dir",
+                str(tmp_path / "out"),
+            ]
+        )
+    assert "add them" in capsys.readouterr().err
