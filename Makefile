@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 OUTPUT ?= outputs/demo
 
-.PHONY: install demo test test-slow test-all bench docs lm-bytes
+.PHONY: install demo test test-slow test-all bench docs lint lm-bytes
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ bench: install
 
 # The docs site: every page, the API reference from the docstrings; a warning (broken link, page missing from the
 # nav, docstring not matching its signature) fails the build.
+# Lint and formatting (ruff, configured in pyproject.toml): `ruff format .` fixes the formatting.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 

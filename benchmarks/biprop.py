@@ -72,13 +72,21 @@ def layer_times(features: int, tokens: int, keep_ratio: float, repeats: int) -> 
 
 def saved_bytes(keep_ratio: float, d_model: int) -> dict:
     config = PatchTSTConfig(
-        num_input_channels=12, context_length=29, patch_length=1, patch_stride=1, d_model=d_model,
-        num_attention_heads=4, num_hidden_layers=2, ffn_dim=4 * d_model, num_targets=9,
+        num_input_channels=12,
+        context_length=29,
+        patch_length=1,
+        patch_stride=1,
+        d_model=d_model,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        ffn_dim=4 * d_model,
+        num_targets=9,
     )
     torch.manual_seed(0)
     dense = PatchTSTForClassification(config)
     biprop = apply_compression(
-        PatchTSTForClassification(config), CompressionConfig(method="biprop", target_modules="all-linear", keep_ratio=keep_ratio)
+        PatchTSTForClassification(config),
+        CompressionConfig(method="biprop", target_modules="all-linear", keep_ratio=keep_ratio),
     )
     names = list(biprop.config.compression_config["modules"])
     sizes = {}
@@ -152,8 +160,15 @@ def measure_loaded(path: str, batch: int, repeats: int) -> dict:
 def loaded_models(layers: int, d_model: int, keep_ratio: float, batch: int, repeats: int) -> dict:
     """Dense and biprop PatchTST, each saved and then loaded in fresh processes (two alternating rounds)."""
     config = PatchTSTConfig(
-        num_input_channels=12, context_length=64, patch_length=1, patch_stride=1, d_model=d_model,
-        num_attention_heads=8, num_hidden_layers=layers, ffn_dim=4 * d_model, num_targets=9,
+        num_input_channels=12,
+        context_length=64,
+        patch_length=1,
+        patch_stride=1,
+        d_model=d_model,
+        num_attention_heads=8,
+        num_hidden_layers=layers,
+        ffn_dim=4 * d_model,
+        num_targets=9,
     )
     runs: dict[str, list[dict]] = {"dense": [], "biprop": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,14 +179,24 @@ def loaded_models(layers: int, d_model: int, keep_ratio: float, batch: int, repe
         ).save_pretrained(Path(tmp) / "biprop")
         for _ in range(2):
             for label in runs:
-                command = [sys.executable, __file__, "--measure", str(Path(tmp) / label), "--batch", str(batch),
-                           "--repeats", str(repeats)]
+                command = [
+                    sys.executable,
+                    __file__,
+                    "--measure",
+                    str(Path(tmp) / label),
+                    "--batch",
+                    str(batch),
+                    "--repeats",
+                    str(repeats),
+                ]
                 output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
                 runs[label].append(json.loads(output.strip().splitlines()[-1]))
     dense, biprop = runs["dense"], runs["biprop"]
     figures = {
-        "dense_rss_growth": dense[0]["rss_growth"], "biprop_rss_growth": biprop[0]["rss_growth"],
-        "dense_linear_bytes": dense[0]["linear_bytes"], "biprop_linear_bytes": biprop[0]["linear_bytes"],
+        "dense_rss_growth": dense[0]["rss_growth"],
+        "biprop_rss_growth": biprop[0]["rss_growth"],
+        "dense_linear_bytes": dense[0]["linear_bytes"],
+        "biprop_linear_bytes": biprop[0]["linear_bytes"],
         "dense_forward_ms": min(r["forward_s"] for r in dense) * 1e3,
         "biprop_forward_ms": min(r["forward_s"] for r in biprop) * 1e3,
     }
@@ -191,7 +216,9 @@ def main() -> None:
     parser.add_argument("--d_model", type=int, default=128)
     parser.add_argument("--loaded_d_model", type=int, default=512, help="loaded-model test: d_model (FFN 4×)")
     parser.add_argument("--layers", type=int, default=4, help="loaded-model test: encoder layers")
-    parser.add_argument("--batch", type=int, default=4, help="loaded-model test: windows per forward (x 12 channels x 64 steps)")
+    parser.add_argument(
+        "--batch", type=int, default=4, help="loaded-model test: windows per forward (x 12 channels x 64 steps)"
+    )
     parser.add_argument("--loaded_repeats", type=int, default=5, help="loaded-model test: timed forwards per process")
     parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)  # the fresh process of one loaded model
     args = parser.parse_args()
@@ -199,22 +226,39 @@ def main() -> None:
         print(json.dumps(measure_loaded(args.measure, args.batch, args.repeats)))
         return
     times = layer_times(args.features, args.tokens, args.keep_ratio, args.repeats)
-    print(f"forward {args.tokens}x{args.features} -> {args.features}: dense {times['dense_ms']:.2f} ms, "
-          f"biprop train {times['biprop_train_ms']:.2f} ms (x{times['train_over_dense']:.2f}), "
-          f"folded {times['biprop_folded_ms']:.2f} ms (x{times['folded_over_dense']:.2f}), "
-          f"packed inference form {times['biprop_packed_ms']:.2f} ms (x{times['packed_over_dense']:.2f})")
+    print(
+        f"forward {args.tokens}x{args.features} -> {args.features}: dense {times['dense_ms']:.2f} ms, "
+        f"biprop train {times['biprop_train_ms']:.2f} ms (x{times['train_over_dense']:.2f}), "
+        f"folded {times['biprop_folded_ms']:.2f} ms (x{times['folded_over_dense']:.2f}), "
+        f"packed inference form {times['biprop_packed_ms']:.2f} ms (x{times['packed_over_dense']:.2f})"
+    )
     sizes = saved_bytes(args.keep_ratio, args.d_model)
-    print(f"saved PatchTST (d_model={args.d_model}, every encoder Linear biprop): file {sizes['dense_file_bytes']} -> "
-          f"{sizes['biprop_file_bytes']} bytes (x{sizes['file_bytes_ratio']:.1f}); biprop layers "
-          f"{sizes['dense_layer_bytes']} -> {sizes['biprop_layer_bytes']} bytes (x{sizes['layer_bytes_ratio']:.1f})")
+    print(
+        f"saved PatchTST (d_model={args.d_model}, every encoder Linear biprop): file {sizes['dense_file_bytes']} -> "
+        f"{sizes['biprop_file_bytes']} bytes (x{sizes['file_bytes_ratio']:.1f}); biprop layers "
+        f"{sizes['dense_layer_bytes']} -> {sizes['biprop_layer_bytes']} bytes (x{sizes['layer_bytes_ratio']:.1f})"
+    )
     loaded = loaded_models(args.layers, args.loaded_d_model, args.keep_ratio, args.batch, args.loaded_repeats)
-    print(f"loaded PatchTST ({args.layers} layers, d_model {args.loaded_d_model}, FFN {4 * args.loaded_d_model}), fresh "
-          f"process each: Linear layers hold {loaded['dense_linear_bytes']:,} -> {loaded['biprop_linear_bytes']:,} bytes "
-          f"(x{loaded['linear_bytes_ratio']:.3f}); RSS growth {loaded['dense_rss_growth'] / 2**20:.1f} -> "
-          f"{loaded['biprop_rss_growth'] / 2**20:.1f} MB (x{loaded['rss_growth_ratio']:.3f}); forward "
-          f"{loaded['dense_forward_ms']:.1f} -> {loaded['biprop_forward_ms']:.1f} ms (x{loaded['forward_time_ratio']:.2f})")
+    print(
+        f"loaded PatchTST ({args.layers} layers, d_model {args.loaded_d_model}, FFN {4 * args.loaded_d_model}), fresh "
+        f"process each: Linear layers hold {loaded['dense_linear_bytes']:,} -> {loaded['biprop_linear_bytes']:,} bytes "
+        f"(x{loaded['linear_bytes_ratio']:.3f}); RSS growth {loaded['dense_rss_growth'] / 2**20:.1f} -> "
+        f"{loaded['biprop_rss_growth'] / 2**20:.1f} MB (x{loaded['rss_growth_ratio']:.3f}); forward "
+        f"{loaded['dense_forward_ms']:.1f} -> {loaded['biprop_forward_ms']:.1f} ms (x{loaded['forward_time_ratio']:.2f})"
+    )
     loaded = {f"loaded_{key}": value for key, value in loaded.items()}
-    print(json.dumps({"features": args.features, "tokens": args.tokens, "keep_ratio": args.keep_ratio, **times, **sizes, **loaded}))
+    print(
+        json.dumps(
+            {
+                "features": args.features,
+                "tokens": args.tokens,
+                "keep_ratio": args.keep_ratio,
+                **times,
+                **sizes,
+                **loaded,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -23,11 +23,11 @@ import warnings
 import tensorly as tl
 import torch
 from tensorly.decomposition import parafac
+from timing import add_device_arguments, device_and_dtype, peak_memory, side_by_side
 from torch import nn
 
 from hf_tensorcompress.methods.cp.apply import decompose
 from hf_tensorcompress.methods.cp.layer import CPLinear, cp_reconstruct
-from timing import add_device_arguments, device_and_dtype, peak_memory, side_by_side
 
 
 def action_space_ranks(fan_in: int, fan_out: int, heads: int) -> list[int]:
@@ -65,10 +65,14 @@ def main() -> None:
     start_factors = [f.detach().clone() for f in layer.factors]
     # What a rank change decomposes: the tensor the current factors represent.
     target = cp_reconstruct([f.double() for f in start_factors])
-    print(f"d_model={args.d_model} heads={args.heads} tokens={args.tokens} device={device} dtype={args.dtype} "
-          f"action-space ranks={ranks}")
-    print("rank | params % | infer ratio | train-fwd ratio | fwd+bwd ratio | path | warm s | cold s | warm/cold | "
-          "err warm | err cold")
+    print(
+        f"d_model={args.d_model} heads={args.heads} tokens={args.tokens} device={device} dtype={args.dtype} "
+        f"action-space ranks={ranks}"
+    )
+    print(
+        "rank | params % | infer ratio | train-fwd ratio | fwd+bwd ratio | path | warm s | cold s | warm/cold | "
+        "err warm | err cold"
+    )
 
     def forward_backward(module: nn.Module) -> None:
         module(x).sum().backward()
@@ -91,10 +95,13 @@ def main() -> None:
         with torch.no_grad():
             dense_infer, cp_infer = side_by_side(lambda: linear(x), lambda: layer(x), device, args.repeats)
         dense_train, cp_train = side_by_side(lambda: linear(x), lambda: layer(x), device, args.repeats)
-        dense_step, cp_step = side_by_side(lambda: forward_backward(linear), lambda: forward_backward(layer), device,
-                                           args.repeats)
-        dense_peak, cp_peak = peak_memory(lambda: forward_backward(linear), device), peak_memory(
-            lambda: forward_backward(layer), device)
+        dense_step, cp_step = side_by_side(
+            lambda: forward_backward(linear), lambda: forward_backward(layer), device, args.repeats
+        )
+        dense_peak, cp_peak = (
+            peak_memory(lambda: forward_backward(linear), device),
+            peak_memory(lambda: forward_backward(layer), device),
+        )
         row = {
             "rank": rank,
             "param_ratio": sum(p.numel() for p in layer.factors) / linear.weight.numel(),

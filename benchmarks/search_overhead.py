@@ -21,13 +21,13 @@ import tempfile
 import time
 
 import torch
+from timing import add_device_arguments, device_and_dtype
 from transformers import PatchTSTConfig, PatchTSTForPrediction, Trainer, TrainingArguments
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.data import BUILTIN_SOURCES, load_forecasting_dataset, standardization_of
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.trainer import SmartformerTrainer
-from timing import add_device_arguments, device_and_dtype
 
 
 class Windows(torch.utils.data.Dataset):
@@ -53,9 +53,15 @@ def train_windows(dataset: str, context: int, horizon: int) -> Windows:
 def model(method: str | None, args: argparse.Namespace, channels: int) -> PatchTSTForPrediction:
     torch.manual_seed(0)
     config = PatchTSTConfig(
-        num_input_channels=channels, context_length=args.context, prediction_length=args.horizon,
-        patch_length=16, patch_stride=8, d_model=args.d_model, num_attention_heads=args.heads,
-        num_hidden_layers=args.layers, ffn_dim=2 * args.d_model,
+        num_input_channels=channels,
+        context_length=args.context,
+        prediction_length=args.horizon,
+        patch_length=16,
+        patch_stride=8,
+        d_model=args.d_model,
+        num_attention_heads=args.heads,
+        num_hidden_layers=args.layers,
+        ffn_dim=2 * args.d_model,
     )
     dense = PatchTSTForPrediction(config)
     return dense if method is None else apply_compression(dense, CompressionConfig(method=method, rank=1.0))
@@ -73,7 +79,9 @@ def timed(trainer: Trainer) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--repeats", type=int, default=2, help="each variant runs this often, interleaved; the minimum counts")
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="each variant runs this often, interleaved; the minimum counts"
+    )
     parser.add_argument("--interval", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--context", type=int, default=96)
@@ -83,7 +91,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--dataset", choices=sorted(BUILTIN_SOURCES), default="appliances_energy")
     parser.add_argument(
-        "--size", choices=("medium",), default=None,
+        "--size",
+        choices=("medium",),
+        default=None,
         help="medium: the Smartformer recipe's --size medium (d_model 128, 8 heads, 2 layers, batch 16, stages of 8 "
         "steps, k = 3, at most 6 actions per layer); target Smartformer / dense <= 1.2",
     )
@@ -96,7 +106,11 @@ def main() -> None:
     if args.size == "medium":
         args.d_model, args.heads, args.layers, args.batch_size, args.interval, target = 128, 8, 2, 16, 8, 1.2
         search = SearchConfig(
-            interval=8, consecutive_actions=3, max_actions_per_layer=6, param_budget=args.budget, trace_file=None,
+            interval=8,
+            consecutive_actions=3,
+            max_actions_per_layer=6,
+            param_budget=args.budget,
+            trace_file=None,
             plot_file=None,
         )
 
@@ -104,9 +118,18 @@ def main() -> None:
     channels = data.values.shape[1]
     out = tempfile.mkdtemp()
     training = TrainingArguments(
-        out, max_steps=args.steps, per_device_train_batch_size=args.batch_size, learning_rate=1e-3,
-        report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True, seed=0, use_cpu=device.type == "cpu",
-        bf16=dtype == torch.bfloat16, fp16=dtype == torch.float16,
+        out,
+        max_steps=args.steps,
+        per_device_train_batch_size=args.batch_size,
+        learning_rate=1e-3,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+        use_cpu=device.type == "cpu",
+        bf16=dtype == torch.bfloat16,
+        fp16=dtype == torch.float16,
     )
 
     # interleaved repeats on a shared machine: the fastest run of each variant is the least disturbed one
@@ -114,7 +137,9 @@ def main() -> None:
     for _ in range(args.repeats):
         dense_runs.append(timed(Trainer(model=model(None, args, channels), args=training, train_dataset=data)))
         fixed_runs.append(timed(Trainer(model=model("cp", args, channels), args=training, train_dataset=data)))
-        trainer = SmartformerTrainer(model=model("cp", args, channels), args=training, train_dataset=data, search=search)
+        trainer = SmartformerTrainer(
+            model=model("cp", args, channels), args=training, train_dataset=data, search=search
+        )
         smart_runs.append((timed(trainer), trainer))
     dense_seconds, fixed_seconds = min(dense_runs), min(fixed_runs)
     smart_seconds, smart = min(smart_runs, key=lambda run: run[0])
@@ -141,8 +166,10 @@ def main() -> None:
         "dtype": args.dtype,
         "target_smartformer_over_dense": target,
     }
-    print(f"dense {dense_seconds:.1f}s | CP fixed ranks {fixed_seconds:.1f}s | Smartformer {smart_seconds:.1f}s "
-          f"(agent {parts['agent']}s, re-decomposition {parts['redecompose']}s, importance {parts['importance']}s)")
+    print(
+        f"dense {dense_seconds:.1f}s | CP fixed ranks {fixed_seconds:.1f}s | Smartformer {smart_seconds:.1f}s "
+        f"(agent {parts['agent']}s, re-decomposition {parts['redecompose']}s, importance {parts['importance']}s)"
+    )
     print(json.dumps(result))
 
 

@@ -48,17 +48,24 @@ def build_checkpoint(folder: Path) -> dict:
     embedding_bytes = model.get_input_embeddings().storage_bits() // 8
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    return {"dense_dir": str(dense), "compress_seconds": seconds, "embedding_bytes": embedding_bytes,
-            "dense_bytes": (dense / "model.safetensors").stat().st_size,
-            "tiered_bytes": (folder / "model.safetensors").stat().st_size}
+    return {
+        "dense_dir": str(dense),
+        "compress_seconds": seconds,
+        "embedding_bytes": embedding_bytes,
+        "dense_bytes": (dense / "model.safetensors").stat().st_size,
+        "tiered_bytes": (folder / "model.safetensors").stat().st_size,
+    }
 
 
 def memory_arm(folder: str, new_tokens: int) -> dict:
     """In a fresh process: load, generate at batch 1, report the peak RSS and the ``V×d``-sized tensors held."""
     model, tokenizer = load(folder)
     generate(model, tokenizer, 1, new_tokens)
-    large = [name for name, tensor in list(model.named_parameters()) + list(model.named_buffers())
-             if tensor.numel() >= model.config.vocab_size * model.config.hidden_size]
+    large = [
+        name
+        for name, tensor in list(model.named_parameters()) + list(model.named_buffers())
+        if tensor.numel() >= model.config.vocab_size * model.config.hidden_size
+    ]
     return {"after_generate": memory_status(), "vocab_by_hidden_tensors": large}
 
 
@@ -74,11 +81,14 @@ def timing(dense_dir: str, tiered_dir: str, new_tokens: int, repeats: int) -> di
         walls.append((dense_wall, tiered_wall))
         cpus.append((dense_cpu, tiered_cpu))
     same = generate(dense, tokenizer, 1, new_tokens).tolist() == generate(tiered, tokenizer, 1, new_tokens).tolist()
-    return {"dense_seconds": statistics.median(d for d, _ in walls),
-            "tiered_seconds": statistics.median(t for _, t in walls),
-            "tiered_over_dense": statistics.median(t / d for d, t in walls),
-            "tiered_over_dense_cpu": statistics.median(t / d for d, t in cpus),
-            "pairs_wall": walls, "greedy_tokens_equal_to_dense": same}
+    return {
+        "dense_seconds": statistics.median(d for d, _ in walls),
+        "tiered_seconds": statistics.median(t for _, t in walls),
+        "tiered_over_dense": statistics.median(t / d for d, t in walls),
+        "tiered_over_dense_cpu": statistics.median(t / d for d, t in cpus),
+        "pairs_wall": walls,
+        "greedy_tokens_equal_to_dense": same,
+    }
 
 
 def run_child(args: list[str]) -> dict:
@@ -109,31 +119,47 @@ def main() -> None:
     common = ["--threads", str(args.threads), "--new-tokens", str(args.new_tokens)]
     with tempfile.TemporaryDirectory() as tmp:
         built = build_checkpoint(Path(tmp))
-        memory = {name: run_child(["--child", "memory", "--folder", folder, *common])
-                  for name, folder in (("dense", built["dense_dir"]), ("tiered", tmp))}
-        speed = run_child(["--child", "timing", "--folder", built["dense_dir"], tmp, "--repeats", str(args.repeats),
-                           *common])
+        memory = {
+            name: run_child(["--child", "memory", "--folder", folder, *common])
+            for name, folder in (("dense", built["dense_dir"]), ("tiered", tmp))
+        }
+        speed = run_child(
+            ["--child", "timing", "--folder", built["dense_dir"], tmp, "--repeats", str(args.repeats), *common]
+        )
     peak = {name: arm["after_generate"]["VmHWM"] for name, arm in memory.items()}
     embedding_fp32_mb = 49152 * 576 * 4 / 2**20
-    print(f"SmolLM2-135M, {args.threads} thread(s), {args.new_tokens} new tokens, greedy, batch 1; tiered "
-          f"{OPTIONS}: embedding {built['embedding_bytes'] / 2**20:.1f} MB ({49152 * 576 * 2 / built['embedding_bytes']:.2f}x "
-          f"smaller than bf16), compressed in {built['compress_seconds']:.0f} s")
-    print(f"decode: dense {speed['dense_seconds']:.2f} s, tiered {speed['tiered_seconds']:.2f} s "
-          f"({speed['tiered_over_dense']:.2f}x wall, {speed['tiered_over_dense_cpu']:.2f}x CPU time); greedy tokens "
-          f"equal to dense: {speed['greedy_tokens_equal_to_dense']}")
-    print(f"peak RSS: dense {peak['dense']:.0f} MB, tiered {peak['tiered']:.0f} MB (saving "
-          f"{peak['dense'] - peak['tiered']:.0f} MB = {(peak['dense'] - peak['tiered']) / embedding_fp32_mb:.0%} of "
-          f"the fp32 embedding); V x d tensors held: {memory['tiered']['vocab_by_hidden_tensors']}")
-    print(json.dumps({
-        "threads": args.threads, "new_tokens": args.new_tokens, "options": OPTIONS,
-        "embedding_smaller_than_bf16": 49152 * 576 * 2 / built["embedding_bytes"],
-        "tiered_over_dense_batch1": speed["tiered_over_dense"],
-        "tiered_over_dense_cpu_batch1": speed["tiered_over_dense_cpu"],
-        "peak_rss_mb": peak, "peak_saving_mb": peak["dense"] - peak["tiered"],
-        "peak_saving_over_fp32_embedding": (peak["dense"] - peak["tiered"]) / embedding_fp32_mb,
-        "checkpoint_saving_mb": (built["dense_bytes"] - built["tiered_bytes"]) / 2**20,
-        "details": {"timing": speed, "memory": memory, "build": built},
-    }))
+    print(
+        f"SmolLM2-135M, {args.threads} thread(s), {args.new_tokens} new tokens, greedy, batch 1; tiered "
+        f"{OPTIONS}: embedding {built['embedding_bytes'] / 2**20:.1f} MB ({49152 * 576 * 2 / built['embedding_bytes']:.2f}x "
+        f"smaller than bf16), compressed in {built['compress_seconds']:.0f} s"
+    )
+    print(
+        f"decode: dense {speed['dense_seconds']:.2f} s, tiered {speed['tiered_seconds']:.2f} s "
+        f"({speed['tiered_over_dense']:.2f}x wall, {speed['tiered_over_dense_cpu']:.2f}x CPU time); greedy tokens "
+        f"equal to dense: {speed['greedy_tokens_equal_to_dense']}"
+    )
+    print(
+        f"peak RSS: dense {peak['dense']:.0f} MB, tiered {peak['tiered']:.0f} MB (saving "
+        f"{peak['dense'] - peak['tiered']:.0f} MB = {(peak['dense'] - peak['tiered']) / embedding_fp32_mb:.0%} of "
+        f"the fp32 embedding); V x d tensors held: {memory['tiered']['vocab_by_hidden_tensors']}"
+    )
+    print(
+        json.dumps(
+            {
+                "threads": args.threads,
+                "new_tokens": args.new_tokens,
+                "options": OPTIONS,
+                "embedding_smaller_than_bf16": 49152 * 576 * 2 / built["embedding_bytes"],
+                "tiered_over_dense_batch1": speed["tiered_over_dense"],
+                "tiered_over_dense_cpu_batch1": speed["tiered_over_dense_cpu"],
+                "peak_rss_mb": peak,
+                "peak_saving_mb": peak["dense"] - peak["tiered"],
+                "peak_saving_over_fp32_embedding": (peak["dense"] - peak["tiered"]) / embedding_fp32_mb,
+                "checkpoint_saving_mb": (built["dense_bytes"] - built["tiered_bytes"]) / 2**20,
+                "details": {"timing": speed, "memory": memory, "build": built},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

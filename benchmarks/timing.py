@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -39,8 +39,9 @@ def seconds(function: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start_time
 
 
-def side_by_side(first: Callable[[], object], second: Callable[[], object], device: torch.device,
-                 repeats: int) -> tuple[float, float]:
+def side_by_side(
+    first: Callable[[], object], second: Callable[[], object], device: torch.device, repeats: int
+) -> tuple[float, float]:
     """Best-of-``repeats`` times of two functions run alternately, so machine noise hits both."""
     first(), second()
     pairs = [(seconds(first, device), seconds(second, device)) for _ in range(repeats)]

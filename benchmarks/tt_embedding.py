@@ -31,15 +31,15 @@ import tensorly as tl
 import torch
 from safetensors import safe_open
 from tensorly.decomposition import tensor_train
+from timing import add_device_arguments, device_and_dtype, peak_memory, seconds
 from tqdm.auto import tqdm
 
-from hf_tensorcompress.data.causal_lm import WEIGHTS_NOTE, smollm2_dir
 from hf_tensorcompress.core.export import write_modeling_code
+from hf_tensorcompress.data.causal_lm import WEIGHTS_NOTE, smollm2_dir
 from hf_tensorcompress.methods import get_method
-from hf_tensorcompress.methods.tt.layer import TTEmbedding
 from hf_tensorcompress.methods.tt.head import TTTiedHead
+from hf_tensorcompress.methods.tt.layer import TTEmbedding
 from hf_tensorcompress.methods.tt.solver import balanced_shape, tt_reconstruct, tt_svd
-from timing import add_device_arguments, device_and_dtype, peak_memory, seconds
 
 
 def smollm2_embedding() -> torch.Tensor:
@@ -47,7 +47,7 @@ def smollm2_embedding() -> torch.Tensor:
         return handle.get_tensor("model.embed_tokens.weight").float()
 
 
-def best_of(fn, repeats: int, device: torch.device = torch.device("cpu")) -> float:
+def best_of(fn, repeats: int, device: torch.device) -> float:
     fn()
     return statistics.median(seconds(fn, device) for _ in range(repeats))
 
@@ -56,8 +56,9 @@ def relative_error(approx: np.ndarray, exact: np.ndarray) -> float:
     return float(np.linalg.norm(approx - exact) / np.linalg.norm(exact))
 
 
-def decomposition(weight: torch.Tensor, shape: list[int], ranks: list[int], loop_tokens: int,
-                  device: torch.device) -> dict:
+def decomposition(
+    weight: torch.Tensor, shape: list[int], ranks: list[int], loop_tokens: int, device: torch.device
+) -> dict:
     """Both ``tt_svd`` solvers on the whole vocabulary (median of 3 after a warm-up call; on ``device``, in the
     weight's dtype) against tensorly's ``tensor_train`` called once per token on the CPU (only the decompositions
     timed, their reconstruction afterwards)."""
@@ -68,17 +69,27 @@ def decomposition(weight: torch.Tensor, shape: list[int], ranks: list[int], loop
     trains = [tensor_train(v.reshape(shape), [1, *ranks, 1]) for v in vectors]
     loop_seconds = (time.perf_counter() - start) * weight.shape[0] / loop_tokens
     loop_error = relative_error(np.stack([tl.tt_to_tensor(train).reshape(-1) for train in trains]), subset)
-    result = {"tokens": weight.shape[0], "loop_tokens_timed": loop_tokens, "torch_threads": torch.get_num_threads(),
-              "tensorly_loop_seconds": loop_seconds, "tensorly_error": loop_error, "solvers": {}}
+    result = {
+        "tokens": weight.shape[0],
+        "loop_tokens_timed": loop_tokens,
+        "torch_threads": torch.get_num_threads(),
+        "tensorly_loop_seconds": loop_seconds,
+        "tensorly_error": loop_error,
+        "solvers": {},
+    }
     for solver in ("eigh", "power"):  # "auto" (the default) is "power" at fixed ranks
         cores, token_ranks = tt_svd(on_device, shape, ranks, solver=solver)
         if solver == "eigh":  # the exact trains serve the lookup and head measurements
             layer = TTEmbedding(weight.shape[0], shape, [core.shape[-1] for core in cores[:-1]]).to(on_device)
             layer._load(cores, token_ranks)
-        solver_seconds = best_of(lambda: tt_svd(on_device, shape, ranks, solver=solver), 3, device)
+        solver_seconds = best_of(lambda solver=solver: tt_svd(on_device, shape, ranks, solver=solver), 3, device)
         error = relative_error(tt_reconstruct([core[:loop_tokens] for core in cores]).float().cpu().numpy(), subset)
-        result["solvers"][solver] = {"seconds": solver_seconds, "speedup": loop_seconds / solver_seconds,
-                                     "error": error, "error_ratio": error / loop_error}
+        result["solvers"][solver] = {
+            "seconds": solver_seconds,
+            "speedup": loop_seconds / solver_seconds,
+            "error": error,
+            "error_ratio": error / loop_error,
+        }
     return {**result, "layer": layer}
 
 
@@ -91,8 +102,13 @@ def lookup(weight: torch.Tensor, layer: TTEmbedding, count: int, repeats: int, d
         dense(ids), layer(ids)  # warm-up
         for _ in range(repeats):
             pairs.append([seconds(lambda forward=forward: forward(ids), device) for forward in (dense, layer)])
-    return {"ids": count, "pairs": repeats, "dense_seconds": statistics.median(p[0] for p in pairs),
-            "tt_seconds": statistics.median(p[1] for p in pairs), "ratio": statistics.median(t / d for d, t in pairs)}
+    return {
+        "ids": count,
+        "pairs": repeats,
+        "dense_seconds": statistics.median(p[0] for p in pairs),
+        "tt_seconds": statistics.median(p[1] for p in pairs),
+        "ratio": statistics.median(t / d for d, t in pairs),
+    }
 
 
 def checkpoint_code() -> str:
@@ -147,8 +163,16 @@ def tied_head(weight: torch.Tensor, layer: TTEmbedding, length: int, repeats: in
     """Each variant in its own fresh process, so its peak RSS growth during the forward is its own."""
     results = {}
     for name, dense in (("dense", True), ("tt", False)):
-        code = HEAD_PROBE.format(code_dir=checkpoint_code(), vocab=weight.shape[0], dim=weight.shape[1], length=length,
-                                 dense=dense, shape=layer.shape, ranks=layer.ranks, repeats=repeats)
+        code = HEAD_PROBE.format(
+            code_dir=checkpoint_code(),
+            vocab=weight.shape[0],
+            dim=weight.shape[1],
+            length=length,
+            dense=dense,
+            shape=layer.shape,
+            ranks=layer.ranks,
+            repeats=repeats,
+        )
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         results[name] = json.loads(out.stdout.strip().splitlines()[-1])
     results["time_ratio"] = results["tt"]["seconds"] / results["dense"]["seconds"]
@@ -191,8 +215,9 @@ print(json.dumps({{"rows": rows, "dim": dim, "shape": {shape!r}, "ranks": {ranks
 """
 
 
-def tied_head_on_device(weight: torch.Tensor, layer: TTEmbedding, length: int, repeats: int,
-                        device: torch.device) -> dict:
+def tied_head_on_device(
+    weight: torch.Tensor, layer: TTEmbedding, length: int, repeats: int, device: torch.device
+) -> dict:
     """The tied head on a GPU, in this process: time (CUDA events, median of alternating runs) and the peak memory a
     forward allocates above the weights (``torch.cuda.max_memory_allocated``)."""
     dense_weight = weight.to(device)
@@ -201,7 +226,7 @@ def tied_head_on_device(weight: torch.Tensor, layer: TTEmbedding, length: int, r
     variants = {"dense": lambda: torch.nn.functional.linear(hidden, dense_weight), "tt": lambda: head(hidden)}
     results = {}
     with torch.no_grad():
-        for name, forward in variants.items():
+        for forward in variants.values():
             forward()
         times = {name: [] for name in variants}
         for _ in range(repeats):
@@ -209,8 +234,11 @@ def tied_head_on_device(weight: torch.Tensor, layer: TTEmbedding, length: int, r
                 times[name].append(seconds(forward, device))
         for name, forward in variants.items():
             resident = dense_weight if name == "dense" else torch.cat([p.reshape(-1) for p in layer.parameters()])
-            results[name] = {"seconds": statistics.median(times[name]), "peak_growth_mib": peak_memory(forward, device)
-                             / 2**20, "resident_mib": resident.numel() * resident.element_size() / 2**20}
+            results[name] = {
+                "seconds": statistics.median(times[name]),
+                "peak_growth_mib": peak_memory(forward, device) / 2**20,
+                "resident_mib": resident.numel() * resident.element_size() / 2**20,
+            }
     results["time_ratio"] = results["tt"]["seconds"] / results["dense"]["seconds"]
     results["tokens"] = length
     return results
@@ -219,8 +247,9 @@ def tied_head_on_device(weight: torch.Tensor, layer: TTEmbedding, length: int, r
 def scale(rows: int, dim: int, ranks: list[int], solver: str) -> dict:
     """TT-SVD of a random ``rows × dim`` stand-in (e.g. an 8B model's 128k × 4096) in a fresh process: time and
     peak RSS while decomposing, relative to the table (``peak_over_table`` = (table + growth) / table)."""
-    code = SCALE_PROBE.format(code_dir=checkpoint_code(), rows=rows, dim=dim, shape=balanced_shape(dim, 3),
-                              ranks=ranks, solver=solver)
+    code = SCALE_PROBE.format(
+        code_dir=checkpoint_code(), rows=rows, dim=dim, shape=balanced_shape(dim, 3), ranks=ranks, solver=solver
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
@@ -235,8 +264,13 @@ def main() -> None:
     parser.add_argument("--lookup-ids", type=int, default=32768)
     parser.add_argument("--head-tokens", type=int, default=128, help="hidden states per output-layer forward")
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--scale", type=int, nargs=2, metavar=("ROWS", "DIM"),
-                        help="only decompose a random ROWS x DIM stand-in (e.g. 131072 4096), ranks --ranks")
+    parser.add_argument(
+        "--scale",
+        type=int,
+        nargs=2,
+        metavar=("ROWS", "DIM"),
+        help="only decompose a random ROWS x DIM stand-in (e.g. 131072 4096), ranks --ranks",
+    )
     parser.add_argument("--solver", default="auto", help="with --scale: the tt_svd solver")
     add_device_arguments(parser)
     args = parser.parse_args()
@@ -244,37 +278,59 @@ def main() -> None:
 
     if args.scale:
         result = scale(*args.scale, args.ranks, args.solver)
-        print(f"TT-SVD of a random {args.scale[0]} x {args.scale[1]} table ({result['table_mib']:.0f} MiB), shape "
-              f"{result['shape']}, ranks {args.ranks}, solver {args.solver}, {result['threads']} threads: "
-              f"{result['seconds']:.1f} s, peak {result['peak_over_table']:.2f}x the table, "
-              f"error {result['relative_error_sampled']:.4f}")
+        print(
+            f"TT-SVD of a random {args.scale[0]} x {args.scale[1]} table ({result['table_mib']:.0f} MiB), shape "
+            f"{result['shape']}, ranks {args.ranks}, solver {args.solver}, {result['threads']} threads: "
+            f"{result['seconds']:.1f} s, peak {result['peak_over_table']:.2f}x the table, "
+            f"error {result['relative_error_sampled']:.4f}"
+        )
         print(json.dumps(result))
         return
     weight = smollm2_embedding().to(dtype)
-    print(f"SmolLM2 embedding {tuple(weight.shape)} ({WEIGHTS_NOTE}); torch threads {torch.get_num_threads()}; "
-          f"device {device}, {args.dtype}")
+    print(
+        f"SmolLM2 embedding {tuple(weight.shape)} ({WEIGHTS_NOTE}); torch threads {torch.get_num_threads()}; "
+        f"device {device}, {args.dtype}"
+    )
     decomp = decomposition(weight, args.shape, args.ranks, min(args.loop_tokens, weight.shape[0]), device)
     layer = decomp.pop("layer")
     for solver, row in decomp["solvers"].items():
-        print(f"decomposition, solver {solver}: {row['seconds']:.2f}s vs tensorly loop "
-              f"{decomp['tensorly_loop_seconds']:.2f}s = {row['speedup']:.1f}x faster; error {row['error']:.5f} vs "
-              f"{decomp['tensorly_error']:.5f} ({row['error_ratio']:.4f}x)")
+        print(
+            f"decomposition, solver {solver}: {row['seconds']:.2f}s vs tensorly loop "
+            f"{decomp['tensorly_loop_seconds']:.2f}s = {row['speedup']:.1f}x faster; error {row['error']:.5f} vs "
+            f"{decomp['tensorly_error']:.5f} ({row['error_ratio']:.4f}x)"
+        )
     look = lookup(weight, layer, args.lookup_ids, 3 * args.repeats, device)
-    print(f"lookup of {look['ids']} ids: TT {look['tt_seconds'] * 1e3:.1f} ms vs nn.Embedding "
-          f"{look['dense_seconds'] * 1e3:.1f} ms; median of {look['pairs']} paired ratios {look['ratio']:.2f}x")
+    print(
+        f"lookup of {look['ids']} ids: TT {look['tt_seconds'] * 1e3:.1f} ms vs nn.Embedding "
+        f"{look['dense_seconds'] * 1e3:.1f} ms; median of {look['pairs']} paired ratios {look['ratio']:.2f}x"
+    )
     if device.type == "cuda":
         head = tied_head_on_device(weight, layer, args.head_tokens, args.repeats, device)
-        memory = (f"forward peak {head['tt']['peak_growth_mib']:.1f} vs {head['dense']['peak_growth_mib']:.1f} MiB "
-                  "allocated")
+        memory = (
+            f"forward peak {head['tt']['peak_growth_mib']:.1f} vs {head['dense']['peak_growth_mib']:.1f} MiB allocated"
+        )
     else:
         head = tied_head(weight, layer.float(), args.head_tokens, args.repeats)
         memory = f"process peak RSS {head['tt']['peak_rss_mib']:.0f} vs {head['dense']['peak_rss_mib']:.0f} MiB"
-    print(f"tied output layer, {args.head_tokens} tokens: TT {head['tt']['seconds'] * 1e3:.1f} ms vs dense "
-          f"{head['dense']['seconds'] * 1e3:.1f} ms = {head['time_ratio']:.2f}x; resident "
-          f"{head['tt']['resident_mib']:.1f} vs {head['dense']['resident_mib']:.1f} MiB; {memory}")
-    print(json.dumps({"shape": args.shape, "ranks": args.ranks, "weights": WEIGHTS_NOTE, "device": str(device),
-                      "dtype": args.dtype, "decomposition": decomp,
-                      "lookup": look, "tied_head": head}))
+    print(
+        f"tied output layer, {args.head_tokens} tokens: TT {head['tt']['seconds'] * 1e3:.1f} ms vs dense "
+        f"{head['dense']['seconds'] * 1e3:.1f} ms = {head['time_ratio']:.2f}x; resident "
+        f"{head['tt']['resident_mib']:.1f} vs {head['dense']['resident_mib']:.1f} MiB; {memory}"
+    )
+    print(
+        json.dumps(
+            {
+                "shape": args.shape,
+                "ranks": args.ranks,
+                "weights": WEIGHTS_NOTE,
+                "device": str(device),
+                "dtype": args.dtype,
+                "decomposition": decomp,
+                "lookup": look,
+                "tied_head": head,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

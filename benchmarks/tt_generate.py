@@ -58,15 +58,20 @@ def build_checkpoint(folder: Path) -> dict:
     calibration = token_ids(tokenizer, split_documents(text_dataset(assets.moby_dick_dir()), 0.25)[0])
     model = AutoModelForCausalLM.from_pretrained(dense)
     start = time.perf_counter()
-    config = CompressionConfig(method="tt", tt_shape=SHAPE, tt_ranks=RANKS, tt_basis="output",
-                               tt_exact_tokens=EXACT_TOKENS)
+    config = CompressionConfig(
+        method="tt", tt_shape=SHAPE, tt_ranks=RANKS, tt_basis="output", tt_exact_tokens=EXACT_TOKENS
+    )
     apply_tt(model, config, calibration)
     seconds = time.perf_counter() - start
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
-    return {"dense_dir": str(dense), "compress_seconds": seconds, "tt_solver": config.tt_solver,
-            "dense_bytes": (dense / "model.safetensors").stat().st_size,
-            "tt_bytes": (folder / "model.safetensors").stat().st_size}
+    return {
+        "dense_dir": str(dense),
+        "compress_seconds": seconds,
+        "tt_solver": config.tt_solver,
+        "dense_bytes": (dense / "model.safetensors").stat().st_size,
+        "tt_bytes": (folder / "model.safetensors").stat().st_size,
+    }
 
 
 def load(folder: str):
@@ -82,8 +87,13 @@ def load(folder: str):
 
 def generate(model, tokenizer, batch: int, new_tokens: int):
     inputs = tokenizer(PROMPTS[:batch], return_tensors="pt", padding=True)
-    return model.generate(**inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                          pad_token_id=tokenizer.pad_token_id)
+    return model.generate(
+        **inputs,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        pad_token_id=tokenizer.pad_token_id,
+    )
 
 
 def timed(fn) -> float:
@@ -118,8 +128,11 @@ def memory_arm(folder: str, mode: str | None, new_tokens: int) -> dict:
         model.get_output_embeddings().mode = mode
     for batch in (1, 8):
         generate(model, tokenizer, batch, new_tokens)
-    large = [name for name, tensor in list(model.named_parameters()) + list(model.named_buffers())
-             if tensor.numel() >= model.config.vocab_size * model.config.hidden_size]
+    large = [
+        name
+        for name, tensor in list(model.named_parameters()) + list(model.named_buffers())
+        if tensor.numel() >= model.config.vocab_size * model.config.hidden_size
+    ]
     return {"after_load": after_load, "after_generate": memory_status(), "vocab_by_hidden_tensors": large}
 
 
@@ -137,8 +150,10 @@ def timing(dense_dir: str, tt_dir: str, new_tokens: int, repeats: int) -> dict:
         generate(dense, tokenizer, batch, 2), generate(tt, tokenizer, batch, 2)  # warm-up
         pairs, cpu_pairs = [], []
         for _ in range(repeats):
-            (dense_wall, dense_cpu), (tt_wall, tt_cpu) = (timed_both(lambda: generate(dense, tokenizer, batch, new_tokens)),
-                                                          timed_both(lambda: generate(tt, tokenizer, batch, new_tokens)))
+            (dense_wall, dense_cpu), (tt_wall, tt_cpu) = (
+                timed_both(lambda batch=batch: generate(dense, tokenizer, batch, new_tokens)),
+                timed_both(lambda batch=batch: generate(tt, tokenizer, batch, new_tokens)),
+            )
             pairs.append((dense_wall, tt_wall))
             cpu_pairs.append((dense_cpu, tt_cpu))
         rows.clear()
@@ -150,7 +165,7 @@ def timing(dense_dir: str, tt_dir: str, new_tokens: int, repeats: int) -> dict:
         reference_seconds = time.perf_counter() - start
         head.mode = "cached"
         generate(tt, tokenizer, batch, 2)  # builds the copy once
-        cached_seconds = timed(lambda: generate(tt, tokenizer, batch, new_tokens))
+        cached_seconds = timed(lambda batch=batch: generate(tt, tokenizer, batch, new_tokens))
         head.mode, head._cache = "auto", None
         dense_median = statistics.median(d for d, _ in pairs)
         results[f"batch{batch}"] = {
@@ -199,42 +214,53 @@ def main() -> None:
         dense_dir, tt_dir = built["dense_dir"], tmp
         memory = {}
         for name, folder, mode in (("dense", dense_dir, None), ("tt", tt_dir, None), ("tt_cached", tt_dir, "cached")):
-            memory[name] = run_child(["--child", "memory", "--folder", folder, *common]
-                                     + ([] if mode is None else ["--mode", mode]))
-        speed = run_child(["--child", "timing", "--folder", dense_dir, tt_dir, "--repeats", str(args.repeats),
-                           *common])
+            memory[name] = run_child(
+                ["--child", "memory", "--folder", folder, *common] + ([] if mode is None else ["--mode", mode])
+            )
+        speed = run_child(["--child", "timing", "--folder", dense_dir, tt_dir, "--repeats", str(args.repeats), *common])
     peak = {name: arm["after_generate"]["VmHWM"] for name, arm in memory.items()}
     embedding_mb = 49152 * 576 * 4 / 2**20
-    print(f"SmolLM2-135M, {args.threads} thread(s), {args.new_tokens} new tokens, greedy; TT: ranks {RANKS}, "
-          f"output basis, {EXACT_TOKENS} exact tokens; checkpoints {built['dense_bytes'] / 2**20:.0f} MB dense, "
-          f"{built['tt_bytes'] / 2**20:.0f} MB TT (compressed in {built['compress_seconds']:.1f} s, "
-          f"solver {built['tt_solver']})")
+    print(
+        f"SmolLM2-135M, {args.threads} thread(s), {args.new_tokens} new tokens, greedy; TT: ranks {RANKS}, "
+        f"output basis, {EXACT_TOKENS} exact tokens; checkpoints {built['dense_bytes'] / 2**20:.0f} MB dense, "
+        f"{built['tt_bytes'] / 2**20:.0f} MB TT (compressed in {built['compress_seconds']:.1f} s, "
+        f"solver {built['tt_solver']})"
+    )
     for batch in ("batch1", "batch8"):
         row = speed[batch]
-        print(f"{batch}: dense {row['dense_seconds']:.2f} s, TT {row['tt_seconds']:.2f} s "
-              f"({row['tt_over_dense']:.2f}x; CPU time {row['tt_over_dense_cpu']:.2f}x); cached {row['tt_cached_over_dense']:.2f}x, reference "
-              f"{row['tt_reference_over_dense']:.2f}x; greedy tokens equal to reference: "
-              f"{row['greedy_tokens_equal_to_reference']}; head input {row['head_input_shapes']}")
+        print(
+            f"{batch}: dense {row['dense_seconds']:.2f} s, TT {row['tt_seconds']:.2f} s "
+            f"({row['tt_over_dense']:.2f}x; CPU time {row['tt_over_dense_cpu']:.2f}x); cached {row['tt_cached_over_dense']:.2f}x, reference "
+            f"{row['tt_reference_over_dense']:.2f}x; greedy tokens equal to reference: "
+            f"{row['greedy_tokens_equal_to_reference']}; head input {row['head_input_shapes']}"
+        )
     for name, value in peak.items():
-        print(f"peak RSS load+generate {name}: {value:.0f} MB (dense - this: {peak['dense'] - value:+.0f} MB; "
-              f"V x d tensors held: {memory[name]['vocab_by_hidden_tensors']})")
-    print(json.dumps({
-        "threads": args.threads, "new_tokens": args.new_tokens,
-        "tt_over_dense_batch1": speed["batch1"]["tt_over_dense"],
-        "tt_over_dense_batch8": speed["batch8"]["tt_over_dense"],
-        "tt_over_dense_cpu_batch1": speed["batch1"]["tt_over_dense_cpu"],
-        "tt_over_dense_cpu_batch8": speed["batch8"]["tt_over_dense_cpu"],
-        "tt_cached_over_dense_batch1": speed["batch1"]["tt_cached_over_dense"],
-        "tt_reference_over_dense_batch1": speed["batch1"]["tt_reference_over_dense"],
-        "greedy_equal_batch1": speed["batch1"]["greedy_tokens_equal_to_reference"],
-        "greedy_equal_batch8": speed["batch8"]["greedy_tokens_equal_to_reference"],
-        "peak_rss_mb": peak,
-        "peak_saving_mb": peak["dense"] - peak["tt"],
-        "peak_saving_over_embedding": (peak["dense"] - peak["tt"]) / embedding_mb,
-        "cached_extra_mb": peak["tt_cached"] - peak["tt"],
-        "checkpoint_saving_mb": (built["dense_bytes"] - built["tt_bytes"]) / 2**20,
-        "details": {"timing": speed, "memory": memory},
-    }))
+        print(
+            f"peak RSS load+generate {name}: {value:.0f} MB (dense - this: {peak['dense'] - value:+.0f} MB; "
+            f"V x d tensors held: {memory[name]['vocab_by_hidden_tensors']})"
+        )
+    print(
+        json.dumps(
+            {
+                "threads": args.threads,
+                "new_tokens": args.new_tokens,
+                "tt_over_dense_batch1": speed["batch1"]["tt_over_dense"],
+                "tt_over_dense_batch8": speed["batch8"]["tt_over_dense"],
+                "tt_over_dense_cpu_batch1": speed["batch1"]["tt_over_dense_cpu"],
+                "tt_over_dense_cpu_batch8": speed["batch8"]["tt_over_dense_cpu"],
+                "tt_cached_over_dense_batch1": speed["batch1"]["tt_cached_over_dense"],
+                "tt_reference_over_dense_batch1": speed["batch1"]["tt_reference_over_dense"],
+                "greedy_equal_batch1": speed["batch1"]["greedy_tokens_equal_to_reference"],
+                "greedy_equal_batch8": speed["batch8"]["greedy_tokens_equal_to_reference"],
+                "peak_rss_mb": peak,
+                "peak_saving_mb": peak["dense"] - peak["tt"],
+                "peak_saving_over_embedding": (peak["dense"] - peak["tt"]) / embedding_mb,
+                "cached_extra_mb": peak["tt_cached"] - peak["tt"],
+                "checkpoint_saving_mb": (built["dense_bytes"] - built["tt_bytes"]) / 2**20,
+                "details": {"timing": speed, "memory": memory},
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

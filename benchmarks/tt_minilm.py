@@ -24,8 +24,8 @@ from transformers import AutoModel, AutoTokenizer
 
 from hf_tensorcompress import CompressionConfig
 from hf_tensorcompress.assets import minilm_dir, moby_dick_dir, sotu_dir
-from hf_tensorcompress.loading import load_model
 from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
+from hf_tensorcompress.loading import load_model
 from hf_tensorcompress.methods.tt.apply import apply_tt
 from hf_tensorcompress.methods.tt.energy import apply_svd_embedding, svd_rank_for
 
@@ -49,8 +49,9 @@ def embed(model, tokenizer, texts: list[str], batch: int = 32) -> torch.Tensor:
     """Mean-pooled, L2-normalised sentence embeddings (all-MiniLM-L6-v2's pooling)."""
     rows = []
     for start in range(0, len(texts), batch):
-        encoded = tokenizer(texts[start : start + batch], padding=True, truncation=True, max_length=128,
-                            return_tensors="pt")
+        encoded = tokenizer(
+            texts[start : start + batch], padding=True, truncation=True, max_length=128, return_tensors="pt"
+        )
         hidden = model(**encoded).last_hidden_state
         mask = encoded["attention_mask"][..., None].to(hidden.dtype)
         rows.append(torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1))
@@ -59,6 +60,7 @@ def embed(model, tokenizer, texts: list[str], batch: int = 32) -> torch.Tensor:
 
 def fidelity(reference: torch.Tensor, embeddings: torch.Tensor) -> dict:
     """Mean cosine to the dense embeddings, and nearest-neighbour agreement with the dense model."""
+
     def neighbours(x: torch.Tensor) -> torch.Tensor:
         similarity = x @ x.T
         similarity.fill_diagonal_(-2.0)
@@ -104,34 +106,53 @@ def main() -> None:
         "sotu (held out)": sentences(held_out, args.sentences),
         "moby dick": sentences(text_dataset(moby_dick_dir()), args.sentences),
     }
-    print(f"all-MiniLM-L6-v2: embedding {vocab}×{hidden} = {dense_params:,} of "
-          f"{sum(p.numel() for p in dense.parameters()):,} parameters; calibration {len(calibration_ids):,} tokens "
-          f"({int((counts > 0).sum()):,} distinct); {[len(v) for v in corpora.values()]} evaluation sentences")
+    print(
+        f"all-MiniLM-L6-v2: embedding {vocab}×{hidden} = {dense_params:,} of "
+        f"{sum(p.numel() for p in dense.parameters()):,} parameters; calibration {len(calibration_ids):,} tokens "
+        f"({int((counts > 0).sum()):,} distinct); {[len(v) for v in corpora.values()]} evaluation sentences"
+    )
     references = {name: embed(dense, tokenizer, texts) for name, texts in corpora.items()}
 
     def score(name: str, model, params: int) -> dict:
         row = {"run": name, "params": params, "ratio": dense_params / params}
         for corpus, texts in corpora.items():
             row[corpus] = fidelity(references[corpus], embed(model, tokenizer, texts))
-        print(f"{name:<52} {row['ratio']:5.2f}×  " + "  ".join(
-            f"{corpus}: cos {row[corpus]['cosine']:.4f} nn {row[corpus]['neighbour_agreement']:.3f}"
-            for corpus in corpora), flush=True)
+        print(
+            f"{name:<52} {row['ratio']:5.2f}×  "
+            + "  ".join(
+                f"{corpus}: cos {row[corpus]['cosine']:.4f} nn {row[corpus]['neighbour_agreement']:.3f}"
+                for corpus in corpora
+            ),
+            flush=True,
+        )
         return row
 
     rows = []
-    for ranks, exact, basis in ([[6, 6], 0, "identity"], [[6, 6], 0, "pca"], [[4, 4], 0, "pca"],
-                                [[3, 3], 4000, "pca"], [[2, 2], 6000, "pca"]):
+    for ranks, exact, basis in (
+        [[6, 6], 0, "identity"],
+        [[6, 6], 0, "pca"],
+        [[4, 4], 0, "pca"],
+        [[3, 3], 4000, "pca"],
+        [[2, 2], 6000, "pca"],
+    ):
         model = copy.deepcopy(dense)
         config = CompressionConfig(method="tt", tt_shape=SHAPE, tt_ranks=ranks, tt_basis=basis, tt_exact_tokens=exact)
         apply_tt(model, config, calibration_ids if exact else None)
         layer = model.get_input_embeddings()
         params = layer.stored_parameters()
-        tt_row = score(f"TT {'×'.join(map(str, SHAPE))} r{tuple(ranks)} {basis} + {exact} exact", reloaded(model), params)
+        tt_row = score(
+            f"TT {'×'.join(map(str, SHAPE))} r{tuple(ranks)} {basis} + {exact} exact", reloaded(model), params
+        )
         rows.append(tt_row)
         svd = copy.deepcopy(dense)
         rank = svd_rank_for(vocab, hidden, params)
-        rows.append(score(f"  matrix SVD k={rank} (same size)", svd if apply_svd_embedding(svd, rank) else svd,
-                          rank * (vocab + hidden)))
+        rows.append(
+            score(
+                f"  matrix SVD k={rank} (same size)",
+                svd if apply_svd_embedding(svd, rank) else svd,
+                rank * (vocab + hidden),
+            )
+        )
         keep = max(1, params // hidden - 1)
         if keep < vocab:
             frequent = copy.deepcopy(dense)

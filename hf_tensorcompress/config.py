@@ -21,13 +21,13 @@ from .core.contract import QUANT_METHOD
 CONFIG_VERSION = 2
 
 
-def _registered_configs() -> dict[str, type["CompressionConfig"]]:
+def _registered_configs() -> dict[str, type[CompressionConfig]]:
     from .methods import registered_methods
 
     return {name: method.config_class for name, method in registered_methods().items()}
 
 
-def config_class(method: str) -> type["CompressionConfig"]:
+def config_class(method: str) -> type[CompressionConfig]:
     """The config class of ``method``; an error lists the methods there are."""
     classes = _registered_configs()
     if method not in classes:
@@ -35,7 +35,7 @@ def config_class(method: str) -> type["CompressionConfig"]:
     return classes[method]
 
 
-def _owner_of(name: str) -> type["CompressionConfig"] | None:
+def _owner_of(name: str) -> type[CompressionConfig] | None:
     return next((cls for cls in _registered_configs().values() if name in cls.field_names()), None)
 
 
@@ -66,7 +66,7 @@ class CompressionConfig(QuantizationConfigMixin):
     #: What transformers dispatches ``quantization_config`` on (not a field: never written to compression_config).
     quant_method: ClassVar[str] = QUANT_METHOD
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> "CompressionConfig":
+    def __new__(cls, *args: Any, **kwargs: Any) -> CompressionConfig:
         if cls is CompressionConfig:
             cls = config_class(args[0] if args else kwargs.get("method", "cp"))
         unknown = [name for name in kwargs if name not in cls.field_names()]
@@ -86,7 +86,11 @@ class CompressionConfig(QuantizationConfigMixin):
         parts = []
         for name in names:
             owner = _owner_of(name)
-            where = f"an option of {owner.__name__} (method={owner.method_name!r})" if owner else "not an option of any method"
+            where = (
+                f"an option of {owner.__name__} (method={owner.method_name!r})"
+                if owner
+                else "not an option of any method"
+            )
             parts.append(f"{name!r} is {where}")
         own = sorted(cls.field_names() - {"modules", "version"})
         return f"{cls.__name__} (method={cls.method_name!r}) has no such option: {'; '.join(parts)}. It takes: {own}"
@@ -128,7 +132,7 @@ class CompressionConfig(QuantizationConfigMixin):
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CompressionConfig":
+    def from_dict(cls, data: dict[str, Any]) -> CompressionConfig:
         """The config ``data`` describes. Version 1 dicts held every method's fields (the other methods' unused): those
         are dropped; in a version 2 dict another method's field is an error naming the config it belongs to."""
         if not isinstance(data, dict):
@@ -152,7 +156,7 @@ class CompressionConfig(QuantizationConfigMixin):
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
-    def from_json_string(cls, text: str) -> "CompressionConfig":
+    def from_json_string(cls, text: str) -> CompressionConfig:
         return cls.from_dict(json.loads(text))
 
     def to_json_file(self, path: str) -> None:
@@ -160,7 +164,7 @@ class CompressionConfig(QuantizationConfigMixin):
             handle.write(self.to_json_string() + "\n")
 
     @classmethod
-    def from_json_file(cls, path: str) -> "CompressionConfig":
+    def from_json_file(cls, path: str) -> CompressionConfig:
         with open(path, encoding="utf-8") as handle:
             return cls.from_json_string(handle.read())
 

@@ -16,7 +16,14 @@ import importlib
 from types import ModuleType
 
 #: package -> the extra that installs it
-EXTRAS = {"gguf": "lm", "aeon": "sbt", "matplotlib": "plots", "peft": "peft", "torchao": "quant", "bitsandbytes": "quant"}
+EXTRAS = {
+    "gguf": "lm",
+    "aeon": "sbt",
+    "matplotlib": "plots",
+    "peft": "peft",
+    "torchao": "quant",
+    "bitsandbytes": "quant",
+}
 
 
 class MissingExtraError(ImportError):

@@ -68,7 +68,7 @@ class CardInfo:
     license: str | None = None
 
     @classmethod
-    def from_json_file(cls, path: str | os.PathLike) -> "CardInfo":
+    def from_json_file(cls, path: str | os.PathLike) -> CardInfo:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         known = {f.name for f in fields(cls)}
         return cls(**{key: value for key, value in data.items() if key in known})
@@ -164,8 +164,6 @@ def write_model_card(model: nn.Module, folder: str | os.PathLike, repo_id: str |
     info = getattr(model, "card_info", None)
     if info is not None:
         info.to_json_file(folder / CARD_INFO_FILE)
-
-
 
 
 def check_token(token: str | None = None) -> str:

@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def lazy_exports(package: str, exports: dict[str, str]) -> Callable[[str], Any]:

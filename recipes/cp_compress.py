@@ -50,7 +50,11 @@ from hf_tensorcompress.evaluation.tables import runs_table
 from hf_tensorcompress.training.forecasting import BestValidation, ForecastTrainer
 from hf_tensorcompress.usage import user_errors
 
-MODEL_CLASSES = {"patchtst": PatchTSTForPrediction, "autoformer": AutoformerForPrediction, "informer": InformerForPrediction}
+MODEL_CLASSES = {
+    "patchtst": PatchTSTForPrediction,
+    "autoformer": AutoformerForPrediction,
+    "informer": InformerForPrediction,
+}
 
 
 def rank_value(text: str) -> int | float:
@@ -60,8 +64,11 @@ def rank_value(text: str) -> int | float:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="folder of a pretrained PatchTST/Autoformer/Informer ForPrediction checkpoint "
-                        "(default: a small PatchTST trained here)")
+    parser.add_argument(
+        "--model",
+        help="folder of a pretrained PatchTST/Autoformer/Informer ForPrediction checkpoint "
+        "(default: a small PatchTST trained here)",
+    )
     add_forecasting_arguments(parser)
     # model shape of the fresh PatchTST (a --model checkpoint brings its own)
     parser.add_argument("--horizon", type=int, default=96)
@@ -71,15 +78,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--method", choices=("cp", "svd"), default="cp")
-    parser.add_argument("--rank", type=rank_value, default=0.5,
-                        help="an int rank (e.g. 8), or a fraction in (0, 1] of the dense parameters (e.g. 0.5)")
+    parser.add_argument(
+        "--rank",
+        type=rank_value,
+        default=0.5,
+        help="an int rank (e.g. 8), or a fraction in (0, 1] of the dense parameters (e.g. 0.5)",
+    )
     parser.add_argument("--max-steps", type=int, default=100, help="training steps of the dense model (0: none)")
     parser.add_argument("--finetune-steps", type=int, default=50, help="training steps after compression")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--train-stride", type=int, default=8, help="step between training windows")
     parser.add_argument("--eval-stride", type=int, default=2, help="step between test windows (1: all)")
-    parser.add_argument("--validate-every", type=int, default=25, help="steps between validation checks (model selection)")
+    parser.add_argument(
+        "--validate-every", type=int, default=25, help="steps between validation checks (model selection)"
+    )
     parser.add_argument("--eval-batch-size", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--output-dir", default="outputs/cp_compress")
@@ -91,13 +104,24 @@ def build_model(args: argparse.Namespace, channels: int) -> PreTrainedModel:
     if args.model:
         config = AutoConfig.from_pretrained(args.model)
         if config.model_type not in MODEL_CLASSES:
-            raise ValueError(f"--model {args.model} is a {config.model_type!r} model; use one of {sorted(MODEL_CLASSES)}")
+            raise ValueError(
+                f"--model {args.model} is a {config.model_type!r} model; use one of {sorted(MODEL_CLASSES)}"
+            )
         return MODEL_CLASSES[config.model_type].from_pretrained(args.model)
     config = PatchTSTConfig(
-        num_input_channels=channels, context_length=args.context_length, prediction_length=args.horizon,
-        patch_length=args.patch_length, patch_stride=args.patch_length, d_model=args.d_model,
-        num_hidden_layers=args.layers, num_attention_heads=args.heads, ffn_dim=2 * args.d_model,
-        dropout=0.1, head_dropout=0.1, loss="mse", scaling="std",
+        num_input_channels=channels,
+        context_length=args.context_length,
+        prediction_length=args.horizon,
+        patch_length=args.patch_length,
+        patch_stride=args.patch_length,
+        d_model=args.d_model,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        ffn_dim=2 * args.d_model,
+        dropout=0.1,
+        head_dropout=0.1,
+        loss="mse",
+        scaling="std",
     )
     return PatchTSTForPrediction(config)
 
@@ -109,10 +133,18 @@ def train(model: PreTrainedModel, windows, validation, steps: int, args: argpars
         return 0.0
     with tempfile.TemporaryDirectory() as scratch:
         training_args = TrainingArguments(
-            output_dir=scratch, max_steps=steps, per_device_train_batch_size=args.batch_size,
-            learning_rate=args.learning_rate, lr_scheduler_type="cosine", warmup_steps=steps // 10,
-            logging_steps=max(1, steps // 10), save_strategy="no", report_to=[], seed=args.seed,
-            dataloader_num_workers=0, dataloader_pin_memory=torch.cuda.is_available(),
+            output_dir=scratch,
+            max_steps=steps,
+            per_device_train_batch_size=args.batch_size,
+            learning_rate=args.learning_rate,
+            lr_scheduler_type="cosine",
+            warmup_steps=steps // 10,
+            logging_steps=max(1, steps // 10),
+            save_strategy="no",
+            report_to=[],
+            seed=args.seed,
+            dataloader_num_workers=0,
+            dataloader_pin_memory=torch.cuda.is_available(),
         )
         trainer = ForecastTrainer(model=model, args=training_args, train_dataset=windows)
         trainer.add_callback(BestValidation(trainer, validation, args.validate_every, args.eval_batch_size))
@@ -121,15 +153,26 @@ def train(model: PreTrainedModel, windows, validation, steps: int, args: argpars
         return time.perf_counter() - start
 
 
-def run_entry(name: str, model: PreTrainedModel, metrics: dict, attention_params: int, seconds: float, steps: int) -> dict:
+def run_entry(
+    name: str, model: PreTrainedModel, metrics: dict, attention_params: int, seconds: float, steps: int
+) -> dict:
     params = sum(p.numel() for p in model.parameters())
-    return {"name": name, "metrics": metrics, "params": params, "attention_params": attention_params,
-            "steps": steps, "train_seconds": round(seconds, 1)}
+    return {
+        "name": name,
+        "metrics": metrics,
+        "params": params,
+        "attention_params": attention_params,
+        "steps": steps,
+        "train_seconds": round(seconds, 1),
+    }
 
 
 def markdown_table(runs: list[dict]) -> str:
-    return runs_table(runs, {"mse": "MSE", "mae": "MAE"}, {"params": "params", "attention_params": "q/k/v params",
-                                                           "steps": "steps", "train_seconds": "train s"})
+    return runs_table(
+        runs,
+        {"mse": "MSE", "mae": "MAE"},
+        {"params": "params", "attention_params": "q/k/v params", "steps": "steps", "train_seconds": "train s"},
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -146,7 +189,9 @@ def main(argv: list[str] | None = None) -> dict:
         train_windows = forecasting_windows(data["train"], model.config, stride=args.train_stride, future_mask=True)
         validation_windows = forecasting_windows(data["validation"], model.config, stride=args.eval_stride)
         test_windows = forecasting_windows(data["test"], model.config, stride=args.eval_stride)
-    print(f"data: {len(stats.columns)} channels; {len(train_windows)} training windows, {len(test_windows)} test windows")
+    print(
+        f"data: {len(stats.columns)} channels; {len(train_windows)} training windows, {len(test_windows)} test windows"
+    )
 
     def score(candidate: PreTrainedModel, description: str) -> dict | None:
         """Test MSE/MAE, computed once, on the main process."""
@@ -167,10 +212,27 @@ def main(argv: list[str] | None = None) -> dict:
         total = args.max_steps + args.finetune_steps
         control_seconds = train(control, train_windows, validation_windows, args.finetune_steps, args)
         tuned_seconds = train(compressed, train_windows, validation_windows, args.finetune_steps, args)
-        runs.insert(1, (f"dense, +{args.finetune_steps} steps", control, score(control, "dense, more steps"),
-                        qkv["dense_params"], control_seconds, total))
-        runs.append((f"{label}, fine-tuned", compressed, score(compressed, f"{label}, fine-tuned"), qkv["params"],
-                     tuned_seconds, total))
+        runs.insert(
+            1,
+            (
+                f"dense, +{args.finetune_steps} steps",
+                control,
+                score(control, "dense, more steps"),
+                qkv["dense_params"],
+                control_seconds,
+                total,
+            ),
+        )
+        runs.append(
+            (
+                f"{label}, fine-tuned",
+                compressed,
+                score(compressed, f"{label}, fine-tuned"),
+                qkv["params"],
+                tuned_seconds,
+                total,
+            )
+        )
     results = {}
     if state.is_main_process:
         with atomic_folder(output_dir) as staging:  # model, statistics and results replace the folder together
@@ -188,11 +250,14 @@ def main(argv: list[str] | None = None) -> dict:
             }
             (staging / "results.json").write_text(json.dumps(results, indent=2))
             table = markdown_table(results["runs"])
-            note = (f"\nSteps: the dense model {args.max_steps}; then {args.finetune_steps} more for the dense control and for "
-                    f"the compressed model alike (each phase keeps its best validation MSE, checked every "
-                    f"{args.validate_every} steps).\n")
-            (staging / "results.md").write_text(f"### {results['model']} on {results['dataset']}, horizon "
-                                                   f"{results['horizon']}\n\n{table}{note}")
+            note = (
+                f"\nSteps: the dense model {args.max_steps}; then {args.finetune_steps} more for the dense control and for "
+                f"the compressed model alike (each phase keeps its best validation MSE, checked every "
+                f"{args.validate_every} steps).\n"
+            )
+            (staging / "results.md").write_text(
+                f"### {results['model']} on {results['dataset']}, horizon {results['horizon']}\n\n{table}{note}"
+            )
         print(table + note)
         print(f"saved the compressed model and results.json to {output_dir}")
     state.wait_for_everyone()

@@ -57,6 +57,7 @@ from hf_tensorcompress.data.classification import describe_classification
 from hf_tensorcompress.data.step_windows import split_values, step_windows
 from hf_tensorcompress.data.summary import describe_forecasting
 from hf_tensorcompress.evaluation.anomaly import threshold_scores
+from hf_tensorcompress.evaluation.pareto import kind_of, write_pareto
 from hf_tensorcompress.evaluation.sequences import (
     anomaly_scores,
     classification_scores,
@@ -64,7 +65,6 @@ from hf_tensorcompress.evaluation.sequences import (
     forecast_scores,
     step_t_errors,
 )
-from hf_tensorcompress.evaluation.pareto import kind_of, write_pareto
 from hf_tensorcompress.evaluation.tables import runs_table
 from hf_tensorcompress.methods.biprop.apply import apply_attention
 from hf_tensorcompress.training import StepBudget, train_for_steps
@@ -73,12 +73,39 @@ from hf_tensorcompress.usage import user_errors
 
 PROG = "sbt.py"
 TASK_DEFAULTS = {
-    "classification": dict(steps=800, learning_rate=5e-3, score_learning_rate=0.05, batch_size=32, d_model=32,
-                           heads=2, ffn_dim=64, dropout=0.1, validate_every=50),
-    "forecasting": dict(steps=200, learning_rate=1e-3, score_learning_rate=0.05, batch_size=64, d_model=32, heads=2,
-                        ffn_dim=64, dropout=0.0, validate_every=50),
-    "anomaly": dict(steps=250, learning_rate=1e-3, score_learning_rate=0.05, batch_size=32, d_model=16, heads=2,
-                    ffn_dim=32, dropout=0.0, validate_every=50),
+    "classification": dict(
+        steps=800,
+        learning_rate=5e-3,
+        score_learning_rate=0.05,
+        batch_size=32,
+        d_model=32,
+        heads=2,
+        ffn_dim=64,
+        dropout=0.1,
+        validate_every=50,
+    ),
+    "forecasting": dict(
+        steps=200,
+        learning_rate=1e-3,
+        score_learning_rate=0.05,
+        batch_size=64,
+        d_model=32,
+        heads=2,
+        ffn_dim=64,
+        dropout=0.0,
+        validate_every=50,
+    ),
+    "anomaly": dict(
+        steps=250,
+        learning_rate=1e-3,
+        score_learning_rate=0.05,
+        batch_size=32,
+        d_model=16,
+        heads=2,
+        ffn_dim=32,
+        dropout=0.0,
+        validate_every=50,
+    ),
 }
 
 
@@ -87,15 +114,23 @@ def load_data(args) -> tuple[dict, int, str, dict]:
     if args.task == "classification":
         args.dataset = args.dataset or "JapaneseVowels"
         data = load_classification_from_args(args)
-        return dict(data), data["train"].features["target_values"].num_classes, describe_classification(data, args.dataset), {}
+        return (
+            dict(data),
+            data["train"].features["target_values"].num_classes,
+            describe_classification(data, args.dataset),
+            {},
+        )
     if args.task == "forecasting":
         data = load_forecasting_from_args(args)
         columns = list(standardization_of(data).columns)
         splits = {name: step_windows(split_values(data[name], columns), args.window, args.stride) for name in data}
         return splits, 0, describe_forecasting(data, describe_source(args.dataset)), {}
     fit, val, test, labels = load_anomaly_series(args.dataset, args.window, args.validation)
-    splits = {"train": step_windows(fit, args.window), "validation": step_windows(val, args.window),
-              "test": step_windows(test, args.window, labels=labels)}
+    splits = {
+        "train": step_windows(fit, args.window),
+        "validation": step_windows(val, args.window),
+        "test": step_windows(test, args.window, labels=labels),
+    }
     source = args.dataset or "KDD-TSAD_135 (aeon)"
     summary = f"data: {source}\n  windows: " + ", ".join(f"{k} {len(v)}" for k, v in splits.items())
     return splits, 0, summary, {"labels": np.asarray(splits["test"]["target_values"])}
@@ -103,10 +138,22 @@ def load_data(args) -> tuple[dict, int, str, dict]:
 
 def build_model(task: str, channels: int, steps: int, classes: int, args) -> torch.nn.Module:
     common = dict(
-        num_input_channels=channels, context_length=steps, patch_length=1, patch_stride=1, d_model=args.d_model,
-        num_attention_heads=args.heads, num_hidden_layers=args.layers, ffn_dim=args.ffn_dim, scaling=None,
-        dropout=args.dropout, head_dropout=args.dropout, attention_dropout=0.0, ff_dropout=0.0,
-        positional_dropout=0.0, path_dropout=0.0, norm_type=args.norm_type,
+        num_input_channels=channels,
+        context_length=steps,
+        patch_length=1,
+        patch_stride=1,
+        d_model=args.d_model,
+        num_attention_heads=args.heads,
+        num_hidden_layers=args.layers,
+        ffn_dim=args.ffn_dim,
+        scaling=None,
+        dropout=args.dropout,
+        head_dropout=args.dropout,
+        attention_dropout=0.0,
+        ff_dropout=0.0,
+        positional_dropout=0.0,
+        path_dropout=0.0,
+        norm_type=args.norm_type,
     )
     if args.model_path:
         cls = PatchTSTForClassification if task == "classification" else PatchTSTForPretraining
@@ -124,7 +171,10 @@ def compress(model, task: str, keep_ratio: float | None, seed: int, args):
             apply_attention(model, "step_t")
         return model
     config = CompressionConfig(
-        method="biprop", target_modules=args.target_modules, keep_ratio=keep_ratio, weight_seed=seed,
+        method="biprop",
+        target_modules=args.target_modules,
+        keep_ratio=keep_ratio,
+        weight_seed=seed,
         attention=None if args.no_attention_option else attention,
     )
     return apply_compression(model, config)
@@ -140,8 +190,10 @@ def ternary(model: torch.nn.Module, scope: str) -> dict[str, int]:
     names = scope_names(model, scope)
     quantization.ternary_training(model, names)
     return {
-        name: quantization.ternary_bytes(m.out_features, m.in_features) + (m.bias.numel() * 4 if m.bias is not None else 0)
-        for name in names for m in [model.get_submodule(name)]
+        name: quantization.ternary_bytes(m.out_features, m.in_features)
+        + (m.bias.numel() * 4 if m.bias is not None else 0)
+        for name in names
+        for m in [model.get_submodule(name)]
     }
 
 
@@ -150,9 +202,16 @@ def objective(args):
     zero = args.task == "forecasting" or args.zero_current
     norm = not args.no_instance_norm
     if args.task == "classification":
-        return (lambda model, batch: model(**batch).loss), classification_selection, (
-            lambda model, splits, extra: {"val_accuracy": classification_scores(model, splits["validation"])["accuracy"],
-                                          "accuracy": classification_scores(model, splits["test"])["accuracy"]})
+        return (
+            (lambda model, batch: model(**batch).loss),
+            classification_selection,
+            (
+                lambda model, splits, extra: {
+                    "val_accuracy": classification_scores(model, splits["validation"])["accuracy"],
+                    "accuracy": classification_scores(model, splits["test"])["accuracy"],
+                }
+            ),
+        )
 
     def select(split):
         return lambda model: (-forecast_scores(*step_t_errors(model, split, zero, norm))["mse"],)
@@ -160,54 +219,118 @@ def objective(args):
     def test(model, splits, extra):
         if args.task == "forecasting":
             return forecast_scores(*step_t_errors(model, splits["test"], zero, norm))
-        return threshold_scores(anomaly_scores(*step_t_errors(model, splits["validation"], zero, norm)),
-                                anomaly_scores(*step_t_errors(model, splits["test"], zero, norm)), extra["labels"],
-                                args.manual_tau, args.pot_risk, args.pot_level)
+        return threshold_scores(
+            anomaly_scores(*step_t_errors(model, splits["validation"], zero, norm)),
+            anomaly_scores(*step_t_errors(model, splits["test"], zero, norm)),
+            extra["labels"],
+            args.manual_tau,
+            args.pot_risk,
+            args.pot_level,
+        )
 
     return (lambda model, batch: step_t_loss(model, batch, zero, norm)), select, test
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--task", choices=sorted(TASK_DEFAULTS), required=True)
     parser.add_argument("--output-dir", "--output_dir", dest="output_dir", required=True)
     add_forecasting_arguments(parser)
     add_classification_arguments(parser, with_forecasting=True)
-    parser.add_argument("--model-path", "--model_path", dest="model_path", default=None,
-                        help="start from this PatchTST checkpoint instead of a fresh one")
-    parser.add_argument("--keep-ratios", "--keep_ratios", dest="keep_ratios", type=float, nargs="*",
-                        default=[0.75, 0.5, 0.25], help="biprop keep ratios (none: dense only)")
+    parser.add_argument(
+        "--model-path",
+        "--model_path",
+        dest="model_path",
+        default=None,
+        help="start from this PatchTST checkpoint instead of a fresh one",
+    )
+    parser.add_argument(
+        "--keep-ratios",
+        "--keep_ratios",
+        dest="keep_ratios",
+        type=float,
+        nargs="*",
+        default=[0.75, 0.5, 0.25],
+        help="biprop keep ratios (none: dense only)",
+    )
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--ptq-schemes", nargs="*", default=list(quantization.SCHEMES), choices=list(quantization.SCHEMES),
-                        help="post-training weight-only quantization of each seed's dense run (q/k/v, then every Linear)")
-    parser.add_argument("--qat-scopes", nargs="*", default=["qkv", "all"], choices=["qkv", "all"],
-                        help="ternary quantization-aware training arms (q/k/v or every Linear), same steps as dense")
-    parser.add_argument("--target-modules", "--target_modules", dest="target_modules", default="all-linear",
-                        help="'all-linear' (paper) or a regex / None")
-    parser.add_argument("--no-attention-option", "--no_attention_option", dest="no_attention_option",
-                        action="store_true", help="biprop without Q/K/V masks / Step-T")
+    parser.add_argument(
+        "--ptq-schemes",
+        nargs="*",
+        default=list(quantization.SCHEMES),
+        choices=list(quantization.SCHEMES),
+        help="post-training weight-only quantization of each seed's dense run (q/k/v, then every Linear)",
+    )
+    parser.add_argument(
+        "--qat-scopes",
+        nargs="*",
+        default=["qkv", "all"],
+        choices=["qkv", "all"],
+        help="ternary quantization-aware training arms (q/k/v or every Linear), same steps as dense",
+    )
+    parser.add_argument(
+        "--target-modules",
+        "--target_modules",
+        dest="target_modules",
+        default="all-linear",
+        help="'all-linear' (paper) or a regex / None",
+    )
+    parser.add_argument(
+        "--no-attention-option",
+        "--no_attention_option",
+        dest="no_attention_option",
+        action="store_true",
+        help="biprop without Q/K/V masks / Step-T",
+    )
     parser.add_argument("--window", type=int, default=50, help="forecasting/anomaly window w")
     parser.add_argument("--stride", type=int, default=10, help="forecasting: stride between windows")
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument(
-        "--norm-type", "--norm_type", dest="norm_type", choices=["batchnorm", "layernorm"], default="batchnorm",
+        "--norm-type",
+        "--norm_type",
+        dest="norm_type",
+        choices=["batchnorm", "layernorm"],
+        default="batchnorm",
         help="batchnorm for every task: with one value per token (patch length 1), LayerNorm over d_model erases "
         "the value's magnitude (the paper's LayerNorm for forecasting saw all m features in one token)",
     )
     budget = parser.add_argument_group("budget (the same for every arm)")
-    budget.add_argument("--steps", "--max_steps", dest="steps", type=int, default=None,
-                        help="optimizer steps of every arm (default by task: " +
-                        ", ".join(f"{t} {d['steps']}" for t, d in TASK_DEFAULTS.items()) + ")")
-    budget.add_argument("--validate-every", type=int, default=None, help="steps between validation checks (model selection)")
-    budget.add_argument("--learning-rate", "--lr", dest="learning_rate", type=float, default=None, help="weights (dense and biprop)")
-    budget.add_argument("--score-learning-rate", "--score_lr", dest="score_learning_rate", type=float, default=None,
-                        help="biprop scores")
+    budget.add_argument(
+        "--steps",
+        "--max_steps",
+        dest="steps",
+        type=int,
+        default=None,
+        help="optimizer steps of every arm (default by task: "
+        + ", ".join(f"{t} {d['steps']}" for t, d in TASK_DEFAULTS.items())
+        + ")",
+    )
+    budget.add_argument(
+        "--validate-every", type=int, default=None, help="steps between validation checks (model selection)"
+    )
+    budget.add_argument(
+        "--learning-rate", "--lr", dest="learning_rate", type=float, default=None, help="weights (dense and biprop)"
+    )
+    budget.add_argument(
+        "--score-learning-rate",
+        "--score_lr",
+        dest="score_learning_rate",
+        type=float,
+        default=None,
+        help="biprop scores",
+    )
     for flag, kind in (("batch-size", int), ("d-model", int), ("heads", int), ("ffn-dim", int), ("dropout", float)):
         name = flag.replace("-", "_")
         budget.add_argument(f"--{flag}", f"--{name}", dest=name, type=kind, default=None)
     budget.add_argument("--weight-decay", type=float, default=0.0)
-    parser.add_argument("--reconstruct-current", dest="zero_current", action="store_false",
-                        help="anomaly: feed x_t to the model (reconstruct it) instead of zeroing it")
+    parser.add_argument(
+        "--reconstruct-current",
+        dest="zero_current",
+        action="store_false",
+        help="anomaly: feed x_t to the model (reconstruct it) instead of zeroing it",
+    )
     parser.add_argument("--no-instance-norm", action="store_true", help="forecasting/anomaly: no per-window scaling")
     parser.add_argument("--manual-tau", type=float, default=0.01, help="anomaly: flag the top tau of validation scores")
     parser.add_argument("--pot-risk", type=float, default=1e-3)
@@ -221,19 +344,36 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def measure(model, name: str, keep_ratio: float | None, seed: int, metrics: dict, outcome, sample,
-            checkpoint: Path | None, packed: dict[str, int] | None = None) -> dict:
+def measure(
+    model,
+    name: str,
+    keep_ratio: float | None,
+    seed: int,
+    metrics: dict,
+    outcome,
+    sample,
+    checkpoint: Path | None,
+    packed: dict[str, int] | None = None,
+) -> dict:
     counted = linear_bytes(model, packed)
     return {
-        "name": name, "keep_ratio": keep_ratio if keep_ratio is not None else 1.0, "seed": seed, "metrics": metrics,
-        "steps": outcome.steps, "selected_step": outcome.selected_step,
+        "name": name,
+        "keep_ratio": keep_ratio if keep_ratio is not None else 1.0,
+        "seed": seed,
+        "metrics": metrics,
+        "steps": outcome.steps,
+        "selected_step": outcome.selected_step,
         "params": sum(
-            m.binary_parameters() if hasattr(m, "binary_parameters") else sum(p.numel() for p in m.parameters(recurse=False))
+            m.binary_parameters()
+            if hasattr(m, "binary_parameters")
+            else sum(p.numel() for p in m.parameters(recurse=False))
             for m in model.modules()
         ),
         "storage_bits": storage_bits(model),
         "nonzero_flops": nonzero_flops(model.eval(), **sample)["total"],
-        "checkpoint_bytes": None if checkpoint is None else sum(f.stat().st_size for f in checkpoint.glob("*.safetensors")),
+        "checkpoint_bytes": None
+        if checkpoint is None
+        else sum(f.stat().st_size for f in checkpoint.glob("*.safetensors")),
         "linear_bytes": {key: counted[key] for key in ("dense", "disk", "ram", "disk_ratio", "ram_ratio")},
         "train_seconds": round(outcome.seconds, 2),
     }
@@ -242,13 +382,24 @@ def measure(model, name: str, keep_ratio: float | None, seed: int, metrics: dict
 def write_results(results: dict, out: Path, args) -> str:
     metric_names = list(results["runs"][0]["metrics"])
     runs = [
-        run | {key: f"{run['linear_bytes'][key]:,} ({run['linear_bytes'][key + '_ratio']:.3f}×)" for key in ("disk", "ram")}
+        run
+        | {key: f"{run['linear_bytes'][key]:,} ({run['linear_bytes'][key + '_ratio']:.3f}×)" for key in ("disk", "ram")}
         for run in results["runs"]
     ]
-    table = runs_table(runs, {m: m for m in metric_names}, {
-        "keep_ratio": "keep_ratio", "steps": "steps", "params": "params", "storage_bits": "storage_bits",
-        "disk": "every Linear: bytes on disk (/ fp32)", "ram": "every Linear: bytes in RAM",
-        "nonzero_flops": "nonzero_flops", "checkpoint_bytes": "checkpoint_bytes"})
+    table = runs_table(
+        runs,
+        {m: m for m in metric_names},
+        {
+            "keep_ratio": "keep_ratio",
+            "steps": "steps",
+            "params": "params",
+            "storage_bits": "storage_bits",
+            "disk": "every Linear: bytes on disk (/ fp32)",
+            "ram": "every Linear: bytes in RAM",
+            "nonzero_flops": "nonzero_flops",
+            "checkpoint_bytes": "checkpoint_bytes",
+        },
+    )
     selected = {run["name"]: [] for run in results["runs"]}
     for run in results["runs"]:
         selected[run["name"]].append(str(run["selected_step"]))
@@ -256,7 +407,8 @@ def write_results(results: dict, out: Path, args) -> str:
         f"\nEvery arm: {args.steps} optimizer steps (batch {args.batch_size}), weights lr {args.learning_rate:g}, biprop "
         f"scores lr {args.score_learning_rate:g}; scored with the weights of its best validation check (every "
         f"{args.validate_every} steps). Selected steps per seed: "
-        + "; ".join(f"{name} {', '.join(steps)}" for name, steps in selected.items()) + ".\n"
+        + "; ".join(f"{name} {', '.join(steps)}" for name, steps in selected.items())
+        + ".\n"
     )
     baseline = results.get("persistence_baseline")
     if baseline:
@@ -265,8 +417,13 @@ def write_results(results: dict, out: Path, args) -> str:
     metric = {"classification": ("accuracy", False), "forecasting": ("mse", True)}.get(args.task)
     if metric and any(kind_of(run["name"]) == "baseline" for run in results["runs"]):
         text += f"\n## Best test {metric[0]} within each byte budget (every Linear weight)\n\n"
-        text += write_pareto(results["runs"], metric[0], out, f"SBT {args.task}: {results['dataset']}, "
-                             f"{len(args.seeds)} seeds", lower_is_better=metric[1])
+        text += write_pareto(
+            results["runs"],
+            metric[0],
+            out,
+            f"SBT {args.task}: {results['dataset']}, {len(args.seeds)} seeds",
+            lower_is_better=metric[1],
+        )
         text += "\nFigure: bytes_pareto.png (numbers: bytes_pareto.json).\n"
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
     (out / "results.md").write_text(text)
@@ -277,8 +434,14 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     accelerator = Accelerator()
     with user_errors(PROG):
-        budget = StepBudget(args.steps, args.batch_size, args.learning_rate, args.score_learning_rate,
-                            args.validate_every, args.weight_decay)
+        budget = StepBudget(
+            args.steps,
+            args.batch_size,
+            args.learning_rate,
+            args.score_learning_rate,
+            args.validate_every,
+            args.weight_decay,
+        )
         splits, classes, summary, extra = load_data(args)
     accelerator.print(summary)
     out = Path(args.output_dir)
@@ -300,8 +463,15 @@ def main(argv=None) -> dict:
             np.random.seed(seed)
             model = compress(build_model(args.task, channels, steps, classes, args), args.task, keep_ratio, seed, args)
             packed = ternary(model, qat) if qat else None
-            outcome = train_for_steps(model, splits["train"].with_format("torch"), loss, budget,
-                                      select(splits["validation"]), accelerator, f"{name} seed {seed}")
+            outcome = train_for_steps(
+                model,
+                splits["train"].with_format("torch"),
+                loss,
+                budget,
+                select(splits["validation"]),
+                accelerator,
+                f"{name} seed {seed}",
+            )
             model = accelerator.unwrap_model(model).cpu()
             metrics = test(model, splits, extra)
             checkpoint = None if qat else out / "checkpoints" / f"{name}-seed{seed}"
@@ -310,15 +480,21 @@ def main(argv=None) -> dict:
                     model.save_pretrained(staging)
             run = measure(model, name, keep_ratio, seed, metrics, outcome, sample, checkpoint, packed)
             results["runs"].append(run)
-            accelerator.print(json.dumps({k: run[k] for k in ("name", "seed", "metrics", "selected_step", "linear_bytes")}))
+            accelerator.print(
+                json.dumps({k: run[k] for k in ("name", "seed", "metrics", "selected_step", "linear_bytes")})
+            )
             if name == "dense":
                 dense[seed] = (model, outcome)
     for scope in ("qkv", "all"):
         for scheme in args.ptq_schemes:
             for seed in args.seeds:  # round each seed's trained dense model: no training, the same test windows
-                model = quantization.quantize_linears(copy.deepcopy(dense[seed][0]).eval(), scope_names(dense[seed][0], scope), scheme)
+                model = quantization.quantize_linears(
+                    copy.deepcopy(dense[seed][0]).eval(), scope_names(dense[seed][0], scope), scheme
+                )
                 outcome = dataclasses.replace(dense[seed][1], seconds=0.0)
-                run = measure(model, f"ptq-{scheme}-{scope}", None, seed, test(model, splits, extra), outcome, sample, None)
+                run = measure(
+                    model, f"ptq-{scheme}-{scope}", None, seed, test(model, splits, extra), outcome, sample, None
+                )
                 results["runs"].append(run)
                 accelerator.print(json.dumps({k: run[k] for k in ("name", "seed", "metrics", "linear_bytes")}))
     if accelerator.is_main_process:

@@ -137,16 +137,30 @@ def build_model(family: str, channels: int, context: int, horizon: int, size: Si
         return model
     if family == "patchtst":
         config = PatchTSTConfig(
-            num_input_channels=channels, context_length=context, prediction_length=horizon, patch_length=16,
-            patch_stride=8, d_model=size.d_model, num_attention_heads=size.heads,
-            num_hidden_layers=size.encoder_layers, ffn_dim=size.ffn,
+            num_input_channels=channels,
+            context_length=context,
+            prediction_length=horizon,
+            patch_length=16,
+            patch_stride=8,
+            d_model=size.d_model,
+            num_attention_heads=size.heads,
+            num_hidden_layers=size.encoder_layers,
+            ffn_dim=size.ffn,
         )
         return PatchTSTForPrediction(config)
     common = dict(
-        input_size=channels, context_length=context, prediction_length=horizon, num_time_features=NUM_TIME_FEATURES,
-        d_model=size.d_model, encoder_attention_heads=size.heads, decoder_attention_heads=size.heads,
-        encoder_layers=size.encoder_layers, decoder_layers=size.decoder_layers, encoder_ffn_dim=size.ffn,
-        decoder_ffn_dim=size.ffn, lags_sequence=[1, 2, 3, 4, 5, 6, 7],
+        input_size=channels,
+        context_length=context,
+        prediction_length=horizon,
+        num_time_features=NUM_TIME_FEATURES,
+        d_model=size.d_model,
+        encoder_attention_heads=size.heads,
+        decoder_attention_heads=size.heads,
+        encoder_layers=size.encoder_layers,
+        decoder_layers=size.decoder_layers,
+        encoder_ffn_dim=size.ffn,
+        decoder_ffn_dim=size.ffn,
+        lags_sequence=[1, 2, 3, 4, 5, 6, 7],
     )
     if family == "autoformer":
         return AutoformerForPrediction(AutoformerConfig(label_length=context // 2, **common))
@@ -176,7 +190,9 @@ def projection_flops(model: torch.nn.Module) -> int:
     if getattr(model.config, "compression_config", None):
         compressed = {row["name"]: row["flops"] for row in compression_report(model, tokens=1)["modules"]}
     return sum(
-        compressed[name] if name in compressed else 2 * model.get_submodule(name).in_features * model.get_submodule(name).out_features
+        compressed[name]
+        if name in compressed
+        else 2 * model.get_submodule(name).in_features * model.get_submodule(name).out_features
         for name in qkv_names(model)
     )
 
@@ -193,8 +209,18 @@ def model_flops(model: torch.nn.Module, windows) -> int:
     return int(counter.get_total_flops())
 
 
-def run_one(name: str, method: str | None, rank, search: SearchConfig | None, seed: int, args, size: Size, data,
-            switch_at: int | None = None, prepare: Callable | None = None):
+def run_one(
+    name: str,
+    method: str | None,
+    rank,
+    search: SearchConfig | None,
+    seed: int,
+    args,
+    size: Size,
+    data,
+    switch_at: int | None = None,
+    prepare: Callable | None = None,
+):
     """Train one arm. ``rank``: one rank (int, or a parameter ratio) for every projection, or ``{module: rank}``;
     with ``switch_at`` the model trains at full rank (like a search's start) and takes those ranks after that step.
     ``prepare(model, final_ranks or None)`` builds an arm of its own (quantization-aware training, every Linear
@@ -211,12 +237,24 @@ def run_one(name: str, method: str | None, rank, search: SearchConfig | None, se
         packed = prepare(model, rank if schedule_at is None else None)
     elif method is not None:
         per_module = rank if isinstance(rank, dict) and schedule_at is None else {}
-        apply_compression(model, CompressionConfig(method=method, rank=1.0 if isinstance(rank, dict) else rank, ranks=per_module))
+        apply_compression(
+            model, CompressionConfig(method=method, rank=1.0 if isinstance(rank, dict) else rank, ranks=per_module)
+        )
     training = TrainingArguments(
-        output_dir, max_steps=size.steps, per_device_train_batch_size=size.batch_size, learning_rate=args.learning_rate,
-        lr_scheduler_type="linear", warmup_steps=0, report_to=[], logging_steps=50, seed=seed,
-        data_seed=seed, use_cpu=not torch.cuda.is_available(), dataloader_drop_last=True,
-        save_strategy="steps" if args.save_steps else "no", save_steps=args.save_steps or 500,
+        output_dir,
+        max_steps=size.steps,
+        per_device_train_batch_size=size.batch_size,
+        learning_rate=args.learning_rate,
+        lr_scheduler_type="linear",
+        warmup_steps=0,
+        report_to=[],
+        logging_steps=50,
+        seed=seed,
+        data_seed=seed,
+        use_cpu=not torch.cuda.is_available(),
+        dataloader_drop_last=True,
+        save_strategy="steps" if args.save_steps else "no",
+        save_steps=args.save_steps or 500,
     )
     if search is not None:
         trainer = ForecastSmartformerTrainer(
@@ -272,8 +310,11 @@ def byte_counts(model: torch.nn.Module, packed: dict[str, int] | None = None) ->
     attention = {key: sum(row[key] for row in qkv) for key in ("dense", "disk", "ram")}
     return {
         "linear_bytes": {key: counted[key] for key in ("dense", "disk", "ram", "disk_ratio", "ram_ratio")},
-        "attention_bytes": {**attention, "disk_ratio": attention["disk"] / attention["dense"],
-                            "ram_ratio": attention["ram"] / attention["dense"]},
+        "attention_bytes": {
+            **attention,
+            "disk_ratio": attention["disk"] / attention["dense"],
+            "ram_ratio": attention["ram"] / attention["dense"],
+        },
     }
 
 
@@ -294,13 +335,17 @@ TRAINED_FACTOR_BITS = (4, 32)
 
 def prepare_ternary(scope: str) -> Callable:
     """An arm's ``prepare``: ternary QAT of ``scope``; its layers deploy as 2-bit codes plus a scale."""
+
     def prepare(model: torch.nn.Module, final_ranks) -> dict[str, int]:
         names = scope_names(model, scope)
         quantization.ternary_training(model, names)
         return {
-            name: quantization.ternary_bytes(m.out_features, m.in_features) + (m.bias.numel() * 4 if m.bias is not None else 0)
-            for name in names for m in [model.get_submodule(name)]
+            name: quantization.ternary_bytes(m.out_features, m.in_features)
+            + (m.bias.numel() * 4 if m.bias is not None else 0)
+            for name in names
+            for m in [model.get_submodule(name)]
         }
+
     return prepare
 
 
@@ -319,7 +364,13 @@ def low_rank_targets(model: torch.nn.Module) -> dict[str, torch.nn.Module]:
 def svd_all_ranks(model: torch.nn.Module, ratio: float) -> dict[str, int]:
     """The SVD rank of every factored Linear at ``ratio`` of its weight parameters."""
     return {
-        name: max(1, min(min(m.in_features, m.out_features), int(ratio * m.in_features * m.out_features / (m.in_features + m.out_features))))
+        name: max(
+            1,
+            min(
+                min(m.in_features, m.out_features),
+                int(ratio * m.in_features * m.out_features / (m.in_features + m.out_features)),
+            ),
+        )
         for name, m in low_rank_targets(model).items()
     }
 
@@ -332,8 +383,18 @@ def prepare_svd_all(ratio: float, factor_bits: tuple[int, int | None] | None = N
 
     def prepare(model: torch.nn.Module, final_ranks) -> None:
         ranks = final_ranks or {name: min(m.in_features, m.out_features) for name, m in low_rank_targets(model).items()}
-        apply_compression(model, CompressionConfig(method="svd", target_modules=list(ranks), rank=1.0, ranks=ranks,
-                                                   factor_bits=bits, factor_group_size=group))
+        apply_compression(
+            model,
+            CompressionConfig(
+                method="svd",
+                target_modules=list(ranks),
+                rank=1.0,
+                ranks=ranks,
+                factor_bits=bits,
+                factor_group_size=group,
+            ),
+        )
+
     return prepare
 
 
@@ -343,8 +404,9 @@ def reloaded(model: torch.nn.Module, folder: str) -> torch.nn.Module:
     return CLASSES[model.config.model_type].from_pretrained(folder).eval()
 
 
-def post_training_arm(name: str, source: dict, model: torch.nn.Module, transform: Callable, data, size: Size,
-                      folder: str | None = None) -> dict:
+def post_training_arm(
+    name: str, source: dict, model: torch.nn.Module, transform: Callable, data, size: Size, folder: str | None = None
+) -> dict:
     """An arm that rounds a trained run's weights (no training): ``transform(copy)`` quantizes a copy of ``model``
     and returns the disk bytes it overrides (if any); with ``folder`` the copy is then saved there and loaded back,
     and the loaded model is scored and counted. Scored on the same test windows as its source run."""
@@ -353,7 +415,10 @@ def post_training_arm(name: str, source: dict, model: torch.nn.Module, transform
     if folder is not None:
         quantized = reloaded(quantized, folder)
     return {
-        **source, "name": name, "source": source["name"], "train_seconds": 0.0,
+        **source,
+        "name": name,
+        "source": source["name"],
+        "train_seconds": 0.0,
         "metrics": evaluate_forecaster(quantized, data[2], batch_size=size.batch_size, progress=False),
         **byte_counts(quantized, packed),
     }
@@ -362,16 +427,19 @@ def post_training_arm(name: str, source: dict, model: torch.nn.Module, transform
 def ptq_transform(scheme: str, scope: str) -> Callable:
     def transform(model: torch.nn.Module) -> None:
         quantization.quantize_linears(model, scope_names(model, scope), scheme)
+
     return transform
 
 
 def factor_transform(bits: int, group: int | None) -> Callable:
     """Store every low-rank layer's factors in ``bits`` (the library's ``factor_bits``), spec re-recorded."""
+
     def transform(model: torch.nn.Module) -> None:
         for module in model.modules():
             if hasattr(module, "set_factor_bits"):
                 module.set_factor_bits(bits, group)
         refresh_compression_config(model)
+
     return transform
 
 
@@ -420,11 +488,20 @@ def markdown(results: dict) -> str:
         for run in results["runs"]
     ]
     table = runs_table(
-        runs, {"mse": "MSE", "mae": "MAE", "seconds": "train s"},
-        {"params": "params", "attention_params": "attention params", "attention_ratio": "attention / dense",
-         "attention_disk": "q/k/v bytes on disk (/ fp32)", "attention_ram": "q/k/v bytes in RAM",
-         "linear_disk": "every Linear: bytes on disk (/ fp32)", "linear_ram": "every Linear: bytes in RAM",
-         "model_flops": "model FLOPs per window", "flops": "q/k/v FLOPs per token", "steps": "steps"},
+        runs,
+        {"mse": "MSE", "mae": "MAE", "seconds": "train s"},
+        {
+            "params": "params",
+            "attention_params": "attention params",
+            "attention_ratio": "attention / dense",
+            "attention_disk": "q/k/v bytes on disk (/ fp32)",
+            "attention_ram": "q/k/v bytes in RAM",
+            "linear_disk": "every Linear: bytes on disk (/ fp32)",
+            "linear_ram": "every Linear: bytes in RAM",
+            "model_flops": "model FLOPs per window",
+            "flops": "q/k/v FLOPs per token",
+            "steps": "steps",
+        },
     )
     return (
         f"### {results['model']} on {results['dataset']}, horizon {results['horizon']}\n\n{table}\n"
@@ -446,51 +523,95 @@ def write_smartformer(model: torch.nn.Module, results: dict, folder: str | os.Pa
     model.save_pretrained(folder)
     smart = [r for r in results["runs"] if r["name"] == "smartformer"]
     card = [
-        "---", "library_name: transformers", "tags: [time-series-forecasting, hf_tensorcompress, smartformer]", "---", "",
-        f"# Smartformer {results['model']} ({results['dataset']}, horizon {results['horizon']})", "",
+        "---",
+        "library_name: transformers",
+        "tags: [time-series-forecasting, hf_tensorcompress, smartformer]",
+        "---",
+        "",
+        f"# Smartformer {results['model']} ({results['dataset']}, horizon {results['horizon']})",
+        "",
         "CP-decomposed attention projections with ranks chosen by the Smartformer reinforcement-learning search.",
-        "Load with `AutoModel.from_pretrained(path, trust_remote_code=True)`; hf_tensorcompress is not needed.", "",
-        f"Chosen ranks: `{json.dumps(smart[0]['ranks'])}`", "", markdown(results),
+        "Load with `AutoModel.from_pretrained(path, trust_remote_code=True)`; hf_tensorcompress is not needed.",
+        "",
+        f"Chosen ranks: `{json.dumps(smart[0]['ranks'])}`",
+        "",
+        markdown(results),
     ]
     with open(os.path.join(folder, "README.md"), "w", encoding="utf-8") as handle:
         handle.write("\n".join(card))
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Smartformer: RL-searched CP attention, compared with dense, SVD and fixed ranks.")
+    parser = argparse.ArgumentParser(
+        description="Smartformer: RL-searched CP attention, compared with dense, SVD and fixed ranks."
+    )
     parser.add_argument("--model", choices=FAMILIES, default="autoformer")
-    parser.add_argument("--model-path", default=None, help="a dense checkpoint of --model's family to start from (local folder or Hub id)")
+    parser.add_argument(
+        "--model-path",
+        default=None,
+        help="a dense checkpoint of --model's family to start from (local folder or Hub id)",
+    )
     add_forecasting_arguments(parser)
     parser.add_argument("--horizon", type=int, default=96)
     parser.add_argument("--context", type=int, default=96)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
-    parser.add_argument("--budget", type=float, default=0.75, help="attention parameter budget of the search (fraction of dense)")
-    parser.add_argument("--learning-rate", type=float, default=1e-3)
-    parser.add_argument("--steps", type=int, default=None, help="optimizer steps of every run, the same for each (default by size: demo 600, medium 200, full 3000)")
-    parser.add_argument("--grid", type=float, nargs="*", default=None, help="fixed-rank CP parameter ratios (default by size)")
-    parser.add_argument("--runs", nargs="*", default=None, help="only these run names (e.g. dense smartformer)")
-    parser.add_argument("--save-steps", type=int, default=None, help="write a checkpoint (with the search state) every N steps of every run")
     parser.add_argument(
-        "--resume", action="store_true",
+        "--budget", type=float, default=0.75, help="attention parameter budget of the search (fraction of dense)"
+    )
+    parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="optimizer steps of every run, the same for each (default by size: demo 600, medium 200, full 3000)",
+    )
+    parser.add_argument(
+        "--grid", type=float, nargs="*", default=None, help="fixed-rank CP parameter ratios (default by size)"
+    )
+    parser.add_argument("--runs", nargs="*", default=None, help="only these run names (e.g. dense smartformer)")
+    parser.add_argument(
+        "--save-steps",
+        type=int,
+        default=None,
+        help="write a checkpoint (with the search state) every N steps of every run",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
         help="continue every run from the last checkpoint in its folder under --output-dir (written by --save-steps)",
     )
     parser.add_argument(
-        "--all-linear-ratios", type=float, nargs="*", default=[0.5, 0.25],
+        "--all-linear-ratios",
+        type=float,
+        nargs="*",
+        default=[0.5, 0.25],
         help="svd-all-<ratio> arms: every Linear as U Vᵀ at this fraction of its parameters, trained at that rank from "
         "the start and (-scheduled) at full rank until --switch-step; their factors are also rounded to int8/int4",
     )
-    parser.add_argument("--switch-step", type=int, default=None, help="step the -scheduled svd-all arms are cut at (default: half the steps)")
-    parser.add_argument("--random-draws", type=int, default=3, help="random rank assignments per seed (random-ranks arm)")
     parser.add_argument(
-        "--validation-batches", type=int, default=4,
+        "--switch-step",
+        type=int,
+        default=None,
+        help="step the -scheduled svd-all arms are cut at (default: half the steps)",
+    )
+    parser.add_argument(
+        "--random-draws", type=int, default=3, help="random rank assignments per seed (random-ranks arm)"
+    )
+    parser.add_argument(
+        "--validation-batches",
+        type=int,
+        default=4,
         help="batches of validation windows behind the validation-loss reward (smartformer-validation-reward)",
     )
     parser.add_argument(
-        "--keep-last", action="store_true",
+        "--keep-last",
+        action="store_true",
         help="score the final weights instead of those with the best validation MSE (checked every few steps)",
     )
     parser.add_argument(
-        "--size", choices=tuple(SIZES), default="demo",
+        "--size",
+        choices=tuple(SIZES),
+        default="demo",
         help="demo: d_model 32, 600 steps (minutes); medium: d_model 128, 8 heads, 2 layers, FFN 256, batch 16, 200 steps, where the "
         "attention projections are a real share of the model; full: the paper's d_model 512, 3000 steps",
     )
@@ -510,7 +631,13 @@ def main(argv=None) -> dict:
         if args.steps is not None or args.grid is not None:
             if args.steps is not None and args.steps < 1:
                 raise ValueError(f"--steps {args.steps} must be >= 1")
-            size = Size(**{**size.__dict__, "steps": args.steps or size.steps, "grid": tuple(args.grid if args.grid is not None else size.grid)})
+            size = Size(
+                **{
+                    **size.__dict__,
+                    "steps": args.steps or size.steps,
+                    "grid": tuple(args.grid if args.grid is not None else size.grid),
+                }
+            )
         dataset = load_forecasting_from_args(args)
         args.channels = len(standardization_of(dataset["train"]).columns)
         if PartialState().is_main_process:
@@ -522,8 +649,12 @@ def main(argv=None) -> dict:
             forecasting_windows(dataset["test"], shape_model.config, stride=size.eval_stride),
         )
     search = lambda seed, reward="loss": SearchConfig(  # noqa: E731  (a fresh config per run: the trainer keeps it)
-        seed=seed, interval=size.interval, consecutive_actions=size.consecutive_actions,
-        max_actions_per_layer=size.max_actions_per_layer, param_budget=args.budget, reward=reward,
+        seed=seed,
+        interval=size.interval,
+        consecutive_actions=size.consecutive_actions,
+        max_actions_per_layer=size.max_actions_per_layer,
+        param_budget=args.budget,
+        reward=reward,
         validation_batches=args.validation_batches,
     )
     plan = [("dense", None, 1.0, None), ("smartformer", "cp", 1.0, search)]
@@ -566,8 +697,13 @@ def main(argv=None) -> dict:
                 raise ValueError(f"--runs {args.runs}: the post-training arms round the weights of {missing}; add them")
         plan = [entry for entry in plan if entry[0] in args.runs]
     results = {
-        "model": args.model, "dataset": args.dataset or "appliances_energy", "horizon": args.horizon,
-        "steps": size.steps, "validate_every": size.validate_every, "keep_last": args.keep_last, "runs": [],
+        "model": args.model,
+        "dataset": args.dataset or "appliances_energy",
+        "horizon": args.horizon,
+        "steps": size.steps,
+        "validate_every": size.validate_every,
+        "keep_last": args.keep_last,
+        "runs": [],
     }
     os.makedirs(args.output_dir, exist_ok=True)
     smart_model = smart_dir = None
@@ -589,14 +725,31 @@ def main(argv=None) -> dict:
             if name.endswith("-scheduled"):
                 switch_at = switch_step if name in prepares else searched[2]
             for run_name, run_rank, draw in arms:
-                result, trainer = run_one(run_name, method, run_rank, make_search(seed) if make_search else None, seed,
-                                          args, size, data, switch_at, prepares.get(name))
+                result, trainer = run_one(
+                    run_name,
+                    method,
+                    run_rank,
+                    make_search(seed) if make_search else None,
+                    seed,
+                    args,
+                    size,
+                    data,
+                    switch_at,
+                    prepares.get(name),
+                )
                 trained[run_name] = (result, trainer.model)
                 if draw is not None:
                     result["draw"] = draw
                 results["runs"].append(result)
                 if trainer.is_world_process_zero():
-                    print(json.dumps({k: result[k] for k in ("name", "seed", "metrics", "attention_params", "linear_bytes", "ranks")}))
+                    print(
+                        json.dumps(
+                            {
+                                k: result[k]
+                                for k in ("name", "seed", "metrics", "attention_params", "linear_bytes", "ranks")
+                            }
+                        )
+                    )
                     with open(os.path.join(args.output_dir, "results.json"), "w", encoding="utf-8") as handle:
                         json.dump(results, handle, indent=2)  # after every run: a long job's finished runs are kept
             if name == "smartformer":

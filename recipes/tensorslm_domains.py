@@ -75,8 +75,7 @@ TIERED_ARMS: dict[str, dict] = {
     "tiered-int4/int3-20k": dict(tier_tokens=[20000], tier_bits=[4, 3], rounding="output"),
     "tiered-int4/int3-8k": dict(tier_tokens=[8192], tier_bits=[4, 3], rounding="output"),
     "tiered-int3": dict(tier_bits=[3], rounding="output"),
-    "tiered-int4/int3g192-4k": dict(tier_tokens=[4096], tier_bits=[4, 3], tier_group_size=[64, 192],
-                                    rounding="output"),
+    "tiered-int4/int3g192-4k": dict(tier_tokens=[4096], tier_bits=[4, 3], tier_group_size=[64, 192], rounding="output"),
     "rows16+svd": dict(tier_tokens=[21866], tier_bits=[16, 0], low_rank=55, low_rank_bits=16, rounding="output"),
     "rows-int4+svd-16k": dict(tier_tokens=[16384], tier_bits=[4, 0], low_rank=128, rounding="output"),
     "rows-int4+svd-12k": dict(tier_tokens=[12288], tier_bits=[4, 0], low_rank=128, rounding="output"),
@@ -103,14 +102,19 @@ def corpora(args) -> dict[str, tuple]:
     """name → (calibration dataset, held-out dataset)."""
     from hf_tensorcompress import assets
 
-    given = dict(item.split("=", 1) for item in args.corpus) if args.corpus else {
-        "moby_dick": str(assets.moby_dick_dir()), "sotu": str(assets.sotu_dir()), "mail": str(assets.mail_dir())}
+    given = (
+        dict(item.split("=", 1) for item in args.corpus)
+        if args.corpus
+        else {"moby_dick": str(assets.moby_dick_dir()), "sotu": str(assets.sotu_dir()), "mail": str(assets.mail_dir())}
+    )
     mail = set(args.mail_corpus if args.corpus else ["mail"])
     unknown = mail - set(given)
     if unknown:
         raise ValueError(f"--mail-corpus {sorted(unknown)} names no --corpus (given: {sorted(given)})")
-    return {name: split_documents(text_dataset(folder, mail_bodies=name in mail), args.held_out_fraction)
-            for name, folder in given.items()}
+    return {
+        name: split_documents(text_dataset(folder, mail_bodies=name in mail), args.held_out_fraction)
+        for name, folder in given.items()
+    }
 
 
 def score(model, ids: torch.Tensor, args) -> float:
@@ -122,10 +126,18 @@ def score(model, ids: torch.Tensor, args) -> float:
 
 def tt_arm(prior: str, exact: int, ranks: list[int]):
     def build(model, calibration):
-        config = CompressionConfig(method="tt", tt_order=3, tt_ranks=ranks, tt_basis="output",
-                                   tt_exact_tokens=exact, tt_exact_prior=prior, tt_solver="eigh")
+        config = CompressionConfig(
+            method="tt",
+            tt_order=3,
+            tt_ranks=ranks,
+            tt_basis="output",
+            tt_exact_tokens=exact,
+            tt_exact_prior=prior,
+            tt_solver="eigh",
+        )
         apply_compression(model, config, calibration=calibration)
         return model.get_input_embeddings().effective_parameters()
+
     return build
 
 
@@ -142,6 +154,7 @@ def byte_arms(names: list[str]) -> list[tuple[str, bool, object]]:
         def build(model, calibration, config=config):
             apply_compression(model, config, calibration=calibration)
             return model.get_input_embeddings().storage_bits() // 8
+
         runs.append((name, config.needs_calibration(), build))
     return runs
 
@@ -162,21 +175,37 @@ def arms(vocab: int, hidden: int, ratio: float) -> list[tuple[str, bool, object]
         ("svd", False, lambda model, _: apply_svd_embedding(model, svd_rank_for(vocab, hidden, budget))),
         ("freq-calib", True, lambda model, c: frequency_only(model, exact_token_ids(c.counts, keep))),
         ("freq-id", False, lambda model, _: frequency_only(model, torch.arange(keep))),
-        ("rows+svd-calib", True, lambda model, c: dense_rows_svd_tail(model, calibrated_rows(c, "calibration"),
-                                                                      tail_rank)),
-        ("rows+svd-output-calib", True, lambda model, c: dense_rows_svd_tail(
-            model, calibrated_rows(c, "calibration"), tail_rank, c.covariance)),
-        ("rows+svd-output-id", True, lambda model, c: dense_rows_svd_tail(
-            model, torch.arange(exact), tail_rank, c.covariance)),
-        ("rows+svd-output-mixed", True, lambda model, c: dense_rows_svd_tail(
-            model, calibrated_rows(c, "mixed"), tail_rank, c.covariance)),
+        (
+            "rows+svd-calib",
+            True,
+            lambda model, c: dense_rows_svd_tail(model, calibrated_rows(c, "calibration"), tail_rank),
+        ),
+        (
+            "rows+svd-output-calib",
+            True,
+            lambda model, c: dense_rows_svd_tail(model, calibrated_rows(c, "calibration"), tail_rank, c.covariance),
+        ),
+        (
+            "rows+svd-output-id",
+            True,
+            lambda model, c: dense_rows_svd_tail(model, torch.arange(exact), tail_rank, c.covariance),
+        ),
+        (
+            "rows+svd-output-mixed",
+            True,
+            lambda model, c: dense_rows_svd_tail(model, calibrated_rows(c, "mixed"), tail_rank, c.covariance),
+        ),
     ]
     if vocab * hidden / ratio >= vocab * train_parameters(hidden, [3, 3]) + hidden * hidden:
-        runs.insert(3, ("tt-r33-calib", True, tt_arm("calibration", exact_for_ratio(vocab, hidden, ratio, [3, 3]), [3, 3])))
+        runs.insert(
+            3, ("tt-r33-calib", True, tt_arm("calibration", exact_for_ratio(vocab, hidden, ratio, [3, 3]), [3, 3]))
+        )
     if ratio == 2:
+
         def plain(model, _):
             apply_compression(model, CompressionConfig(method="tt", tt_order=3, tt_ranks=[5, 5], tt_solver="eigh"))
             return model.get_input_embeddings().effective_parameters()
+
         runs.append(("tt-plain", False, plain))
     return runs
 
@@ -184,23 +213,52 @@ def arms(vocab: int, hidden: int, ratio: float) -> list[tuple[str, bool, object]
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="HF folder of a causal LM (default: SmolLM2-135M from GGUF)")
-    parser.add_argument("--corpus", action="append", default=[], metavar="NAME=DIR",
-                        help="a folder of JSON documents with a 'text' field (repeat; default: moby_dick, sotu, mail)")
-    parser.add_argument("--mail-corpus", action="append", default=[], metavar="NAME",
-                        help="a --corpus whose texts are raw mail messages: keep their bodies")
+    parser.add_argument(
+        "--corpus",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="a folder of JSON documents with a 'text' field (repeat; default: moby_dick, sotu, mail)",
+    )
+    parser.add_argument(
+        "--mail-corpus",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a --corpus whose texts are raw mail messages: keep their bodies",
+    )
     parser.add_argument("--output-dir", required=True)
-    parser.add_argument("--ratios", type=float, nargs="*", default=[2.0],
-                        help="target compression ratios of the parameter-budget arms (none: only --byte-arms)")
-    parser.add_argument("--byte-arms", nargs="*", default=[], metavar="NAME",
-                        help="quantization arms and tiered settings, compared in bytes ('all' for every one): "
-                             + ", ".join([*QUANT_ARMS, *TIERED_ARMS]))
+    parser.add_argument(
+        "--ratios",
+        type=float,
+        nargs="*",
+        default=[2.0],
+        help="target compression ratios of the parameter-budget arms (none: only --byte-arms)",
+    )
+    parser.add_argument(
+        "--byte-arms",
+        nargs="*",
+        default=[],
+        metavar="NAME",
+        help="quantization arms and tiered settings, compared in bytes ('all' for every one): "
+        + ", ".join([*QUANT_ARMS, *TIERED_ARMS]),
+    )
     parser.add_argument("--arms", nargs="+", default=None, help="only these arms (default: all)")
-    parser.add_argument("--calibration-corpora", nargs="+", default=None, metavar="NAME",
-                        help="calibrate only on these corpora (default: every corpus); all are still evaluated")
+    parser.add_argument(
+        "--calibration-corpora",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="calibrate only on these corpora (default: every corpus); all are still evaluated",
+    )
     parser.add_argument("--held-out-fraction", type=float, default=0.25)
     parser.add_argument("--eval-tokens", type=int, default=2048, help="held-out tokens scored per corpus")
-    parser.add_argument("--calibration-tokens", type=int, default=None,
-                        help="tokens counted per corpus (default: all of its calibration part)")
+    parser.add_argument(
+        "--calibration-tokens",
+        type=int,
+        default=None,
+        help="tokens counted per corpus (default: all of its calibration part)",
+    )
     parser.add_argument("--covariance-tokens", type=int, default=4096, help="tokens of the hidden-state covariance")
     parser.add_argument("--window", type=int, default=256)
     parser.add_argument("--stride", type=int, default=256)
@@ -224,8 +282,10 @@ def main(argv: list[str] | None = None) -> dict:
         raise ValueError(f"--arms {sorted(set(args.arms) - known)}: no such arm; choose from {sorted(known)}")
     byte_names = [*QUANT_ARMS, *TIERED_ARMS] if args.byte_arms == ["all"] else args.byte_arms
     if set(byte_names) - {*QUANT_ARMS, *TIERED_ARMS}:
-        raise ValueError(f"--byte-arms {sorted(set(byte_names) - {*QUANT_ARMS, *TIERED_ARMS})}: no such arm; choose "
-                         f"from {[*QUANT_ARMS, *TIERED_ARMS]} or 'all'")
+        raise ValueError(
+            f"--byte-arms {sorted(set(byte_names) - {*QUANT_ARMS, *TIERED_ARMS})}: no such arm; choose "
+            f"from {[*QUANT_ARMS, *TIERED_ARMS]} or 'all'"
+        )
     held_out = {name: token_ids(tokenizer, split[1], args.eval_tokens) for name, split in texts.items()}
     calibrations = {}
     for name, (build, _) in texts.items():
@@ -238,12 +298,16 @@ def main(argv: list[str] | None = None) -> dict:
     accelerator.print("dense ln PPL: " + ", ".join(f"{name} {value:.3f}" for name, value in base.items()))
 
     dense_bytes = vocab * hidden * 2  # bf16
-    jobs = [(ratio, name, calibrated, build, "params") for ratio in args.ratios
-            for name, calibrated, build in arms(vocab, hidden, ratio) if not args.arms or name in args.arms]
+    jobs = [
+        (ratio, name, calibrated, build, "params")
+        for ratio in args.ratios
+        for name, calibrated, build in arms(vocab, hidden, ratio)
+        if not args.arms or name in args.arms
+    ]
     jobs += [(None, name, calibrated, build, "bytes") for name, calibrated, build in byte_arms(byte_names)]
     runs = []
     for ratio, name, calibrated, build, unit in tqdm(jobs, desc="arms", disable=not accelerator.is_main_process):
-        for source in (calibrations if calibrated else [None]):
+        for source in calibrations if calibrated else [None]:
             model = copy.deepcopy(dense)
             start = time.perf_counter()
             size = build(model, calibrations[source] if source else None)
@@ -251,24 +315,55 @@ def main(argv: list[str] | None = None) -> dict:
             stored = size * 2 if unit == "params" else size  # parameter arms store bf16 values
             for target, ids in held_out.items():
                 delta = score(model, ids, args) - base[target]
-                runs.append({"arm": name, "target_ratio": ratio, "calibration": source, "evaluation": target,
-                             "embedding_params": size if unit == "params" else None,
-                             "compression_ratio": vocab * hidden / size if unit == "params" else None,
-                             "embedding_bytes": stored, "smaller_than_bf16": dense_bytes / stored,
-                             "delta_ln_ppl": delta, "compress_seconds": seconds})
-                accelerator.print(f"{name:<24} calib {source or '-':<10} eval {target:<10} "
-                                  f"{dense_bytes / stored:5.2f}x smaller than bf16  Δ ln PPL {delta:7.3f}")
+                runs.append(
+                    {
+                        "arm": name,
+                        "target_ratio": ratio,
+                        "calibration": source,
+                        "evaluation": target,
+                        "embedding_params": size if unit == "params" else None,
+                        "compression_ratio": vocab * hidden / size if unit == "params" else None,
+                        "embedding_bytes": stored,
+                        "smaller_than_bf16": dense_bytes / stored,
+                        "delta_ln_ppl": delta,
+                        "compress_seconds": seconds,
+                    }
+                )
+                accelerator.print(
+                    f"{name:<24} calib {source or '-':<10} eval {target:<10} "
+                    f"{dense_bytes / stored:5.2f}x smaller than bf16  Δ ln PPL {delta:7.3f}"
+                )
             del model
 
     results = {
-        "model": model_dir, "weights": WEIGHTS_NOTE if args.model is None else model_dir,
-        "corpora": {name: {"calibration_documents": len(split[0]), "held_out_documents": len(split[1]),
-                           "held_out_tokens": len(held_out[name]), "dense_ln_ppl": base[name]}
-                    for name, split in texts.items()},
-        "settings": {key: getattr(args, key) for key in ("held_out_fraction", "eval_tokens", "calibration_tokens",
-                                                          "covariance_tokens", "window", "stride", "ratios",
-                                                          "calibration_corpora", "arms", "byte_arms")},
-        "runs": runs, "wall_seconds": time.perf_counter() - started,
+        "model": model_dir,
+        "weights": WEIGHTS_NOTE if args.model is None else model_dir,
+        "corpora": {
+            name: {
+                "calibration_documents": len(split[0]),
+                "held_out_documents": len(split[1]),
+                "held_out_tokens": len(held_out[name]),
+                "dense_ln_ppl": base[name],
+            }
+            for name, split in texts.items()
+        },
+        "settings": {
+            key: getattr(args, key)
+            for key in (
+                "held_out_fraction",
+                "eval_tokens",
+                "calibration_tokens",
+                "covariance_tokens",
+                "window",
+                "stride",
+                "ratios",
+                "calibration_corpora",
+                "arms",
+                "byte_arms",
+            )
+        },
+        "runs": runs,
+        "wall_seconds": time.perf_counter() - started,
     }
     if accelerator.is_main_process:
         (output / "results.json").write_text(json.dumps(results, indent=2))
@@ -285,16 +380,22 @@ def table(results: dict) -> str:
     """One row per (ratio, arm, calibration corpus), one Δ ln PPL column per evaluation corpus, then the mean over
     the evaluation corpora other than the calibration corpus (all of them for arms without calibration)."""
     names = list(results["corpora"])
-    lines = ["| arm | calibration | smaller than bf16 | " + " | ".join(f"Δ {name}" for name in names) + " | mean, other domains |",
-             "|---|---|---|" + "---|" * (len(names) + 1)]
+    lines = [
+        "| arm | calibration | smaller than bf16 | "
+        + " | ".join(f"Δ {name}" for name in names)
+        + " | mean, other domains |",
+        "|---|---|---|" + "---|" * (len(names) + 1),
+    ]
     rows: dict[tuple, dict] = {}
     for run in results["runs"]:
         rows.setdefault((run["target_ratio"], run["arm"], run["calibration"]), {})[run["evaluation"]] = run
     for (_, arm, source), cells in rows.items():
         ratio = next(iter(cells.values()))["smaller_than_bf16"]
         other = [cells[name]["delta_ln_ppl"] for name in names if name != source and name in cells]
-        values = " | ".join(f"{cells[name]['delta_ln_ppl']:.3f}" + (" (in)" if name == source else "")
-                            if name in cells else "" for name in names)
+        values = " | ".join(
+            f"{cells[name]['delta_ln_ppl']:.3f}" + (" (in)" if name == source else "") if name in cells else ""
+            for name in names
+        )
         mean = f"{sum(other) / len(other):.3f}" if other else ""
         lines.append(f"| {arm} | {source or '—'} | {ratio:.2f}× | {values} | {mean} |")
     return "\n".join(lines) + "\n"
@@ -303,7 +404,10 @@ def table(results: dict) -> str:
 def summary(results: dict) -> str:
     """One row per (ratio, arm): mean Δ ln PPL in domain (calibration corpus = evaluation corpus), mean and worst
     across domains (every other pair; every pair for arms without calibration)."""
-    lines = ["| arm | smaller than bf16 | in domain, mean | across domains, mean | across domains, worst |", "|---|---|---|---|---|"]
+    lines = [
+        "| arm | smaller than bf16 | in domain, mean | across domains, mean | across domains, worst |",
+        "|---|---|---|---|---|",
+    ]
     groups: dict[tuple, list] = {}
     for run in results["runs"]:
         groups.setdefault((run["target_ratio"], run["arm"]), []).append(run)
@@ -311,8 +415,10 @@ def summary(results: dict) -> str:
         inside = [run["delta_ln_ppl"] for run in runs if run["calibration"] == run["evaluation"]]
         across = [run["delta_ln_ppl"] for run in runs if run["calibration"] != run["evaluation"]]
         ratio = min(run["smaller_than_bf16"] for run in runs)
-        lines.append(f"| {arm} | {ratio:.2f}× | {f'{sum(inside) / len(inside):.3f}' if inside else '—'} | "
-                     f"{sum(across) / len(across):.3f} | {max(across):.3f} |")
+        lines.append(
+            f"| {arm} | {ratio:.2f}× | {f'{sum(inside) / len(inside):.3f}' if inside else '—'} | "
+            f"{sum(across) / len(across):.3f} | {max(across):.3f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -330,13 +436,21 @@ def plot(results: dict, path: Path) -> None:
         for inside, style in ((False, "-o"), (True, "--x")):
             points: dict[float, list] = {}
             for run in results["runs"]:
-                if (run["arm"] == arm and run["target_ratio"] is not None
-                        and (run["calibration"] == run["evaluation"]) == inside):
+                if (
+                    run["arm"] == arm
+                    and run["target_ratio"] is not None
+                    and (run["calibration"] == run["evaluation"]) == inside
+                ):
                     points.setdefault(run["target_ratio"], []).append(run["delta_ln_ppl"])
             if points:
                 xs = sorted(points)
-                ax.plot(xs, [max(sum(points[x]) / len(points[x]), 1e-3) for x in xs], style, color=color,
-                        label=f"{arm}{' (in domain)' if inside else ' (across domains)'}")
+                ax.plot(
+                    xs,
+                    [max(sum(points[x]) / len(points[x]), 1e-3) for x in xs],
+                    style,
+                    color=color,
+                    label=f"{arm}{' (in domain)' if inside else ' (across domains)'}",
+                )
     ax.axhline(0.10, color="gray", linestyle=":", label="Δ 0.10")
     ax.set_yscale("log")
     ax.set_xlabel("target times smaller than the bf16 embedding in bytes (values counted as bf16: = parameter ratio)")
@@ -359,27 +473,40 @@ def byte_points(results: dict) -> list[dict]:
     for (_, arm), runs in groups.items():
         across = [run["delta_ln_ppl"] for run in runs if run["calibration"] != run["evaluation"]]
         inside = [run["delta_ln_ppl"] for run in runs if run["calibration"] == run["evaluation"]]
-        points.append({"arm": arm, "smaller_than_bf16": min(run["smaller_than_bf16"] for run in runs),
-                       "embedding_bytes": max(run["embedding_bytes"] for run in runs),
-                       "across_mean": sum(across) / len(across), "across_worst": max(across),
-                       "in_domain_mean": sum(inside) / len(inside) if inside else None,
-                       "calibrated": any(run["calibration"] for run in runs)})
+        points.append(
+            {
+                "arm": arm,
+                "smaller_than_bf16": min(run["smaller_than_bf16"] for run in runs),
+                "embedding_bytes": max(run["embedding_bytes"] for run in runs),
+                "across_mean": sum(across) / len(across),
+                "across_worst": max(across),
+                "in_domain_mean": sum(inside) / len(inside) if inside else None,
+                "calibrated": any(run["calibration"] for run in runs),
+            }
+        )
     for point in points:
         point["pareto"] = not any(
-            other is not point and other["smaller_than_bf16"] >= point["smaller_than_bf16"]
-            and other["across_mean"] < point["across_mean"] for other in points)
+            other is not point
+            and other["smaller_than_bf16"] >= point["smaller_than_bf16"]
+            and other["across_mean"] < point["across_mean"]
+            for other in points
+        )
     return sorted(points, key=lambda point: point["smaller_than_bf16"])
 
 
 def byte_summary(results: dict) -> str:
     """Every arm by size in bytes (bf16 = 1×): Δ ln PPL across domains (mean, worst), in domain, Pareto front."""
-    lines = ["| arm | smaller than bf16 | MB | across domains, mean | across domains, worst | in domain, mean | "
-             "Pareto |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| arm | smaller than bf16 | MB | across domains, mean | across domains, worst | in domain, mean | Pareto |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for point in byte_points(results):
         inside = f"{point['in_domain_mean']:.3f}" if point["in_domain_mean"] is not None else "—"
-        lines.append(f"| {point['arm']} | {point['smaller_than_bf16']:.2f}× | {point['embedding_bytes'] / 1e6:.2f} | "
-                     f"{point['across_mean']:.3f} | {point['across_worst']:.3f} | {inside} | "
-                     f"{'★' if point['pareto'] else ''} |")
+        lines.append(
+            f"| {point['arm']} | {point['smaller_than_bf16']:.2f}× | {point['embedding_bytes'] / 1e6:.2f} | "
+            f"{point['across_mean']:.3f} | {point['across_worst']:.3f} | {inside} | "
+            f"{'★' if point['pareto'] else ''} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -400,12 +527,25 @@ def plot_bytes(results: dict, path: Path) -> None:
     for point in points:
         color = f"C{families.index(family(point['arm'])) % 10}"
         x, y = point["smaller_than_bf16"], max(point["across_mean"], 1e-3)
-        ax.errorbar(x, y, yerr=[[0], [max(point["across_worst"], 1e-3) - y]], fmt="o", color=color, capsize=2,
-                    markersize=7 if point["pareto"] else 4, markeredgecolor="black" if point["pareto"] else color)
+        ax.errorbar(
+            x,
+            y,
+            yerr=[[0], [max(point["across_worst"], 1e-3) - y]],
+            fmt="o",
+            color=color,
+            capsize=2,
+            markersize=7 if point["pareto"] else 4,
+            markeredgecolor="black" if point["pareto"] else color,
+        )
         ax.annotate(point["arm"], (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
     front = [point for point in points if point["pareto"]]
-    ax.plot([p["smaller_than_bf16"] for p in front], [max(p["across_mean"], 1e-3) for p in front], "k--", lw=0.8,
-            label="Pareto front (mean across domains)")
+    ax.plot(
+        [p["smaller_than_bf16"] for p in front],
+        [max(p["across_mean"], 1e-3) for p in front],
+        "k--",
+        lw=0.8,
+        label="Pareto front (mean across domains)",
+    )
     for index, family in enumerate(families):
         ax.plot([], [], "o", color=f"C{index % 10}", label=family)
     ax.set_xscale("log")

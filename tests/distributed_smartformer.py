@@ -23,10 +23,20 @@ from hf_tensorcompress.search.trainer import SmartformerTrainer  # noqa: E402
 
 def main(output_dir: str) -> None:
     model = tiny_patchtst(layers=2)
-    search = SearchConfig(interval=3, consecutive_actions=2, max_actions_per_layer=4, param_budget=0.45, epsilon_start=0.9, seed=2)
+    search = SearchConfig(
+        interval=3, consecutive_actions=2, max_actions_per_layer=4, param_budget=0.45, epsilon_start=0.9, seed=2
+    )
     args = TrainingArguments(
-        output_dir, max_steps=36, per_device_train_batch_size=8, learning_rate=2e-3, report_to=[],
-        save_strategy="no", logging_steps=100, disable_tqdm=True, seed=0, use_cpu=True,  # MULTI_CPU, gloo
+        output_dir,
+        max_steps=36,
+        per_device_train_batch_size=8,
+        learning_rate=2e-3,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=100,
+        disable_tqdm=True,
+        seed=0,
+        use_cpu=True,  # MULTI_CPU, gloo
     )
     trainer = SmartformerTrainer(model=model, args=args, train_dataset=sines(), search=search)
     trainer.train()

@@ -53,7 +53,7 @@ def python_blocks(path: Path) -> list[Block]:
             while not lines[index].strip().startswith("```"):
                 body.append(lines[index])
                 index += 1
-            previous = next((l for l in reversed(lines[: start - 1]) if l.strip()), "")
+            previous = next((text for text in reversed(lines[: start - 1]) if text.strip()), "")
             match = FLAG.search(previous)
             flags = {flag.strip() for flag in match.group(1).split(",")} if match else set()
             unknown = flags - FLAGS
@@ -69,7 +69,8 @@ def chains(blocks: list[Block]) -> list[list[Block]]:
     for block in blocks:
         if "continues" in block.flags:
             assert groups and groups[-1][-1].path == block.path and groups[-1][-1].section == block.section, (
-                f"{block.where}: 'continues' needs an earlier python block in section {block.section!r}")
+                f"{block.where}: 'continues' needs an earlier python block in section {block.section!r}"
+            )
             groups[-1].append(block)
         else:
             groups.append([block])
@@ -87,9 +88,13 @@ def params(paths: list[Path]) -> list:
         for group in chains(python_blocks(path)):
             name = _slug(str(path.relative_to(ROOT).with_suffix("")))
             slow = any("slow" in block.flags for block in group)
-            result.append(pytest.param(
-                group, id=f"{name}-{_slug(group[0].section) or 'top'}-line{group[0].line}",
-                marks=[pytest.mark.slow, pytest.mark.timeout(3600)] if slow else []))
+            result.append(
+                pytest.param(
+                    group,
+                    id=f"{name}-{_slug(group[0].section) or 'top'}-line{group[0].line}",
+                    marks=[pytest.mark.slow, pytest.mark.timeout(3600)] if slow else [],
+                )
+            )
     return result
 
 

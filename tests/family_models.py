@@ -5,17 +5,37 @@ from __future__ import annotations
 import torch
 import transformers as T
 
-SMALL = dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-             max_position_embeddings=64)
+SMALL = dict(
+    vocab_size=96,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    intermediate_size=64,
+    max_position_embeddings=64,
+)
 
 #: family -> (model class, config). Gemma/Gemma 2 scale their embedding; GPT-2 fuses q/k/v in a ``Conv1D``,
 #: Phi-3 and GPT-NeoX in a ``Linear``; BERT ties a masked-LM decoder (with a bias) to the embedding.
 LANGUAGE_MODELS = {
-    "gpt2": (T.GPT2LMHeadModel, lambda: T.GPT2Config(vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=64,
-                                                     bos_token_id=0, eos_token_id=0)),
-    "opt": (T.OPTForCausalLM, lambda: T.OPTConfig(vocab_size=96, hidden_size=32, num_hidden_layers=2, ffn_dim=64,
-                                                  num_attention_heads=4, word_embed_proj_dim=32,
-                                                  max_position_embeddings=64, pad_token_id=1)),
+    "gpt2": (
+        T.GPT2LMHeadModel,
+        lambda: T.GPT2Config(
+            vocab_size=96, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=0
+        ),
+    ),
+    "opt": (
+        T.OPTForCausalLM,
+        lambda: T.OPTConfig(
+            vocab_size=96,
+            hidden_size=32,
+            num_hidden_layers=2,
+            ffn_dim=64,
+            num_attention_heads=4,
+            word_embed_proj_dim=32,
+            max_position_embeddings=64,
+            pad_token_id=1,
+        ),
+    ),
     "llama": (T.LlamaForCausalLM, lambda: T.LlamaConfig(**SMALL, num_key_value_heads=2, eos_token_id=2)),
     "qwen2": (T.Qwen2ForCausalLM, lambda: T.Qwen2Config(**SMALL, num_key_value_heads=2)),
     "mistral": (T.MistralForCausalLM, lambda: T.MistralConfig(**SMALL, num_key_value_heads=2, eos_token_id=2)),
@@ -29,15 +49,37 @@ LANGUAGE_MODELS = {
 
 #: Encoders with attention but no token-embedding lookup method (cp/svd/biprop only).
 ENCODERS = {
-    "vit": (T.ViTModel, lambda: T.ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                            intermediate_size=64, image_size=16, patch_size=8)),
-    "whisper": (T.WhisperModel, lambda: T.WhisperConfig(vocab_size=96, d_model=32, encoder_layers=1,
-                                                        decoder_layers=1, encoder_attention_heads=4,
-                                                        decoder_attention_heads=4, encoder_ffn_dim=64,
-                                                        decoder_ffn_dim=64, num_mel_bins=8,
-                                                        max_source_positions=16, max_target_positions=16,
-                                                        pad_token_id=0, bos_token_id=1, eos_token_id=2,
-                                                        decoder_start_token_id=1)),
+    "vit": (
+        T.ViTModel,
+        lambda: T.ViTConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            image_size=16,
+            patch_size=8,
+        ),
+    ),
+    "whisper": (
+        T.WhisperModel,
+        lambda: T.WhisperConfig(
+            vocab_size=96,
+            d_model=32,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            num_mel_bins=8,
+            max_source_positions=16,
+            max_target_positions=16,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            decoder_start_token_id=1,
+        ),
+    ),
 }
 
 FAMILIES = {**LANGUAGE_MODELS, **ENCODERS}
@@ -54,8 +96,10 @@ def tiny_inputs(family: str) -> dict[str, torch.Tensor]:
     if family == "vit":
         return {"pixel_values": torch.randn(2, 3, 16, 16, generator=generator)}
     if family == "whisper":
-        return {"input_features": torch.randn(2, 8, 32, generator=generator),
-                "decoder_input_ids": torch.randint(3, 96, (2, 5), generator=generator)}
+        return {
+            "input_features": torch.randn(2, 8, 32, generator=generator),
+            "decoder_input_ids": torch.randint(3, 96, (2, 5), generator=generator),
+        }
     return {"input_ids": torch.randint(3, 96, (2, 7), generator=generator)}
 
 

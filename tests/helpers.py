@@ -112,12 +112,30 @@ def tiny_causal_lm(kind: str, tie: bool = True) -> torch.nn.Module:
     if kind == "gpt2":
         model = GPT2LMHeadModel(GPT2Config(n_embd=LM_HIDDEN, n_layer=2, n_head=2, n_positions=64, **common))
     elif kind == "opt":
-        model = OPTForCausalLM(OPTConfig(hidden_size=LM_HIDDEN, num_hidden_layers=2, ffn_dim=32, num_attention_heads=2,
-                                         max_position_embeddings=64, word_embed_proj_dim=LM_HIDDEN, pad_token_id=2,
-                                         **common))
+        model = OPTForCausalLM(
+            OPTConfig(
+                hidden_size=LM_HIDDEN,
+                num_hidden_layers=2,
+                ffn_dim=32,
+                num_attention_heads=2,
+                max_position_embeddings=64,
+                word_embed_proj_dim=LM_HIDDEN,
+                pad_token_id=2,
+                **common,
+            )
+        )
     else:
-        model = LlamaForCausalLM(LlamaConfig(hidden_size=LM_HIDDEN, intermediate_size=32, num_hidden_layers=2,
-                                             num_attention_heads=2, num_key_value_heads=1, pad_token_id=2, **common))
+        model = LlamaForCausalLM(
+            LlamaConfig(
+                hidden_size=LM_HIDDEN,
+                intermediate_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_key_value_heads=1,
+                pad_token_id=2,
+                **common,
+            )
+        )
     return model.eval()
 
 

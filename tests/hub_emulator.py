@@ -97,8 +97,16 @@ class HubState:
 
 
 #: A subset of the Hub's pipeline tags and license ids (what the Hub's metadata validation accepts).
-PIPELINE_TAGS = {"text-generation", "time-series-forecasting", "feature-extraction", "text-classification",
-                 "token-classification", "fill-mask", "tabular-classification", "tabular-regression"}
+PIPELINE_TAGS = {
+    "text-generation",
+    "time-series-forecasting",
+    "feature-extraction",
+    "text-classification",
+    "token-classification",
+    "fill-mask",
+    "tabular-classification",
+    "tabular-regression",
+}
 LICENSES = {"apache-2.0", "mit", "bsd-3-clause", "cc-by-4.0", "cc-by-sa-4.0", "llama3", "openrail", "other"}
 REPO_ID = re.compile(r"^[\w.-]+(/[\w.-]+)?$")
 
@@ -144,7 +152,7 @@ ROUTES: list[tuple[str, re.Pattern, str]] = [
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, as the client expects; every response sets Content-Length
-    server: "EmulatorServer"
+    server: EmulatorServer
 
     def log_message(self, *args) -> None:  # keep test output clean
         pass
@@ -262,8 +270,11 @@ class Handler(BaseHTTPRequestHandler):
         except yaml.YAMLError as error:
             self.send(400, {"errors": [{"message": f"Invalid YAML: {error}"}]})
             return
-        errors = card_metadata_errors(metadata) if isinstance(metadata, dict) else (
-            [] if metadata is None else ["Metadata must be a YAML mapping"])
+        errors = (
+            card_metadata_errors(metadata)
+            if isinstance(metadata, dict)
+            else ([] if metadata is None else ["Metadata must be a YAML mapping"])
+        )
         if errors:
             self.send(400, {"errors": [{"message": message} for message in errors]})
             return
@@ -273,8 +284,20 @@ class Handler(BaseHTTPRequestHandler):
         found = self.repo(repo)
         sha, files = self.snapshot(found, rev or "main")
         siblings = [{"rfilename": path} for path in sorted(files)]
-        self.send(200, {"id": repo, "modelId": repo, "sha": sha, "private": found.private, "siblings": siblings,
-                        "tags": [], "downloads": 0, "likes": 0, "lastModified": "2026-01-01T00:00:00.000Z"})
+        self.send(
+            200,
+            {
+                "id": repo,
+                "modelId": repo,
+                "sha": sha,
+                "private": found.private,
+                "siblings": siblings,
+                "tags": [],
+                "downloads": 0,
+                "likes": 0,
+                "lastModified": "2026-01-01T00:00:00.000Z",
+            },
+        )
 
     def preupload(self, repo: str, rev: str) -> None:
         _, files = self.snapshot(self.repo(repo, write=True), rev)
@@ -287,8 +310,14 @@ class Handler(BaseHTTPRequestHandler):
                 or b"\0" in sample
             )
             existing = files.get(entry["path"])
-            answers.append({"path": entry["path"], "uploadMode": "lfs" if lfs else "regular", "shouldIgnore": False,
-                            "oid": existing.oid if existing else None})
+            answers.append(
+                {
+                    "path": entry["path"],
+                    "uploadMode": "lfs" if lfs else "regular",
+                    "shouldIgnore": False,
+                    "oid": existing.oid if existing else None,
+                }
+            )
         self.send(200, {"files": answers})
 
     def lfs_batch(self, repo: str) -> None:
@@ -346,8 +375,15 @@ class Handler(BaseHTTPRequestHandler):
         if not summary:
             raise HubError(400, "Commit summary is required")
         sha = self.server.state.commit(found, added, deleted)
-        self.send(200, {"commitUrl": f"{self.hub_url}/{repo}/commit/{sha}", "commitOid": sha,
-                        "success": True, "pullRequestUrl": None})
+        self.send(
+            200,
+            {
+                "commitUrl": f"{self.hub_url}/{repo}/commit/{sha}",
+                "commitOid": sha,
+                "success": True,
+                "pullRequestUrl": None,
+            },
+        )
 
     def tree(self, repo: str, rev: str, path: str | None) -> None:
         _, files = self.snapshot(self.repo(repo), rev)
@@ -379,8 +415,13 @@ class Handler(BaseHTTPRequestHandler):
             raise HubError(404, "Entry not found", "EntryNotFound", {"X-Repo-Commit": sha})
         headers = {"X-Repo-Commit": sha, "ETag": f'"{stored.oid}"', "Accept-Ranges": "bytes"}
         if stored.sha256:  # LFS: redirect to the storage origin, metadata in X-Linked-* headers
-            headers.update({"X-Linked-Etag": f'"{stored.sha256}"', "X-Linked-Size": str(stored.size),
-                            "Location": f"{self.server.storage_url}/lfs-storage/{stored.sha256}"})
+            headers.update(
+                {
+                    "X-Linked-Etag": f'"{stored.sha256}"',
+                    "X-Linked-Size": str(stored.size),
+                    "Location": f"{self.server.storage_url}/lfs-storage/{stored.sha256}",
+                }
+            )
             self.send(302, raw=b"", headers=headers)
         else:
             self.send_content(stored.content, headers)
@@ -414,7 +455,7 @@ class HubEmulator:
     def endpoint(self) -> str:
         return self.hub.hub_url
 
-    def __enter__(self) -> "HubEmulator":
+    def __enter__(self) -> HubEmulator:
         for thread in self.threads:
             thread.start()
         return self

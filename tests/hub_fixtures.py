@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 
 import pytest
-
 from hub_emulator import HubEmulator
 
 
@@ -47,4 +46,3 @@ def repo_id(hub, request) -> str:
     """A fresh repo name in the token owner's namespace (created by the push under test)."""
     name = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")[:80]
     return f"{hub.USER}/{name}"
-

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import tiny_patchtst_config
 from torch import nn
 from transformers import PatchTSTForPrediction
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from helpers import tiny_patchtst_config
 
 
 def snapshot(model: nn.Module) -> tuple:

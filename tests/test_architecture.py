@@ -8,8 +8,19 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "hf_tensorcompress"
 NAME = PACKAGE.name
 #: What core/ is built under: it may import none of these (nor the recipes, which live outside the package).
-ABOVE_CORE = (f"{NAME}.methods", f"{NAME}.compress", f"{NAME}.hub", f"{NAME}.quantizer", f"{NAME}.loading",
-              f"{NAME}.saving", f"{NAME}.cli", f"{NAME}.search", f"{NAME}.training", f"{NAME}.data", "recipes")
+ABOVE_CORE = (
+    f"{NAME}.methods",
+    f"{NAME}.compress",
+    f"{NAME}.hub",
+    f"{NAME}.quantizer",
+    f"{NAME}.loading",
+    f"{NAME}.saving",
+    f"{NAME}.cli",
+    f"{NAME}.search",
+    f"{NAME}.training",
+    f"{NAME}.data",
+    "recipes",
+)
 
 
 def module_name(path: Path) -> str:
@@ -47,8 +58,10 @@ def graph() -> dict[str, set[str]]:
 def test_core_imports_nothing_built_on_it():
     wrong = {
         (name, target)
-        for name, targets in graph().items() if name.startswith(f"{NAME}.core")
-        for target in targets if target.startswith(ABOVE_CORE)
+        for name, targets in graph().items()
+        if name.startswith(f"{NAME}.core")
+        for target in targets
+        if target.startswith(ABOVE_CORE)
     }
     assert not wrong, f"core modules import what is built on core: {sorted(wrong)}"
 
@@ -60,7 +73,7 @@ def test_no_import_cycle():
         state[node] = "open"
         for target in sorted(edges.get(node, ())):
             if state.get(target) == "open":
-                cycles.append(path[path.index(target):] + [target])
+                cycles.append(path[path.index(target) :] + [target])
             elif target not in state:
                 visit(target, path + [target])
         state[node] = "done"

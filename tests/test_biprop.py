@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -23,16 +22,23 @@ from transformers import (
 )
 
 from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress.core.metrics import attention_multiply_adds, compression_report, nonzero_flops, storage_bits
 from hf_tensorcompress.methods.biprop.attention import sbt_attention, step_t_allowed
 from hf_tensorcompress.methods.biprop.layer import BipropLinear, pack_bits, seeded_signs, unpack_bits
-from hf_tensorcompress.core.metrics import attention_multiply_adds, compression_report, nonzero_flops, storage_bits
 
 
 def patchtst_classifier(**overrides) -> PatchTSTForClassification:
     torch.manual_seed(0)
     config = dict(
-        num_input_channels=3, context_length=12, patch_length=1, patch_stride=1, d_model=32,
-        num_attention_heads=4, num_hidden_layers=2, ffn_dim=64, num_targets=4,
+        num_input_channels=3,
+        context_length=12,
+        patch_length=1,
+        patch_stride=1,
+        d_model=32,
+        num_attention_heads=4,
+        num_hidden_layers=2,
+        ffn_dim=64,
+        num_targets=4,
     )
     return PatchTSTForClassification(PatchTSTConfig(**(config | overrides)))
 
@@ -111,17 +117,42 @@ def test_config_rejects_bad_biprop_options(kwargs, message):
 
 
 def _tiny_informer():
-    return InformerForPrediction(InformerConfig(
-        prediction_length=4, context_length=8, input_size=1, lags_sequence=[1], num_time_features=1,
-        d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-        encoder_ffn_dim=16, decoder_ffn_dim=16, attention_type="full"))
+    return InformerForPrediction(
+        InformerConfig(
+            prediction_length=4,
+            context_length=8,
+            input_size=1,
+            lags_sequence=[1],
+            num_time_features=1,
+            d_model=16,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=16,
+            decoder_ffn_dim=16,
+            attention_type="full",
+        )
+    )
 
 
 def _tiny_autoformer():
-    return AutoformerForPrediction(AutoformerConfig(
-        prediction_length=4, context_length=8, input_size=1, lags_sequence=[1], num_time_features=1,
-        d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
-        encoder_ffn_dim=16, decoder_ffn_dim=16))
+    return AutoformerForPrediction(
+        AutoformerConfig(
+            prediction_length=4,
+            context_length=8,
+            input_size=1,
+            lags_sequence=[1],
+            num_time_features=1,
+            d_model=16,
+            encoder_layers=1,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=16,
+            decoder_ffn_dim=16,
+        )
+    )
 
 
 @pytest.mark.parametrize("factory", [_tiny_informer, _tiny_autoformer, patchtst_classifier])
@@ -169,8 +200,13 @@ def load_without_library(directory, inputs, tmp_path) -> dict:
     torch.save(inputs, inputs_path)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["HF_MODULES_CACHE"] = str(tmp_path / "modules")
-    subprocess.run([sys.executable, str(script), str(directory), str(inputs_path), str(out_path)], check=True,
-                   env=env, cwd=tmp_path, capture_output=True)
+    subprocess.run(
+        [sys.executable, str(script), str(directory), str(inputs_path), str(out_path)],
+        check=True,
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+    )
     return torch.load(out_path)
 
 
@@ -220,17 +256,30 @@ def test_save_scores_keeps_training_state(tmp_path):
 # ---------------------------------------------------------------------- attention options
 def test_step_t_mask_exactly():
     allowed = step_t_allowed(5)
-    expected = torch.tensor([
-        [1, 0, 0, 0, 0],
-        [0, 1, 0, 0, 0],
-        [0, 0, 1, 0, 0],
-        [0, 0, 0, 1, 0],
-        [1, 1, 1, 1, 0],
-    ], dtype=torch.bool)
+    expected = torch.tensor(
+        [
+            [1, 0, 0, 0, 0],
+            [0, 1, 0, 0, 0],
+            [0, 0, 1, 0, 0],
+            [0, 0, 0, 1, 0],
+            [1, 1, 1, 1, 0],
+        ],
+        dtype=torch.bool,
+    )
     assert torch.equal(allowed, expected)
-    model = PatchTSTForPrediction(PatchTSTConfig(
-        num_input_channels=2, context_length=6, patch_length=1, patch_stride=1, d_model=16,
-        num_attention_heads=2, num_hidden_layers=1, ffn_dim=16, prediction_length=1))
+    model = PatchTSTForPrediction(
+        PatchTSTConfig(
+            num_input_channels=2,
+            context_length=6,
+            patch_length=1,
+            patch_stride=1,
+            d_model=16,
+            num_attention_heads=2,
+            num_hidden_layers=1,
+            ffn_dim=16,
+            prediction_length=1,
+        )
+    )
     apply_compression(model, CompressionConfig(method="biprop", attention="step_t"))
     assert model.config._attn_implementation == "sbt_step_t"
     out = model.eval()(past_values=torch.randn(3, 6, 2), output_attentions=True)
@@ -285,9 +334,12 @@ def test_informer_step_t_on_the_encoder_only_and_decoder_stays_causal():
     batch, length, horizon = 2, 9, 4
     with torch.no_grad():
         out = model(
-            past_values=torch.randn(batch, length), past_time_features=torch.randn(batch, length, 1),
-            past_observed_mask=torch.ones(batch, length), future_values=torch.randn(batch, horizon),
-            future_time_features=torch.randn(batch, horizon, 1), output_attentions=True,
+            past_values=torch.randn(batch, length),
+            past_time_features=torch.randn(batch, length, 1),
+            past_observed_mask=torch.ones(batch, length),
+            future_values=torch.randn(batch, horizon),
+            future_time_features=torch.randn(batch, horizon, 1),
+            output_attentions=True,
         )
     encoder = out.encoder_attentions[0]
     assert torch.equal(encoder > 0, step_t_allowed(encoder.shape[-1]).expand_as(encoder))
@@ -298,9 +350,19 @@ def test_informer_step_t_on_the_encoder_only_and_decoder_stays_causal():
 def test_step_t_is_reinstalled_when_a_checkpoint_loads(tmp_path):
     from transformers import AutoModel
 
-    model = PatchTSTForPrediction(PatchTSTConfig(
-        num_input_channels=2, context_length=6, patch_length=1, patch_stride=1, d_model=16,
-        num_attention_heads=2, num_hidden_layers=1, ffn_dim=16, prediction_length=1))
+    model = PatchTSTForPrediction(
+        PatchTSTConfig(
+            num_input_channels=2,
+            context_length=6,
+            patch_length=1,
+            patch_stride=1,
+            d_model=16,
+            num_attention_heads=2,
+            num_hidden_layers=1,
+            ffn_dim=16,
+            prediction_length=1,
+        )
+    )
     apply_compression(model, CompressionConfig(method="biprop", attention="step_t"))
     model.save_pretrained(tmp_path)
     loaded = AutoModel.from_pretrained(tmp_path, trust_remote_code=True).eval()

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import ModelCard
-
 from test_hub_push import RESULTS, small_patchtst
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,7 +58,9 @@ def compressed_folder(dense_folder, tmp_path_factory) -> Path:
 def test_compress_saves_a_self_contained_checkpoint_with_card(dense_folder, compressed_folder):
     config = json.loads((compressed_folder / "config.json").read_text())
     assert config["compression_config"]["method"] == "svd" and config["compression_config"]["rank"] == 4
-    assert {"modeling_tensorcompress.py", "svd_layer.py", "model.safetensors"} <= {p.name for p in compressed_folder.iterdir()}
+    assert {"modeling_tensorcompress.py", "svd_layer.py", "model.safetensors"} <= {
+        p.name for p in compressed_folder.iterdir()
+    }
     card = ModelCard((compressed_folder / "README.md").read_text())
     assert card.data.tags[:3] == ["hf_tensorcompress", "compressed", "svd"]
     from hf_tensorcompress.loading import load_model
@@ -67,7 +68,10 @@ def test_compress_saves_a_self_contained_checkpoint_with_card(dense_folder, comp
     dense, compressed = load_model(dense_folder).eval(), load_model(compressed_folder).eval()
     inputs = torch.randn(2, 32, 3)
     with torch.no_grad():  # rank 4 of 16: close to, not equal to, the dense model
-        assert compressed(past_values=inputs).prediction_outputs.shape == dense(past_values=inputs).prediction_outputs.shape
+        assert (
+            compressed(past_values=inputs).prediction_outputs.shape
+            == dense(past_values=inputs).prediction_outputs.shape
+        )
 
 
 @pytest.mark.slow
@@ -76,11 +80,12 @@ def test_compress_from_a_config_file_and_user_errors(dense_folder, tmp_path):
     cli("compress", str(dense_folder), str(tmp_path / "cp"), "--config", str(tmp_path / "cp.json"))
     assert json.loads((tmp_path / "cp" / "config.json").read_text())["compression_config"]["rank"] == 2
 
-    assert_user_error(cli("compress", str(dense_folder), str(tmp_path / "bad"), "--rank", "7.5", check=False),
-                      "rank=7.5 is outside (0, 1]")
+    assert_user_error(
+        cli("compress", str(dense_folder), str(tmp_path / "bad"), "--rank", "7.5", check=False),
+        "rank=7.5 is outside (0, 1]",
+    )
     assert not (tmp_path / "bad").exists()
-    assert_user_error(cli("compress", str(tmp_path / "nowhere"), str(tmp_path / "out"), check=False),
-                      "does not exist")
+    assert_user_error(cli("compress", str(tmp_path / "nowhere"), str(tmp_path / "out"), check=False), "does not exist")
 
 
 def test_report_prints_every_module_and_the_totals(compressed_folder):
@@ -98,8 +103,17 @@ def test_report_prints_every_module_and_the_totals(compressed_folder):
 
 def test_push_uploads_model_code_and_card(hub, repo_id, compressed_folder, tmp_path):
     (tmp_path / "results.json").write_text(json.dumps(RESULTS))
-    result = cli("push", str(compressed_folder), repo_id, "--results", str(tmp_path / "results.json"),
-                 "--run", "compressed", "--dataset-note", "UCI Appliances Energy (a substitute for ETTh1)")
+    result = cli(
+        "push",
+        str(compressed_folder),
+        repo_id,
+        "--results",
+        str(tmp_path / "results.json"),
+        "--run",
+        "compressed",
+        "--dataset-note",
+        "UCI Appliances Energy (a substitute for ETTh1)",
+    )
     assert f"/{repo_id}/commit/" in result.stdout
     files = hub.files(repo_id)
     assert {"config.json", "model.safetensors", "modeling_tensorcompress.py", "svd_layer.py", "README.md"} <= set(files)
@@ -126,8 +140,17 @@ def test_evaluate_puts_dense_and_compressed_runs_side_by_side(tmp_path):
     from hf_tensorcompress import CompressionConfig, apply_compression
 
     torch.manual_seed(0)
-    config = PatchTSTConfig(num_input_channels=26, context_length=32, patch_length=8, patch_stride=8,
-                            prediction_length=8, d_model=16, num_attention_heads=2, num_hidden_layers=1, ffn_dim=32)
+    config = PatchTSTConfig(
+        num_input_channels=26,
+        context_length=32,
+        patch_length=8,
+        patch_stride=8,
+        prediction_length=8,
+        d_model=16,
+        num_attention_heads=2,
+        num_hidden_layers=1,
+        ffn_dim=32,
+    )
     model = PatchTSTForPrediction(config)
     model.save_pretrained(tmp_path / "dense")
     apply_compression(model, CompressionConfig(method="svd", rank=16)).save_pretrained(tmp_path / "svd")  # full rank
@@ -137,10 +160,14 @@ def test_evaluate_puts_dense_and_compressed_runs_side_by_side(tmp_path):
     assert printed == json.loads(results.read_text())
     assert printed["dataset"] == "appliances_energy" and printed["split"] == "test"
     dense, compressed = printed["runs"]
-    assert (dense["name"], compressed["name"]) == ("dense", "compressed") and dense["windows"] == compressed["windows"] > 0
+    assert (dense["name"], compressed["name"]) == ("dense", "compressed") and dense["windows"] == compressed[
+        "windows"
+    ] > 0
     for metric in ("mse", "mae"):  # full-rank SVD is the dense model
         assert compressed["metrics"][metric] == pytest.approx(dense["metrics"][metric], rel=1e-5)
 
     other = tmp_path / "other.csv"
-    assert_user_error(cli("evaluate", str(tmp_path / "svd"), "--output", str(results), "--dataset", str(other),
-                          check=False), "holds results on 'appliances_energy'")
+    assert_user_error(
+        cli("evaluate", str(tmp_path / "svd"), "--output", str(results), "--dataset", str(other), check=False),
+        "holds results on 'appliances_energy'",
+    )

@@ -41,8 +41,13 @@ def test_help_and_argument_errors_do_not_import_model_or_data_code():
 
 
 def test_python_dash_m_runs_the_command_line():
-    result = subprocess.run([sys.executable, "-m", "hf_tensorcompress", "--help"], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "hf_tensorcompress", "--help"],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0 and "usage: hf-tensorcompress" in result.stdout
     for command in ("fetch", "compress", "evaluate", "report", "push"):
         assert command in result.stdout

@@ -1,5 +1,6 @@
 import pytest
 import torch
+from helpers import first_output, tiny_inputs, tiny_models
 from torch import nn
 from transformers import DistilBertConfig, DistilBertModel
 
@@ -11,7 +12,6 @@ from hf_tensorcompress import (
     apply_compression,
     compression_report,
 )
-from helpers import first_output, tiny_inputs, tiny_models
 
 MODELS = tiny_models()
 
@@ -75,7 +75,9 @@ def test_random_init_ignores_dense_weights():
 
 def test_per_module_ranks_and_explicit_targets():
     model = tiny_models()["PatchTSTForPrediction"]
-    config = CompressionConfig(method="cp", target_modules=["q_proj", "out_proj"], rank=3, ranks={"layers.1.self_attn.q_proj": 5})
+    config = CompressionConfig(
+        method="cp", target_modules=["q_proj", "out_proj"], rank=3, ranks={"layers.1.self_attn.q_proj": 5}
+    )
     apply_compression(model, config)
     modules = model.config.compression_config["modules"]
     assert sorted(n.rsplit(".", 1)[-1] for n in modules) == ["out_proj", "out_proj", "q_proj", "q_proj"]
@@ -92,7 +94,10 @@ def test_regex_targets_on_a_model_outside_the_family_table():
 def test_unsupported_model_names_the_supported_ones_and_is_untouched():
     model = DistilBertModel(DistilBertConfig(dim=32, n_layers=1, n_heads=4, hidden_dim=32, vocab_size=50))
     before = _snapshot(model)
-    with pytest.raises(UnsupportedModelError, match="PatchTSTForPrediction.*AutoformerForPrediction|AutoformerForPrediction.*PatchTSTForPrediction"):
+    with pytest.raises(
+        UnsupportedModelError,
+        match="PatchTSTForPrediction.*AutoformerForPrediction|AutoformerForPrediction.*PatchTSTForPrediction",
+    ):
         apply_compression(model, CompressionConfig(method="cp"))
     assert type(model) is DistilBertModel and not hasattr(model.config, "compression_config")
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())

@@ -6,7 +6,13 @@ from hf_tensorcompress import BipropConfig, CompressionConfig, CPConfig, TTConfi
 
 
 def test_json_round_trip_keeps_every_field(tmp_path):
-    config = CompressionConfig(method="svd", target_modules=["q_proj", "v_proj"], rank=12, ranks={"layers.0.self_attn.q_proj": 0.25}, init="random")
+    config = CompressionConfig(
+        method="svd",
+        target_modules=["q_proj", "v_proj"],
+        rank=12,
+        ranks={"layers.0.self_attn.q_proj": 0.25},
+        init="random",
+    )
     assert CompressionConfig.from_json_string(config.to_json_string()) == config
     path = tmp_path / "c.json"
     config.to_json_file(str(path))
@@ -38,19 +44,27 @@ def test_regex_targets_round_trip():
     ],
 )
 def test_invalid_values_say_what_would_be_right(kwargs, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")):
+    with pytest.raises(
+        ValueError, match=message.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[").replace("]", r"\]")
+    ):
         CompressionConfig(**kwargs)
 
 
 def test_unknown_field_lists_known_fields():
-    with pytest.raises(ValueError, match="CPConfig .* has no such option: 'rnak' is not an option of any method.*It takes"):
+    with pytest.raises(
+        ValueError, match="CPConfig .* has no such option: 'rnak' is not an option of any method.*It takes"
+    ):
         CompressionConfig.from_dict({"method": "cp", "rnak": 3})
 
 
 @pytest.mark.parametrize(
     "method, field, owner",
-    [("cp", "tt_ranks", "TTConfig"), ("svd", "keep_ratio", "BipropConfig"), ("tt", "rank", "CPConfig"),
-     ("biprop", "cp_iterations", "CPConfig")],
+    [
+        ("cp", "tt_ranks", "TTConfig"),
+        ("svd", "keep_ratio", "BipropConfig"),
+        ("tt", "rank", "CPConfig"),
+        ("biprop", "cp_iterations", "CPConfig"),
+    ],
 )
 def test_an_option_of_another_method_names_its_config(method, field, owner):
     with pytest.raises(ValueError, match=f"'{field}' is an option of {owner}"):
@@ -60,8 +74,10 @@ def test_an_option_of_another_method_names_its_config(method, field, owner):
 
 
 def test_each_method_gets_its_own_config_class():
-    assert [type(CompressionConfig(method=m, tt_ranks=3) if m == "tt" else CompressionConfig(method=m)).__name__
-            for m in ("cp", "svd", "biprop", "tt")] == ["CPConfig", "SVDConfig", "BipropConfig", "TTConfig"]
+    assert [
+        type(CompressionConfig(method=m, tt_ranks=3) if m == "tt" else CompressionConfig(method=m)).__name__
+        for m in ("cp", "svd", "biprop", "tt")
+    ] == ["CPConfig", "SVDConfig", "BipropConfig", "TTConfig"]
     assert CPConfig(rank=3) == CompressionConfig(method="cp", rank=3)
     assert isinstance(TTConfig(tt_ranks=2), CompressionConfig)
     with pytest.raises(ValueError, match="configures method='cp', not 'svd'"):
@@ -71,12 +87,30 @@ def test_each_method_gets_its_own_config_class():
 #: ``compression_config`` of a biprop PatchTST as version 1 of the library wrote it: one flat config with every
 #: method's fields (the unused ones at their defaults).
 VERSION_1 = {
-    "attention": "qkv_mask", "attention_keep_ratio": 0.5, "attention_length": 4,
-    "attention_modules": ["model.encoder.layers.0.self_attn"], "cp_iterations": 100, "init": "decompose",
-    "keep_ratio": 0.5, "method": "biprop", "modules": {}, "rank": 0.5, "ranks": {}, "save_scores": False,
-    "target_modules": None, "tt_basis": "identity", "tt_eps": None, "tt_exact_tokens": 0, "tt_order": None,
-    "tt_ranks": None, "tt_shape": None, "tt_solver": "eigh", "tt_untie_output": False, "version": 1,
-    "weight_init": "kaiming_normal", "weight_seed": 0,
+    "attention": "qkv_mask",
+    "attention_keep_ratio": 0.5,
+    "attention_length": 4,
+    "attention_modules": ["model.encoder.layers.0.self_attn"],
+    "cp_iterations": 100,
+    "init": "decompose",
+    "keep_ratio": 0.5,
+    "method": "biprop",
+    "modules": {},
+    "rank": 0.5,
+    "ranks": {},
+    "save_scores": False,
+    "target_modules": None,
+    "tt_basis": "identity",
+    "tt_eps": None,
+    "tt_exact_tokens": 0,
+    "tt_order": None,
+    "tt_ranks": None,
+    "tt_shape": None,
+    "tt_solver": "eigh",
+    "tt_untie_output": False,
+    "version": 1,
+    "weight_init": "kaiming_normal",
+    "weight_seed": 0,
 }
 
 

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import run_without_library, tiny_causal_lm, tiny_time_series
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.core.contract import QUANTIZATION_MARKER, CompressedLayer
-from helpers import run_without_library, tiny_causal_lm, tiny_time_series
 
 #: (method, family) -> the config options of that cell.
 CASES: dict[tuple[str, str], dict] = {
@@ -86,7 +86,7 @@ from transformers.utils import logging
 logging.set_verbosity_error()
 report = {}
 for folder, base, family in json.loads(sys.argv[1]):
-    auto = AutoModelForCausalLM if family in %r else AutoModel
+    auto = AutoModelForCausalLM if family in {lm_families!r} else AutoModel
     entry = {}
     for name, load in (("base", getattr(transformers, base).from_pretrained), ("auto", auto.from_pretrained)):
         try:
@@ -106,7 +106,7 @@ for folder, base, family in json.loads(sys.argv[1]):
     entry["remote_exact"] = bool(torch.equal(value, io["reference"]))
     report[folder] = entry
 print(json.dumps(report))
-""" % (LM_FAMILIES,)
+""".replace("{lm_families!r}", repr(LM_FAMILIES))
 
 
 class Matrix:
@@ -137,10 +137,13 @@ class Matrix:
     def without_library(self, case) -> dict:
         folder = str(self[case]["folder"])
         if folder not in self.report:
-            todo = [(str(c["folder"]), c["base"].__name__, f) for (_, f), c in self.cells.items()
-                    if str(c["folder"]) not in self.report]
+            todo = [
+                (str(c["folder"]), c["base"].__name__, f)
+                for (_, f), c in self.cells.items()
+                if str(c["folder"]) not in self.report
+            ]
             result = run_without_library(
-                "import sys; sys.argv[1:] = [%r]\n" % json.dumps(todo) + WITHOUT_LIBRARY, cwd=self.root
+                f"import sys; sys.argv[1:] = [{json.dumps(todo)!r}]\n" + WITHOUT_LIBRARY, cwd=self.root
             )
             self.report.update(json.loads(result.stdout.strip().splitlines()[-1]))
         return self.report[folder]
@@ -240,8 +243,14 @@ def test_every_method_and_layer_type_is_in_the_matrix():
 
     assert {method for method, _ in CASES} == set(registered_methods()) == {method for method, _ in FAST}
     # the scaled TT embedding (Gemma) runs the same checks in tests/test_families.py
-    assert set(CompressedLayer.types) == {"cp", "svd", "biprop", "tt_embedding", "tt_embedding_scaled",
-                                          "tiered_embedding"}
+    assert set(CompressedLayer.types) == {
+        "cp",
+        "svd",
+        "biprop",
+        "tt_embedding",
+        "tt_embedding_scaled",
+        "tiered_embedding",
+    }
 
 
 @pytest.mark.parametrize("case", sorted(FAST), ids="-".join)

@@ -4,8 +4,8 @@ from tensorly.decomposition import parafac
 from torch import nn
 
 from hf_tensorcompress import CPLinear, LowRankLinear, replace_parameters_in_optimizer
-from hf_tensorcompress.methods.cp.layer import cp_als, cp_reconstruct
 from hf_tensorcompress.methods.cp.apply import decompose
+from hf_tensorcompress.methods.cp.layer import cp_als, cp_reconstruct
 
 
 def _layer(rank=6, seed=0) -> CPLinear:

@@ -41,22 +41,42 @@ def appliances():
 
 def patchtst_config(channels: int = 26, context: int = 32, horizon: int = 8) -> PatchTSTConfig:
     return PatchTSTConfig(
-        num_input_channels=channels, context_length=context, prediction_length=horizon, patch_length=8,
-        patch_stride=8, d_model=16, num_hidden_layers=1, num_attention_heads=2, ffn_dim=32,
+        num_input_channels=channels,
+        context_length=context,
+        prediction_length=horizon,
+        patch_length=8,
+        patch_stride=8,
+        d_model=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        ffn_dim=32,
     )
 
 
 def seq2seq_config(config_class, channels: int = 26, **overrides):
     kwargs = dict(
-        input_size=channels, context_length=24, prediction_length=8, lags_sequence=[1, 2, 4],
-        num_time_features=NUM_TIME_FEATURES, d_model=16, encoder_layers=1, decoder_layers=1,
-        encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+        input_size=channels,
+        context_length=24,
+        prediction_length=8,
+        lags_sequence=[1, 2, 4],
+        num_time_features=NUM_TIME_FEATURES,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
     )
     return config_class(**{**kwargs, **overrides})
 
 
 def test_split_sizes_order_and_columns(appliances, raw):
-    assert {name: len(split) for name, split in appliances.items()} == {"train": 13814, "validation": 1974, "test": 3947}
+    assert {name: len(split) for name, split in appliances.items()} == {
+        "train": 13814,
+        "validation": 1974,
+        "test": 3947,
+    }
     assert sum(len(split) for split in appliances.values()) == len(raw)
     channels = [c for c in raw.columns if c not in ("date", "rv1", "rv2")]
     assert appliances["train"].column_names == ["date", *channels]
@@ -131,8 +151,15 @@ def test_windows_work_as_trainer_dataset(appliances, tmp_path):
     config = patchtst_config()
     model = PatchTSTForPrediction(config)
     before = [p.detach().clone() for p in model.parameters()]
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=4, report_to=[],
-                             save_strategy="no", use_cpu=True, disable_tqdm=True)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=2,
+        per_device_train_batch_size=4,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+    )
     Trainer(model=model, args=args, train_dataset=forecasting_windows(appliances["train"], config, stride=500)).train()
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
@@ -183,7 +210,11 @@ def test_datasets_inputs(appliances, tmp_path):
 
 def test_built_in_names_load_their_data_and_a_local_path_of_that_name_wins(tmp_path, monkeypatch):
     electricity = load_forecasting_dataset("electricity")
-    assert {name: len(split) for name, split in electricity.items()} == {"train": 18412, "validation": 2632, "test": 5260}
+    assert {name: len(split) for name, split in electricity.items()} == {
+        "train": 18412,
+        "validation": 2632,
+        "test": 5260,
+    }
     assert list(standardization_of(electricity["train"]).columns) == ["y"]
     first, last = electricity["train"][0]["ts"], electricity["test"][-1]["ts"]
     assert (str(first), str(last)) == ("2012-01-01 00:00:00", "2014-12-31 23:00:00")
@@ -191,7 +222,8 @@ def test_built_in_names_load_their_data_and_a_local_path_of_that_name_wins(tmp_p
     assert describe_source(None).startswith("UCI Appliances Energy")
     monkeypatch.chdir(tmp_path)
     pd.DataFrame({"when": pd.date_range("2024-01-01", periods=40, freq="h"), "v": np.arange(40.0)}).to_csv(
-        tmp_path / "local.csv", index=False)
+        tmp_path / "local.csv", index=False
+    )
     (tmp_path / "electricity").mkdir()
     (tmp_path / "local.csv").rename(tmp_path / "electricity" / "part.csv")
     local = load_forecasting_dataset("electricity")  # the user's folder, not the built-in

@@ -15,7 +15,15 @@ def long_table(series: int = 16, classes: int = 4) -> pd.DataFrame:
     rows = []
     for i in range(series):
         for t in range(5 + i % 3):
-            rows.append({"series": f"s{i}", "t": t, "a": rng.normal() + i % classes, "b": rng.normal(), "label": f"c{i % classes}"})
+            rows.append(
+                {
+                    "series": f"s{i}",
+                    "t": t,
+                    "a": rng.normal() + i % classes,
+                    "b": rng.normal(),
+                    "label": f"c{i % classes}",
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -42,8 +50,10 @@ def test_wide_csv_and_ts_file(tmp_path):
     assert data["train"].with_format("numpy")[0]["past_values"].shape == (6, 1)
     assert sum(len(split) for split in data.values()) == 12
     ts = tmp_path / "toy.ts"
-    ts.write_text("@problemName toy\n@timeStamps false\n@univariate true\n@classLabel true a b\n@data\n"
-                  + "".join(f"{','.join(str(v) for v in rng.normal(size=5))}:{'ab'[i % 2]}\n" for i in range(12)))
+    ts.write_text(
+        "@problemName toy\n@timeStamps false\n@univariate true\n@classLabel true a b\n@data\n"
+        + "".join(f"{','.join(str(v) for v in rng.normal(size=5))}:{'ab'[i % 2]}\n" for i in range(12))
+    )
     assert len(load_classification_dataset(str(ts), validation=0.25)["test"]) == 4
 
 

@@ -9,7 +9,12 @@ import pytest
 import torch
 from transformers import PatchTSTConfig, PatchTSTForPrediction
 
-from hf_tensorcompress.data import describe_forecasting, forecasting_windows, load_forecasting_dataset, standardization_of
+from hf_tensorcompress.data import (
+    describe_forecasting,
+    forecasting_windows,
+    load_forecasting_dataset,
+    standardization_of,
+)
 from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
 from hf_tensorcompress.evaluation.metrics import load_metric
 
@@ -20,10 +25,18 @@ def air_quality(rows: int = 120) -> pd.DataFrame:
     rng = np.random.default_rng(0)
     pm = rng.gamma(2.0, 40.0, rows)
     pm[[3, 4, 50]] = np.nan
-    return pd.DataFrame({
-        "No": np.arange(1, rows + 1), "year": stamps.year, "month": stamps.month, "day": stamps.day,
-        "hour": stamps.hour, "pm2.5": pm, "TEMP": rng.normal(0, 5, rows), "cbwd": rng.choice(["NW", "SE", "cv"], rows),
-    })
+    return pd.DataFrame(
+        {
+            "No": np.arange(1, rows + 1),
+            "year": stamps.year,
+            "month": stamps.month,
+            "day": stamps.day,
+            "hour": stamps.hour,
+            "pm2.5": pm,
+            "TEMP": rng.normal(0, 5, rows),
+            "cbwd": rng.choice(["NW", "SE", "cv"], rows),
+        }
+    )
 
 
 def write(frame: pd.DataFrame, tmp_path, name: str = "data.csv") -> str:
@@ -33,8 +46,17 @@ def write(frame: pd.DataFrame, tmp_path, name: str = "data.csv") -> str:
 
 
 def patchtst(channels: int, context: int = 16, horizon: int = 4) -> PatchTSTConfig:
-    return PatchTSTConfig(num_input_channels=channels, context_length=context, prediction_length=horizon,
-                          patch_length=4, patch_stride=4, d_model=8, num_hidden_layers=1, num_attention_heads=2, ffn_dim=8)
+    return PatchTSTConfig(
+        num_input_channels=channels,
+        context_length=context,
+        prediction_length=horizon,
+        patch_length=4,
+        patch_stride=4,
+        d_model=8,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        ffn_dim=8,
+    )
 
 
 def test_calendar_columns_row_counter_and_category_need_flags(tmp_path):
@@ -45,8 +67,14 @@ def test_calendar_columns_row_counter_and_category_need_flags(tmp_path):
         load_forecasting_dataset(path, one_hot=["cbwd"])
     with pytest.raises(ValueError, match=r"calendar fields.*--timestamp-columns year month day hour"):
         load_forecasting_dataset(path, one_hot=["cbwd"], drop_columns=["No"])
-    data = load_forecasting_dataset(path, timestamp_columns=["year", "month", "day", "hour"], drop_columns=["No"],
-                                    columns=["pm2.5"], covariates=["TEMP", "cbwd"], one_hot=["cbwd"])
+    data = load_forecasting_dataset(
+        path,
+        timestamp_columns=["year", "month", "day", "hour"],
+        drop_columns=["No"],
+        columns=["pm2.5"],
+        covariates=["TEMP", "cbwd"],
+        one_hot=["cbwd"],
+    )
     stats = standardization_of(data)
     assert stats.timestamp_column == "timestamp" and stats.target_columns == ("pm2.5",)
     assert stats.columns == ("pm2.5", "TEMP", "cbwd=NW", "cbwd=SE", "cbwd=cv")
@@ -58,10 +86,12 @@ def test_calendar_columns_row_counter_and_category_need_flags(tmp_path):
 
 def test_long_format_is_an_error_until_pivoted_by_its_id_column(tmp_path):
     stamps = pd.date_range("2024-01-01", periods=60, freq="30min")
-    long = pd.concat([
-        pd.DataFrame({"ds": stamps, "unique_id": "demand", "y": np.arange(60.0)}),
-        pd.DataFrame({"ds": stamps, "unique_id": "temperature", "y": -np.arange(60.0)}),
-    ])
+    long = pd.concat(
+        [
+            pd.DataFrame({"ds": stamps, "unique_id": "demand", "y": np.arange(60.0)}),
+            pd.DataFrame({"ds": stamps, "unique_id": "temperature", "y": -np.arange(60.0)}),
+        ]
+    )
     path = write(long, tmp_path)
     with pytest.raises(ValueError, match=r"'ds' repeats 60 time.*--id-column.*candidates: \['unique_id'\]"):
         load_forecasting_dataset(path)
@@ -76,7 +106,11 @@ def test_long_format_is_an_error_until_pivoted_by_its_id_column(tmp_path):
     # two value columns: one channel per series × value column; a duplicated (time, id) pair is an error
     two = long.assign(z=1.0)
     assert standardization_of(load_forecasting_dataset(two, id_column="unique_id")).columns == (
-        "demand/y", "temperature/y", "demand/z", "temperature/z")
+        "demand/y",
+        "temperature/y",
+        "demand/z",
+        "temperature/z",
+    )
     with pytest.raises(ValueError, match="series 'demand' has more than one row"):
         load_forecasting_dataset(pd.concat([long, long.iloc[:1]]), id_column="unique_id")
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 import torch
+from helpers import run_without_library, tiny_patchtst_config
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PatchTSTForPrediction
 
 from hf_tensorcompress import CompressionConfig, apply_compression, decompress
-from helpers import run_without_library, tiny_patchtst_config
 
 TIME_SERIES = {
     "cp": CompressionConfig(method="cp", rank=3, cp_iterations=5),
@@ -45,15 +45,18 @@ def test_time_series_methods_decompress_to_the_same_outputs_and_a_plain_checkpoi
     assert not {"compression_config", "quantization_config", "auto_map"} & set(config)
     assert not list((tmp_path / "dense").glob("*.py"))
     torch.save(inputs, tmp_path / "inputs.pt")
-    result = run_without_library(f"""
+    result = run_without_library(
+        f"""
         import torch
         from transformers import AutoModel, PatchTSTForPrediction
-        model = PatchTSTForPrediction.from_pretrained("{tmp_path / 'dense'}").eval()
+        model = PatchTSTForPrediction.from_pretrained("{tmp_path / "dense"}").eval()
         with torch.no_grad():
-            out = model(past_values=torch.load("{tmp_path / 'inputs.pt'}")).prediction_outputs
-        torch.save(out, "{tmp_path / 'out.pt'}")
-        print(type(AutoModel.from_pretrained("{tmp_path / 'dense'}")).__name__)
-    """, cwd=tmp_path)
+            out = model(past_values=torch.load("{tmp_path / "inputs.pt"}")).prediction_outputs
+        torch.save(out, "{tmp_path / "out.pt"}")
+        print(type(AutoModel.from_pretrained("{tmp_path / "dense"}")).__name__)
+    """,
+        cwd=tmp_path,
+    )
     assert result.stdout.strip().splitlines()[-1] == "PatchTSTModel"
     torch.testing.assert_close(torch.load(tmp_path / "out.pt"), expected, atol=1e-5, rtol=1e-5)
 
@@ -62,8 +65,17 @@ def test_time_series_methods_decompress_to_the_same_outputs_and_a_plain_checkpoi
 def test_tt_decompresses_to_a_tied_dense_model(family, tmp_path):
     torch.manual_seed(0)
     if family == "llama":
-        model = LlamaForCausalLM(LlamaConfig(vocab_size=96, hidden_size=24, intermediate_size=32, num_hidden_layers=1,
-                                             num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True))
+        model = LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=96,
+                hidden_size=24,
+                intermediate_size=32,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                num_key_value_heads=1,
+                tie_word_embeddings=True,
+            )
+        )
     else:
         model = GPT2LMHeadModel(GPT2Config(vocab_size=96, n_embd=24, n_layer=1, n_head=2, n_positions=32))
     model = apply_compression(model.eval(), CompressionConfig(method="tt", tt_shape=[2, 3, 4], tt_ranks=2))

@@ -11,15 +11,17 @@ import copy
 
 import pytest
 import torch
+from helpers import tiny_patchtst_config
 from transformers import LlamaConfig, LlamaForCausalLM, PatchTSTForPrediction
 
 from hf_tensorcompress import CompressedLayer, CompressionConfig, apply_compression
-from helpers import tiny_patchtst_config
 
 CUDA = torch.cuda.is_available()
 DEVICES = [
     "cpu",
-    pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not CUDA, reason="no CUDA device on this machine")]),
+    pytest.param(
+        "cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not CUDA, reason="no CUDA device on this machine")]
+    ),
 ]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 #: Largest difference from the float32 reference, relative to the reference's scale, per dtype.
@@ -39,16 +41,27 @@ def patchtst() -> PatchTSTForPrediction:
 
 def llama() -> LlamaForCausalLM:
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=96, hidden_size=24, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                         num_key_value_heads=1, tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=96,
+        hidden_size=24,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=True,
+    )
     return LlamaForCausalLM(config).eval()
 
 
 def tensors_on(model: torch.nn.Module, device: str, dtype: torch.dtype) -> list[str]:
     """Parameters and compressed layers' buffers of ``model`` that are not on ``device`` (floating ones: not in
     ``dtype``). Other buffers are transformers' own choice (rotary frequencies stay float32 on purpose)."""
-    buffers = [(f"{name}.{key}", buffer) for name, module in model.named_modules() if isinstance(module, CompressedLayer)
-               for key, buffer in module.named_buffers()]
+    buffers = [
+        (f"{name}.{key}", buffer)
+        for name, module in model.named_modules()
+        if isinstance(module, CompressedLayer)
+        for key, buffer in module.named_buffers()
+    ]
     wrong = []
     for name, tensor in [*model.named_parameters(), *buffers]:
         if tensor.device.type != device or (tensor.is_floating_point() and tensor.dtype != dtype):

@@ -15,8 +15,22 @@ SCRIPT = Path(__file__).with_name("distributed_smartformer.py")
 
 def test_two_processes_hold_the_same_ranks_and_keep_gradients_in_sync(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPT.parent.parent))
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(SCRIPT), str(tmp_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        str(SCRIPT),
+        str(tmp_path),
+    ]
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
     first, second = (json.loads((tmp_path / f"process-{i}.json").read_text()) for i in (0, 1))
@@ -24,7 +38,11 @@ def test_two_processes_hold_the_same_ranks_and_keep_gradients_in_sync(tmp_path):
     assert first["world_size"] == 2 and first["ddp"] == second["ddp"] == "DistributedDataParallel"
     # identical ranks on both processes after every stage, and the search really changed some
     assert first["rank_history"] == second["rank_history"]
-    assert [step for step, _ in first["rank_history"]] == first["trace_steps"] == [3 * (i + 1) for i in range(len(first["trace_steps"]))]
+    assert (
+        [step for step, _ in first["rank_history"]]
+        == first["trace_steps"]
+        == [3 * (i + 1) for i in range(len(first["trace_steps"]))]
+    )
     assert any(rank != 10 for _, ranks in first["rank_history"] for rank in ranks.values())
     # after the rank changes (and DDP rebuilds) gradients are still averaged: the processes saw different
     # batches, yet their parameters and the gradients of a backward on different data agree

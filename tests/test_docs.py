@@ -22,7 +22,7 @@ def test_docs_python_block_runs(group, tmp_path, monkeypatch, request):
 def nav_pages() -> set[str]:
     """The pages named in mkdocs.yml's nav (read as text: the file needs no YAML library)."""
     text = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
-    nav = text[text.index("\nnav:"):]
+    nav = text[text.index("\nnav:") :]
     return set(re.findall(r"([\w/.-]+\.md)\s*$", nav, re.M))
 
 
@@ -38,7 +38,8 @@ def test_the_docs_list_the_registered_methods():
 
     options = (DOCS / "guide" / "options.md").read_text(encoding="utf-8")
     assert methods_table() in options, (
-        "the method table of docs/guide/options.md differs from the registry: paste methods_table()")
+        "the method table of docs/guide/options.md differs from the registry: paste methods_table()"
+    )
 
 
 def test_every_method_has_a_page_with_a_runnable_example():

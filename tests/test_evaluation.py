@@ -52,8 +52,17 @@ def test_metric_loads_without_network():
 
 def test_evaluate_forecaster_matches_direct_computation():
     data = load_appliances_energy()
-    config = PatchTSTConfig(num_input_channels=26, context_length=32, prediction_length=8, patch_length=8,
-                            patch_stride=8, d_model=16, num_hidden_layers=1, num_attention_heads=2, ffn_dim=32)
+    config = PatchTSTConfig(
+        num_input_channels=26,
+        context_length=32,
+        prediction_length=8,
+        patch_length=8,
+        patch_stride=8,
+        d_model=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        ffn_dim=32,
+    )
     torch.manual_seed(0)
     model = PatchTSTForPrediction(config).train()
     windows = forecasting_windows(data["test"], config, stride=97)

@@ -2,15 +2,21 @@ import json
 
 import pytest
 import torch
+from helpers import first_output, run_without_library, tiny_inputs, tiny_models
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel
 
 from hf_tensorcompress import CompressedCheckpointError, CompressionConfig, apply_compression
 from hf_tensorcompress.core.export import shipped_files
 from hf_tensorcompress.methods import get_method
-from helpers import first_output, run_without_library, tiny_inputs, tiny_models
 
-CLASSES = ["PatchTSTForPrediction", "PatchTSTForClassification", "AutoformerForPrediction", "InformerForPrediction", "InformerForPrediction-full"]
+CLASSES = [
+    "PatchTSTForPrediction",
+    "PatchTSTForClassification",
+    "AutoformerForPrediction",
+    "InformerForPrediction",
+    "InformerForPrediction-full",
+]
 
 
 def _forward(name, model):
@@ -122,11 +128,28 @@ def test_checkpoint_missing_compressed_tensors_fails_clearly(saved, tmp_path):
 
 #: Fields version 1 of the library wrote into every ``compression_config``, whatever the method (their defaults).
 VERSION_1_FIELDS = {
-    "target_modules": None, "rank": 0.5, "ranks": {}, "init": "decompose", "cp_iterations": 100, "keep_ratio": 0.5,
-    "weight_init": "kaiming_normal", "weight_seed": 0, "save_scores": False, "attention": None,
-    "attention_keep_ratio": None, "attention_length": None, "attention_modules": [], "tt_shape": None,
-    "tt_order": None, "tt_ranks": None, "tt_eps": None, "tt_basis": "identity", "tt_solver": "eigh",
-    "tt_exact_tokens": 0, "tt_untie_output": False, "version": 1,
+    "target_modules": None,
+    "rank": 0.5,
+    "ranks": {},
+    "init": "decompose",
+    "cp_iterations": 100,
+    "keep_ratio": 0.5,
+    "weight_init": "kaiming_normal",
+    "weight_seed": 0,
+    "save_scores": False,
+    "attention": None,
+    "attention_keep_ratio": None,
+    "attention_length": None,
+    "attention_modules": [],
+    "tt_shape": None,
+    "tt_order": None,
+    "tt_ranks": None,
+    "tt_eps": None,
+    "tt_basis": "identity",
+    "tt_solver": "eigh",
+    "tt_exact_tokens": 0,
+    "tt_untie_output": False,
+    "version": 1,
 }
 
 

@@ -56,7 +56,7 @@ class SignLinear(CompressedLinear):
 '''
 
 #: The rest of the method (config, targets, build, registration) and the checks, run with the library.
-WITH_LIBRARY = '''
+WITH_LIBRARY = """
 import json, sys
 from dataclasses import dataclass
 from typing import ClassVar
@@ -118,7 +118,7 @@ print(json.dumps({{
     "dense": (dense_out - expected).abs().max().item(),
     "dense_class": type(native).__name__,
 }}))
-'''
+"""
 
 
 def test_a_method_defined_outside_the_library_saves_loads_and_ships(tmp_path):
@@ -135,15 +135,17 @@ def test_a_method_defined_outside_the_library_saves_loads_and_ships(tmp_path):
     assert "sign_layer.py" in shipped and not {"cp_layer.py", "tt_layer.py"} & shipped
     assert "from .contract import CompressedLinear" in (checkpoint / "sign_layer.py").read_text()
 
-    result = run_without_library(f"""
+    result = run_without_library(
+        f"""
         import torch
         from transformers import AutoModel
-        io = torch.load("{tmp_path / 'io.pt'}")
+        io = torch.load("{tmp_path / "io.pt"}")
         model = AutoModel.from_pretrained("{checkpoint}", trust_remote_code=True).eval()
         with torch.no_grad():
             out = model(past_values=io["inputs"]).prediction_outputs
         print(type(model).__name__, (out - io["expected"]).abs().max().item())
-    """, cwd=tmp_path)
+    """,
+        cwd=tmp_path,
+    )
     name, difference = result.stdout.strip().splitlines()[-1].split()
     assert name == "CompressedPatchTSTForPrediction" and float(difference) == 0.0
-

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
-from transformers.pytorch_utils import Conv1D
-
 from family_models import ENCODERS, FAMILIES, LANGUAGE_MODELS, first_output, tiny, tiny_inputs
 from helpers import run_without_library
+from transformers.pytorch_utils import Conv1D
+
 from hf_tensorcompress import CompressionConfig, UnsupportedModelError, apply_compression
-from hf_tensorcompress.loading import load_model
 from hf_tensorcompress.core.targets import FAMILIES as FAMILY_TABLE
 from hf_tensorcompress.core.targets import attention_projections
+from hf_tensorcompress.loading import load_model
 
 #: Options per method; tt's are exact on the tiny models (hidden 32 = 4 × 8, ranks 4), so outputs match dense.
 EXACT = {
@@ -24,8 +23,15 @@ EXACT = {
 }
 #: The fast tier runs one pair per structure (q/k/v Linear, fused Conv1D, fused Linear, BERT, scaled and untied
 #: embeddings); every other pair runs in the slow tier (``make test-slow``).
-FAST = {("cp", "llama"), ("svd", "gpt2"), ("biprop", "bert"), ("svd", "phi3"), ("tt", "gemma"), ("tt", "gpt_neox"),
-        ("biprop", "whisper")}
+FAST = {
+    ("cp", "llama"),
+    ("svd", "gpt2"),
+    ("biprop", "bert"),
+    ("svd", "phi3"),
+    ("tt", "gemma"),
+    ("tt", "gpt_neox"),
+    ("biprop", "whisper"),
+}
 PAIRS = [
     pytest.param(m, f, marks=() if (m, f) in FAST else pytest.mark.slow)
     for m, f in [(m, f) for f in FAMILIES for m in ("cp", "svd", "biprop")] + [("tt", f) for f in LANGUAGE_MODELS]
@@ -68,8 +74,11 @@ def test_default_targets_compress_save_and_load(method, family, tmp_path):
 def test_fused_projections_are_compressed_as_one():
     """GPT-2's ``c_attn`` (a ``Conv1D``, weight stored ``(in, out)``), Phi-3's ``qkv_proj``, GPT-NeoX's
     ``query_key_value``: one compressed layer with the fused output width, same function at full rank."""
-    for family, name, out in (("gpt2", "transformer.h.0.attn.c_attn", 96), ("phi3", "model.layers.0.self_attn.qkv_proj", 96),
-                              ("gpt_neox", "gpt_neox.layers.0.attention.query_key_value", 96)):
+    for family, name, out in (
+        ("gpt2", "transformer.h.0.attn.c_attn", 96),
+        ("phi3", "model.layers.0.self_attn.qkv_proj", 96),
+        ("gpt_neox", "gpt_neox.layers.0.attention.query_key_value", 96),
+    ):
         dense = tiny(family)
         assert name in attention_projections(dense)
         if family == "gpt2":
@@ -93,15 +102,19 @@ def test_a_scaled_embedding_keeps_its_scale_exactly(family, tmp_path):
         torch.testing.assert_close(layer(ids), dense.get_input_embeddings()(ids), atol=1e-5, rtol=1e-5)
         # the tied output layer reads the unscaled matrix, as Gemma's lm_head does
         hidden = torch.randn(1, 3, 32)
-        torch.testing.assert_close(model.get_output_embeddings()(hidden), dense.get_output_embeddings()(hidden),
-                                   atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            model.get_output_embeddings()(hidden), dense.get_output_embeddings()(hidden), atol=1e-4, rtol=1e-4
+        )
     model.save_pretrained(tmp_path)
     assert load_model(tmp_path).get_input_embeddings().embed_scale == layer.embed_scale
 
 
 @pytest.mark.parametrize(
     "family",
-    [pytest.param(f, marks=() if f in ("gpt2", "gemma") else pytest.mark.slow) for f in sorted(set(LANGUAGE_MODELS) - {"bert"})],
+    [
+        pytest.param(f, marks=() if f in ("gpt2", "gemma") else pytest.mark.slow)
+        for f in sorted(set(LANGUAGE_MODELS) - {"bert"})
+    ],
 )
 def test_generate_gives_the_dense_tokens_at_full_rank(family):
     prompt = tiny_inputs(family)["input_ids"][:1]
@@ -155,4 +168,5 @@ def test_the_docs_list_the_family_table():
 
     options = (Path(__file__).parent.parent / "docs" / "guide" / "options.md").read_text(encoding="utf-8")
     assert families_table() in options, (
-        "the family table of docs/guide/options.md differs from core/targets.py: paste families_table()")
+        "the family table of docs/guide/options.md differs from core/targets.py: paste families_table()"
+    )

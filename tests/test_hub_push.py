@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import run_without_library
 from huggingface_hub import ModelCard
 from transformers import LlamaConfig, LlamaForCausalLM, PatchTSTConfig, PatchTSTForPrediction
 
-import hf_tensorcompress
 from hf_tensorcompress import CardInfo, CompressionConfig, PushError, apply_compression, push_to_hub
 from hf_tensorcompress.core.export import shipped_files
 from hf_tensorcompress.methods import get_method, registered_methods
-from helpers import run_without_library
 
 #: A small compressed model per method whose round trip is tested here (every registered method needs one).
 ROUND_TRIPS = {
@@ -33,6 +31,7 @@ def code_files(method: str) -> set[str]:
     """The shipped modeling code of ``method`` (under its checkpoint names), which must reach the repo."""
     return {f"{name}.py" for name in shipped_files([get_method(method)]).values()}
 
+
 RESULTS = {
     "dataset": "appliances_energy",
     "runs": [
@@ -46,8 +45,15 @@ RESULTS = {
 def small_patchtst() -> PatchTSTForPrediction:
     torch.manual_seed(0)
     config = PatchTSTConfig(
-        num_input_channels=3, context_length=32, patch_length=8, patch_stride=8, prediction_length=8,
-        d_model=16, num_attention_heads=2, num_hidden_layers=2, ffn_dim=32,
+        num_input_channels=3,
+        context_length=32,
+        patch_length=8,
+        patch_stride=8,
+        prediction_length=8,
+        d_model=16,
+        num_attention_heads=2,
+        num_hidden_layers=2,
+        ffn_dim=32,
     )
     return PatchTSTForPrediction(config).eval()
 
@@ -89,10 +95,11 @@ def test_push_then_load_without_the_library(hub, repo_id, method, tmp_path):
     assert f'AutoModel.from_pretrained("{repo_id}", trust_remote_code=True)' in card.text
 
     # Load where hf_tensorcompress cannot be imported, re-push from there, and load the re-pushed copy.
-    result = run_without_library(f"""
+    result = run_without_library(
+        f"""
         import json, torch
         from transformers import AutoModel
-        inputs = torch.load("{tmp_path / 'inputs.pt'}")
+        inputs = torch.load("{tmp_path / "inputs.pt"}")
         outputs = {{}}
         for name in ("{repo_id}", "{repo_id}-again"):
             model = AutoModel.from_pretrained(name, trust_remote_code=True).eval()
@@ -100,9 +107,11 @@ def test_push_then_load_without_the_library(hub, repo_id, method, tmp_path):
                 outputs[name] = model(past_values=inputs).prediction_outputs
             if name == "{repo_id}":
                 model.push_to_hub("{repo_id}-again")
-        torch.save(outputs, "{tmp_path / 'outputs.pt'}")
+        torch.save(outputs, "{tmp_path / "outputs.pt"}")
         print(json.dumps({{"class": type(model).__name__, "module": type(model).__module__}}))
-    """, cwd=tmp_path)
+    """,
+        cwd=tmp_path,
+    )
     loaded = json.loads(result.stdout.strip().splitlines()[-1])
     assert loaded["class"].startswith("Compressed") and loaded["module"].startswith("transformers_modules.")
     outputs = torch.load(tmp_path / "outputs.pt")
@@ -119,8 +128,13 @@ def test_push_then_load_without_the_library(hub, repo_id, method, tmp_path):
 def test_causal_lm_push_then_load_without_the_library(hub, repo_id, method, tmp_path):
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=96, hidden_size=64, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
-        num_key_value_heads=2, tie_word_embeddings=True,
+        vocab_size=96,
+        hidden_size=64,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
     )
     model = apply_compression(LlamaForCausalLM(config).eval(), LM_ROUND_TRIPS[method])
     prompt = torch.tensor([[1, 5, 9, 17, 33]])
@@ -136,16 +150,19 @@ def test_causal_lm_push_then_load_without_the_library(hub, repo_id, method, tmp_
     card = ModelCard.load(repo_id)
     card.validate()
     assert card.data.pipeline_tag == "text-generation" and method in card.data.tags
-    result = run_without_library(f"""
+    run_without_library(
+        f"""
         import torch
         from transformers import AutoModelForCausalLM
         model = AutoModelForCausalLM.from_pretrained("{repo_id}", trust_remote_code=True).eval()
-        prompt = torch.load("{tmp_path / 'prompt.pt'}")
+        prompt = torch.load("{tmp_path / "prompt.pt"}")
         with torch.no_grad():
             logits = model(prompt).logits
         tokens = model.generate(prompt, max_new_tokens=6, do_sample=False)
-        torch.save({{"logits": logits, "tokens": tokens}}, "{tmp_path / 'outputs.pt'}")
-    """, cwd=tmp_path)
+        torch.save({{"logits": logits, "tokens": tokens}}, "{tmp_path / "outputs.pt"}")
+    """,
+        cwd=tmp_path,
+    )
     outputs = torch.load(tmp_path / "outputs.pt")
     torch.testing.assert_close(outputs["logits"], expected_logits, atol=1e-6, rtol=0)
     assert torch.equal(outputs["tokens"], expected_tokens)

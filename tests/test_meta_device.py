@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import tiny_causal_lm, tiny_patchtst_config
 from transformers import PatchTSTForPrediction
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.core.contract import CompressedLayer
-from helpers import tiny_causal_lm, tiny_patchtst_config
 
 CASES = {
     "cp": dict(method="cp", rank=0.5, cp_iterations=2),

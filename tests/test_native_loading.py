@@ -9,13 +9,13 @@ import shutil
 
 import pytest
 import torch
+from helpers import tiny_causal_lm, tiny_patchtst_config
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoModelForCausalLM, LlamaForCausalLM, PatchTSTForPrediction
 from transformers.quantizers.auto import AUTO_QUANTIZATION_CONFIG_MAPPING, AUTO_QUANTIZER_MAPPING
 
 from hf_tensorcompress import CompressedCheckpointError, CompressionConfig, TensorCompressQuantizer, apply_compression
 from hf_tensorcompress.core.contract import QUANT_METHOD
-from helpers import tiny_causal_lm, tiny_patchtst_config
 
 X = torch.randn(2, 32, 3, generator=torch.Generator().manual_seed(1))
 IDS = torch.randint(3, 120, (2, 9), generator=torch.Generator().manual_seed(2))
@@ -74,8 +74,10 @@ def test_the_one_load_that_cannot_refuse_is_an_explicit_ignore_mismatched_sizes(
     )
     assert type(model) is PatchTSTForPrediction
     mismatched = {key for key, *_ in info["mismatched_keys"]}
-    assert mismatched == {f"{name}.weight" for name in json.loads((folders / "cp" / "config.json").read_text())[
-        "compression_config"]["modules"]}
+    assert mismatched == {
+        f"{name}.weight"
+        for name in json.loads((folders / "cp" / "config.json").read_text())["compression_config"]["modules"]
+    }
 
 
 def test_biprop_scores_checkpoint_keeps_the_frozen_weight_off_the_dense_key(folders):
@@ -109,8 +111,11 @@ def test_tensors_that_do_not_match_the_specs_are_refused_natively(folders, tmp_p
     config = json.loads((folder / "config.json").read_text())
     config["compression_config"]["modules"]["model.encoder.layers.0.self_attn.q_proj"]["rank"] += 3
     (folder / "config.json").write_text(json.dumps(config))
-    with pytest.raises(CompressedCheckpointError, match=r"model.safetensors: model.encoder.layers.0.self_attn.q_proj"
-                       r".factor_\w+ has shape .*config.json compression_config\['modules'\]"):
+    with pytest.raises(
+        CompressedCheckpointError,
+        match=r"model.safetensors: model.encoder.layers.0.self_attn.q_proj"
+        r".factor_\w+ has shape .*config.json compression_config\['modules'\]",
+    ):
         PatchTSTForPrediction.from_pretrained(folder)
 
 
@@ -138,8 +143,9 @@ def test_compress_on_load_refuses_what_needs_calibration_data(folders, tmp_path)
     tiny_causal_lm("llama").save_pretrained(dense_lm)
     for options in (dict(tt_basis="output"), dict(tt_exact_tokens=4)):
         with pytest.raises(ValueError, match="cannot carry calibration data.*apply_tt"):
-            LlamaForCausalLM.from_pretrained(dense_lm, quantization_config=CompressionConfig(
-                method="tt", tt_ranks=2, **options))
+            LlamaForCausalLM.from_pretrained(
+                dense_lm, quantization_config=CompressionConfig(method="tt", tt_ranks=2, **options)
+            )
 
 
 def test_compress_on_load_checks_targets_before_reading_weights(folders):
@@ -167,7 +173,9 @@ def test_dtype_and_device_map(folders, device_map):
     assert embedding.cores[0].dtype == torch.bfloat16 and embedding.token_ranks.dtype == torch.int32
     assert lm(IDS).logits.dtype == torch.bfloat16
     on_load = PatchTSTForPrediction.from_pretrained(
-        folders / "dense", quantization_config=CompressionConfig(method="svd"), dtype=torch.bfloat16,
+        folders / "dense",
+        quantization_config=CompressionConfig(method="svd"),
+        dtype=torch.bfloat16,
         device_map=device_map,
     )
     assert {p.dtype for p in on_load.parameters()} == {torch.bfloat16}

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from family_models import tiny
+from helpers import train_a_few_steps
 from peft import LoraConfig, PeftModel, get_peft_model
 
-from family_models import tiny
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.loading import load_model
-from helpers import train_a_few_steps
 
 IDS = torch.randint(3, 96, (2, 12), generator=torch.Generator().manual_seed(0))
 CONFIGS = {

@@ -5,18 +5,26 @@ from __future__ import annotations
 
 import pytest
 import torch
+from smartformer_fixtures import sines, tiny_patchtst
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from hf_tensorcompress.search import attention_groups
 from hf_tensorcompress.search.schedule import RankSchedule
 from hf_tensorcompress.training.forecasting import BestValidation
-from smartformer_fixtures import sines, tiny_patchtst
 
 
 def _trainer(tmp_path, max_steps: int) -> Trainer:
     args = TrainingArguments(
-        str(tmp_path), max_steps=max_steps, per_device_train_batch_size=16, learning_rate=2e-3, report_to=[],
-        save_strategy="no", use_cpu=True, disable_tqdm=True, seed=0, data_seed=0,
+        str(tmp_path),
+        max_steps=max_steps,
+        per_device_train_batch_size=16,
+        learning_rate=2e-3,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+        data_seed=0,
     )
     return Trainer(model=tiny_patchtst(layers=2), args=args, train_dataset=sines())
 
@@ -73,8 +81,17 @@ def test_a_step_outside_the_run_is_refused(tmp_path):
 def test_a_run_resumed_after_the_cut_starts_at_the_final_ranks_and_the_schedule_stays_done(tmp_path):
     def run(model, resume=None):
         args = TrainingArguments(
-            str(tmp_path), max_steps=8, per_device_train_batch_size=16, learning_rate=2e-3, report_to=[],
-            save_strategy="steps", save_steps=4, use_cpu=True, disable_tqdm=True, seed=0, data_seed=0,
+            str(tmp_path),
+            max_steps=8,
+            per_device_train_batch_size=16,
+            learning_rate=2e-3,
+            report_to=[],
+            save_strategy="steps",
+            save_steps=4,
+            use_cpu=True,
+            disable_tqdm=True,
+            seed=0,
+            data_seed=0,
         )
         trainer = Trainer(model=model, args=args, train_dataset=sines())
         modules = [m for g in attention_groups(model) for m in g.modules]

@@ -20,13 +20,39 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_recipe_trains_compresses_evaluates_and_saves(tmp_path):
     csv = tmp_path / "energy.csv"
-    pd.read_csv(appliances_energy_csv()).iloc[:2000][["date", "Appliances", "T1", "RH_1", "T_out"]].to_csv(csv, index=False)
+    pd.read_csv(appliances_energy_csv()).iloc[:2000][["date", "Appliances", "T1", "RH_1", "T_out"]].to_csv(
+        csv, index=False
+    )
     output = tmp_path / "out"
     command = [
-        sys.executable, str(ROOT / "recipes" / "cp_compress.py"), "--dataset", str(csv), "--horizon", "12",
-        "--context-length", "48", "--patch-length", "8", "--d-model", "16", "--layers", "1", "--heads", "2",
-        "--max-steps", "3", "--finetune-steps", "2", "--batch-size", "8", "--train-stride", "20",
-        "--eval-stride", "10", "--output-dir", str(output),
+        sys.executable,
+        str(ROOT / "recipes" / "cp_compress.py"),
+        "--dataset",
+        str(csv),
+        "--horizon",
+        "12",
+        "--context-length",
+        "48",
+        "--patch-length",
+        "8",
+        "--d-model",
+        "16",
+        "--layers",
+        "1",
+        "--heads",
+        "2",
+        "--max-steps",
+        "3",
+        "--finetune-steps",
+        "2",
+        "--batch-size",
+        "8",
+        "--train-stride",
+        "20",
+        "--eval-stride",
+        "10",
+        "--output-dir",
+        str(output),
     ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
@@ -36,7 +62,10 @@ def test_recipe_trains_compresses_evaluates_and_saves(tmp_path):
     results = json.loads((output / "results.json").read_text())
     assert results["dataset"] == str(csv) and results["horizon"] == 12
     assert [run["name"] for run in results["runs"]] == [
-        "dense", "dense, +2 steps", "cp rank=0.5, no fine-tune", "cp rank=0.5, fine-tuned"
+        "dense",
+        "dense, +2 steps",
+        "cp rank=0.5, no fine-tune",
+        "cp rank=0.5, fine-tuned",
     ]
     dense, control, _, tuned = results["runs"]
     assert control["train_seconds"] > 0 and dense["train_seconds"] > 0
@@ -68,14 +97,40 @@ def test_recipe_starts_from_a_pretrained_checkpoint(tmp_path):
     spec.loader.exec_module(recipe)
     csv = tmp_path / "energy.csv"
     pd.read_csv(appliances_energy_csv()).iloc[:1500][["date", "Appliances", "T2"]].to_csv(csv, index=False)
-    config = PatchTSTConfig(num_input_channels=2, context_length=40, prediction_length=10, patch_length=8,
-                            patch_stride=8, d_model=16, num_hidden_layers=1, num_attention_heads=2, ffn_dim=32)
+    config = PatchTSTConfig(
+        num_input_channels=2,
+        context_length=40,
+        prediction_length=10,
+        patch_length=8,
+        patch_stride=8,
+        d_model=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        ffn_dim=32,
+    )
     PatchTSTForPrediction(config).save_pretrained(tmp_path / "pretrained")
-    results = recipe.main([
-        "--model", str(tmp_path / "pretrained"), "--dataset", str(csv), "--method", "svd", "--rank", "0.25",
-        "--max-steps", "0", "--finetune-steps", "1", "--batch-size", "4", "--eval-stride", "25",
-        "--output-dir", str(tmp_path / "out"),
-    ])
+    results = recipe.main(
+        [
+            "--model",
+            str(tmp_path / "pretrained"),
+            "--dataset",
+            str(csv),
+            "--method",
+            "svd",
+            "--rank",
+            "0.25",
+            "--max-steps",
+            "0",
+            "--finetune-steps",
+            "1",
+            "--batch-size",
+            "4",
+            "--eval-stride",
+            "25",
+            "--output-dir",
+            str(tmp_path / "out"),
+        ]
+    )
     assert results["horizon"] == 10 and results["context_length"] == 40
     dense, _, untuned, tuned = results["runs"]
     assert dense["train_seconds"] == 0.0 and tuned["train_seconds"] > 0

@@ -22,9 +22,38 @@ RUN = Path("runs") / "smartformer-seed0"
 def launch(output_dir: Path, *extra: str) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     command = [
-        sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-        "--mixed_precision", "no", "--dynamo_backend", "no", str(RECIPE), "--model", "patchtst", "--size", "medium",
-        "--dataset", "electricity", "--context", "336", "--budget", "0.2", "--steps", "96", "--runs", "smartformer", "--save-steps", "24", "--output-dir", str(output_dir), *extra,
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        str(RECIPE),
+        "--model",
+        "patchtst",
+        "--size",
+        "medium",
+        "--dataset",
+        "electricity",
+        "--context",
+        "336",
+        "--budget",
+        "0.2",
+        "--steps",
+        "96",
+        "--runs",
+        "smartformer",
+        "--save-steps",
+        "24",
+        "--output-dir",
+        str(output_dir),
+        *extra,
     ]
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1200)
     assert run.returncode == 0, run.stderr[-4000:]
@@ -35,7 +64,10 @@ def launch(output_dir: Path, *extra: str) -> dict:
 def test_two_processes_share_ranks_and_resume_from_mid_search_equals_the_uninterrupted_run(tmp_path):
     reference = launch(tmp_path / "uninterrupted")
     (run,) = reference["runs"]
-    assert len(run["ranks_per_process"]) == 2 and run["ranks_per_process"][0] == run["ranks_per_process"][1] == run["ranks"]
+    assert (
+        len(run["ranks_per_process"]) == 2
+        and run["ranks_per_process"][0] == run["ranks_per_process"][1] == run["ranks"]
+    )
 
     checkpoint = tmp_path / "uninterrupted" / RUN / "checkpoint-24"
     state = json.loads((checkpoint / "search_state.json").read_text())
@@ -46,7 +78,9 @@ def test_two_processes_share_ranks_and_resume_from_mid_search_equals_the_uninter
     (again,) = resumed["runs"]
     assert again["resumed_from"] == "checkpoint-24"
     assert again["ranks_per_process"][0] == again["ranks_per_process"][1] == again["ranks"] == run["ranks"]
-    trace = [json.loads((tmp_path / name / "smartformer_trace.json").read_text()) for name in ("uninterrupted", "resumed")]
+    trace = [
+        json.loads((tmp_path / name / "smartformer_trace.json").read_text()) for name in ("uninterrupted", "resumed")
+    ]
     strip = lambda records: [{k: r[k] for k in ("step", "ranks", "changes", "decided")} for r in records]  # noqa: E731
     assert strip(trace[0]) == strip(trace[1]) and trace[0][-1]["done"]
     for key in ("mse", "mae"):

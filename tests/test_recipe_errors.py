@@ -36,8 +36,17 @@ def test_forecasting_recipes_report_user_errors_in_one_line(name, tmp_path, caps
     out = ["--output-dir", str(tmp_path / "out")]
     assert "my_series.csv does not exist" in error_line(capsys, module, ["--dataset", "my_series.csv", *out])
     stamps = pd.date_range("2024-01-01", periods=300, freq="h")
-    air = pd.DataFrame({"No": np.arange(1, 301), "year": stamps.year, "month": stamps.month, "day": stamps.day,
-                        "hour": stamps.hour, "pm": np.arange(300.0) % 7, "wind": ["NW", "SE", "cv"] * 100})
+    air = pd.DataFrame(
+        {
+            "No": np.arange(1, 301),
+            "year": stamps.year,
+            "month": stamps.month,
+            "day": stamps.day,
+            "hour": stamps.hour,
+            "pm": np.arange(300.0) % 7,
+            "wind": ["NW", "SE", "cv"] * 100,
+        }
+    )
     path = str(tmp_path / "air.csv")
     air.to_csv(path, index=False)
     line = error_line(capsys, module, ["--dataset", path, *out])

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-
 from helpers import run_without_library
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smartformer.py"
@@ -28,9 +27,26 @@ def test_recipe_runs_on_a_csv_and_writes_results_trace_and_model(tmp_path):
     frame.to_csv(tmp_path / "series.csv", index=False)
     out = tmp_path / "out"
     command = [
-        sys.executable, str(RECIPE), "--model", "patchtst", "--dataset", str(tmp_path / "series.csv"),
-        "--horizon", "8", "--context", "32", "--steps", "24", "--seeds", "3", "--runs", "dense", "smartformer", "uniform-cp-scheduled",
-        "--output-dir", str(out),
+        sys.executable,
+        str(RECIPE),
+        "--model",
+        "patchtst",
+        "--dataset",
+        str(tmp_path / "series.csv"),
+        "--horizon",
+        "8",
+        "--context",
+        "32",
+        "--steps",
+        "24",
+        "--seeds",
+        "3",
+        "--runs",
+        "dense",
+        "smartformer",
+        "uniform-cp-scheduled",
+        "--output-dir",
+        str(out),
     ]
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,10 +1,10 @@
 """Cost tables and results tables behind the model card and ``hf-tensorcompress report``."""
 
 import pytest
+from test_hub_push import small_patchtst
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
 from hf_tensorcompress.evaluation.reporting import cost_rows, estimated_energy, results_table, summary_rows
-from test_hub_push import small_patchtst
 
 
 def test_cost_rows_total_the_modules_and_estimate_energy():
@@ -21,11 +21,13 @@ def test_cost_rows_total_the_modules_and_estimate_energy():
 
 
 def test_results_table_averages_seeds_and_reads_both_recipe_layouts():
-    results = {"runs": [
-        {"name": "tt-8x8x9", "perplexity": 40.0, "compression_ratio": 2.0},  # TensorSLM layout: top-level numbers
-        {"name": "dense", "seed": 0, "metrics": {"perplexity": 28.0}},
-        {"name": "dense", "seed": 1, "metrics": {"perplexity": 30.0}},
-    ]}
+    results = {
+        "runs": [
+            {"name": "tt-8x8x9", "perplexity": 40.0, "compression_ratio": 2.0},  # TensorSLM layout: top-level numbers
+            {"name": "dense", "seed": 0, "metrics": {"perplexity": 28.0}},
+            {"name": "dense", "seed": 1, "metrics": {"perplexity": 30.0}},
+        ]
+    }
     headers, rows = results_table(results, highlight="tt-8x8x9")
     assert headers == ["run", "runs averaged", "compression_ratio", "perplexity"]
     assert rows == [["dense", "2", "", "29"], ["**tt-8x8x9** (this model)", "1", "2", "40"]]

@@ -39,24 +39,56 @@ def test_pot_threshold_matches_the_exponential_tail():
 
 
 def test_tiny_classification_run_writes_results(sbt, tmp_path):
-    results = sbt.main([
-        "--task", "classification", "--output_dir", str(tmp_path), "--keep_ratios", "0.5", "--seeds", "0",
-        "--max_steps", "2", "--d_model", "16", "--ffn_dim", "16",
-    ])
+    results = sbt.main(
+        [
+            "--task",
+            "classification",
+            "--output_dir",
+            str(tmp_path),
+            "--keep_ratios",
+            "0.5",
+            "--seeds",
+            "0",
+            "--max_steps",
+            "2",
+            "--d_model",
+            "16",
+            "--ffn_dim",
+            "16",
+        ]
+    )
     saved = json.loads((tmp_path / "results.json").read_text())
     ptq = [f"ptq-{scheme}-{scope}" for scope in ("qkv", "all") for scheme in ("int8", "int4", "int2")]
     assert saved["task"] == "classification" and [r["name"] for r in saved["runs"]] == [
-        "dense", "biprop-0.5", "qat-ternary-qkv", "qat-ternary-all", *ptq]
+        "dense",
+        "biprop-0.5",
+        "qat-ternary-qkv",
+        "qat-ternary-all",
+        *ptq,
+    ]
     assert all(run["steps"] == 2 for run in saved["runs"])  # the same budget for every arm
     dense, biprop = saved["runs"][:2]
     by_name = {run["name"]: run for run in saved["runs"]}
     disk = {name: run["linear_bytes"]["disk"] for name, run in by_name.items()}
     assert disk["dense"] > disk["ptq-int8-all"] > disk["ptq-int4-all"] > disk["ptq-int2-all"] > disk["qat-ternary-all"]
     assert disk["dense"] > disk["ptq-int8-qkv"] and by_name["ptq-int8-all"]["selected_step"] == dense["selected_step"]
-    assert (tmp_path / "bytes_pareto.png").exists() and "within each byte budget" in (tmp_path / "results.md").read_text()
+    assert (tmp_path / "bytes_pareto.png").exists() and "within each byte budget" in (
+        tmp_path / "results.md"
+    ).read_text()
     for run in saved["runs"][:2]:
-        assert set(run) >= {"name", "keep_ratio", "seed", "metrics", "params", "storage_bits", "nonzero_flops",
-                            "checkpoint_bytes", "train_seconds", "steps", "selected_step"}
+        assert set(run) >= {
+            "name",
+            "keep_ratio",
+            "seed",
+            "metrics",
+            "params",
+            "storage_bits",
+            "nonzero_flops",
+            "checkpoint_bytes",
+            "train_seconds",
+            "steps",
+            "selected_step",
+        }
         assert 0.0 <= run["metrics"]["accuracy"] <= 1.0
     assert biprop["storage_bits"] < dense["storage_bits"] and biprop["nonzero_flops"] < dense["nonzero_flops"]
     assert biprop["checkpoint_bytes"] < dense["checkpoint_bytes"]
@@ -66,15 +98,34 @@ def test_tiny_classification_run_writes_results(sbt, tmp_path):
 
 
 def test_quantization_arms_can_be_left_out(sbt, tmp_path):
-    sbt.main(["--task", "classification", "--output_dir", str(tmp_path), "--keep_ratios", "--seeds", "0",
-              "--max_steps", "1", "--d_model", "8", "--ffn_dim", "8", "--ptq-schemes", "int4", "--qat-scopes"])
+    sbt.main(
+        [
+            "--task",
+            "classification",
+            "--output_dir",
+            str(tmp_path),
+            "--keep_ratios",
+            "--seeds",
+            "0",
+            "--max_steps",
+            "1",
+            "--d_model",
+            "8",
+            "--ffn_dim",
+            "8",
+            "--ptq-schemes",
+            "int4",
+            "--qat-scopes",
+        ]
+    )
     saved = json.loads((tmp_path / "results.json").read_text())
     assert [r["name"] for r in saved["runs"]] == ["dense", "ptq-int4-qkv", "ptq-int4-all"]
 
 
 def test_step_t_prediction_scales_by_history_and_zeroes_step_t():
-    import torch
     from types import SimpleNamespace
+
+    import torch
 
     class Echo(torch.nn.Module):  # returns its input as the per-step reconstruction
         def forward(self, past_values):

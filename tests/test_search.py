@@ -6,6 +6,8 @@ import random
 
 import pytest
 import torch
+from smartformer_fixtures import tiny_patchtst
+from transformers import PatchTSTConfig, PatchTSTForPrediction
 
 from hf_tensorcompress.search import (
     RankSearch,
@@ -17,8 +19,6 @@ from hf_tensorcompress.search import (
     loss_reward,
 )
 from hf_tensorcompress.search.space import allowed_actions
-from smartformer_fixtures import tiny_patchtst
-from transformers import PatchTSTConfig, PatchTSTForPrediction
 
 
 # ---------------------------------------------------------------- config
@@ -76,7 +76,9 @@ def test_attention_groups_share_one_rank_per_attention_module():
 
 def test_attention_groups_need_a_compressed_model():
     torch.manual_seed(0)
-    dense = PatchTSTForPrediction(PatchTSTConfig(num_input_channels=2, context_length=16, patch_length=4, patch_stride=4, d_model=8))
+    dense = PatchTSTForPrediction(
+        PatchTSTConfig(num_input_channels=2, context_length=16, patch_length=4, patch_stride=4, d_model=8)
+    )
     with pytest.raises(ValueError, match="apply_compression"):
         attention_groups(dense)
 
@@ -118,7 +120,9 @@ def test_taylor_importance_is_sum_of_squared_grad_times_param():
     importance.accumulate(model)
     for group in groups:
         expected = sum(
-            float((p.grad * p.detach()).square().sum()) for name in group.modules for p in model.get_submodule(name).factors
+            float((p.grad * p.detach()).square().sum())
+            for name in group.modules
+            for p in model.get_submodule(name).factors
         )
         assert importance.scores[group.name] == pytest.approx(2 * expected, rel=1e-5)
     importance.reset()
@@ -183,13 +187,19 @@ def test_mdp_goes_least_important_first_and_stops_after_k_equal_actions():
     chosen = [record["layer"] for record in search.trace if "layer" in record]
     # greedy actions repeat, so each layer is decided after exactly k = 3 actions, least important first
     assert chosen == [names[1]] * 3 + [names[2]] * 3 + [names[0]] * 3
-    assert search.done and [r.get("decided_layer") for r in search.trace if r.get("decided_layer")] == [names[1], names[2], names[0]]
+    assert search.done and [r.get("decided_layer") for r in search.trace if r.get("decided_layer")] == [
+        names[1],
+        names[2],
+        names[0],
+    ]
     assert all(len(search.actions[name]) == 3 for name in names)
 
 
 def test_mdp_respects_the_parameter_budget_and_always_ends():
     model = tiny_patchtst(layers=3)
-    search = _search(model, epsilon_start=1.0, epsilon_end=1.0, consecutive_actions=5, max_actions_per_layer=6, param_budget=0.4)
+    search = _search(
+        model, epsilon_start=1.0, epsilon_end=1.0, consecutive_actions=5, max_actions_per_layer=6, param_budget=0.4
+    )
     _run(search, {g.name: float(g.position) for g in search.groups}, 100)
     assert search.done
     used = sum(g.params_at(search.ranks[g.name]) for g in search.groups)

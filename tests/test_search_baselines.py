@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import random
 
+from smartformer_fixtures import tiny_patchtst
+
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.search import attention_groups
 from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total_params, uniform_ranks
-from smartformer_fixtures import tiny_patchtst
 
 
 def test_uniform_ranks_take_the_closest_count():
@@ -50,14 +51,20 @@ def test_module_ranks_build_the_model_the_ranks_describe():
 
 def _dense():
     import torch
-    from transformers import PatchTSTConfig, PatchTSTForPrediction
-
     from smartformer_fixtures import CHANNELS, CONTEXT, HORIZON
+    from transformers import PatchTSTConfig, PatchTSTForPrediction
 
     torch.manual_seed(0)
     return PatchTSTForPrediction(
         PatchTSTConfig(
-            num_input_channels=CHANNELS, context_length=CONTEXT, patch_length=8, patch_stride=8, d_model=16,
-            num_attention_heads=4, num_hidden_layers=2, ffn_dim=32, prediction_length=HORIZON,
+            num_input_channels=CHANNELS,
+            context_length=CONTEXT,
+            patch_length=8,
+            patch_stride=8,
+            d_model=16,
+            num_attention_heads=4,
+            num_hidden_layers=2,
+            ffn_dim=32,
+            prediction_length=HORIZON,
         )
     )

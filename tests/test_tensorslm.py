@@ -10,7 +10,6 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.methods.tt.energy import (
     apply_svd_embedding,
     compression_ratio,
@@ -41,8 +40,17 @@ def test_energy_follows_eq_2_to_5_with_nu_over_tau_5():
 
 def test_svd_baseline_has_the_budgeted_rank_and_keeps_the_output_tied():
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=16, intermediate_size=16, num_hidden_layers=1,
-                                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True))
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=100,
+            hidden_size=16,
+            intermediate_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            tie_word_embeddings=True,
+        )
+    )
     rank = svd_rank_for(100, 16, 100 * 8)
     assert rank == 800 // 116
     params = apply_svd_embedding(model, rank)
@@ -58,7 +66,9 @@ def test_recipe_smoke_writes_results_and_plot(tmp_path):
 
     from hf_tensorcompress import assets
 
-    spec = importlib.util.spec_from_file_location("tensorslm_recipe", Path(__file__).parents[1] / "recipes" / "tensorslm.py")
+    spec = importlib.util.spec_from_file_location(
+        "tensorslm_recipe", Path(__file__).parents[1] / "recipes" / "tensorslm.py"
+    )
     tensorslm = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tensorslm)
 
@@ -67,13 +77,44 @@ def test_recipe_smoke_writes_results_and_plot(tmp_path):
     backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     model_dir = tmp_path / "model"
     PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]").save_pretrained(model_dir)
-    LlamaForCausalLM(LlamaConfig(vocab_size=97, hidden_size=72, intermediate_size=32, num_hidden_layers=1,
-                                 num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
-                     ).save_pretrained(model_dir)
-    results = tensorslm.main(["--model", str(model_dir), "--dataset", str(assets.sotu_dir()), "--sweep", "smoke",
-                              "--output-dir", str(tmp_path / "out"), "--eval-tokens", "300", "--window", "64",
-                              "--stride", "32", "--heal-steps", "3", "--heal-tokens", "128",
-                              "--tt-solver", "power", "--quant-arms", "bnb-int8-row", "bnb-nf4-b64"])
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=97,
+            hidden_size=72,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            tie_word_embeddings=True,
+        )
+    ).save_pretrained(model_dir)
+    results = tensorslm.main(
+        [
+            "--model",
+            str(model_dir),
+            "--dataset",
+            str(assets.sotu_dir()),
+            "--sweep",
+            "smoke",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--eval-tokens",
+            "300",
+            "--window",
+            "64",
+            "--stride",
+            "32",
+            "--heal-steps",
+            "3",
+            "--heal-tokens",
+            "128",
+            "--tt-solver",
+            "power",
+            "--quant-arms",
+            "bnb-int8-row",
+            "bnb-nf4-b64",
+        ]
+    )
     written = json.loads((tmp_path / "out" / "results.json").read_text())
     assert written == json.loads(json.dumps(results))
     names = [run["name"] for run in written["runs"]]
@@ -82,8 +123,17 @@ def test_recipe_smoke_writes_results_and_plot(tmp_path):
     tt = next(run for run in written["runs"] if run["name"] == "tt3-r5")
     output = next(run for run in written["runs"] if run["name"] == "tt3-r5-output")
     assert output["tt_basis"] == "output" and output["embedding_params"] == tt["embedding_params"] + 72 * 72  # + basis
-    assert set(tt) >= {"name", "tt_shape", "tt_ranks", "embedding_params", "compression_ratio", "perplexity",
-                       "delta_ln_ppl", "energy_ratio", "compress_seconds"}
+    assert set(tt) >= {
+        "name",
+        "tt_shape",
+        "tt_ranks",
+        "embedding_params",
+        "compression_ratio",
+        "perplexity",
+        "delta_ln_ppl",
+        "energy_ratio",
+        "compress_seconds",
+    }
     assert tt["tt_solver"] == "power"
     quantized = {run["name"]: run for run in written["runs"] if run["method"] == "quantization"}
     assert set(quantized) == {"bnb-int8-row", "bnb-nf4-b64"} and quantized["bnb-nf4-b64"]["library"] == "bitsandbytes"

@@ -6,19 +6,20 @@ import json
 
 import pytest
 import torch
+from helpers import run_without_library, tiny_causal_lm
 from transformers import AutoModelForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress.core.lowbit import LowBitTensor
 from hf_tensorcompress.methods.tiered.apply import apply_tiered
 from hf_tensorcompress.methods.tiered.layer import TieredEmbedding, TieredTiedHead
 from hf_tensorcompress.methods.tiered.rounding import output_aware_codes
-from hf_tensorcompress.core.lowbit import LowBitTensor
-from helpers import run_without_library, tiny_causal_lm
 
 IDS = torch.randint(3, 120, (2, 9), generator=torch.Generator().manual_seed(2))
 CALIBRATION = torch.randint(3, 120, (1, 400), generator=torch.Generator().manual_seed(3))
-OPTIONS = dict(tier_tokens=[20], tier_bits=[8, 3], tier_group_size=8, tier_order="calibration", rounding="output",
-               low_rank=2)
+OPTIONS = dict(
+    tier_tokens=[20], tier_bits=[8, 3], tier_group_size=8, tier_order="calibration", rounding="output", low_rank=2
+)
 
 
 def compressed(**options):
@@ -125,13 +126,16 @@ def test_resizing_the_vocabulary_says_to_resize_before_compressing():
         model.resize_token_embeddings(121)
 
 
-@pytest.mark.parametrize("options,message", [
-    (dict(tier_tokens=[10], tier_bits=[4]), "one width per tier"),
-    (dict(tier_bits=[5]), "choose one of"),
-    (dict(tier_tokens=[10], tier_bits=[0, 4]), "for the last tier and needs low_rank"),
-    (dict(tier_group_size=[8, 8]), "one of those per tier"),
-    (dict(rounding="gptq"), "choose one of"),
-])
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        (dict(tier_tokens=[10], tier_bits=[4]), "one width per tier"),
+        (dict(tier_bits=[5]), "choose one of"),
+        (dict(tier_tokens=[10], tier_bits=[0, 4]), "for the last tier and needs low_rank"),
+        (dict(tier_group_size=[8, 8]), "one of those per tier"),
+        (dict(rounding="gptq"), "choose one of"),
+    ],
+)
 def test_bad_options_name_the_fix(options, message):
     with pytest.raises(ValueError, match=message):
         CompressionConfig(method="tiered", **options)

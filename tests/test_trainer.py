@@ -7,11 +7,11 @@ import os
 
 import pytest
 import torch
+from smartformer_fixtures import appliances, sines, tiny_patchtst
 from transformers import TrainerCallback, TrainingArguments
 
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.trainer import SmartformerTrainer
-from smartformer_fixtures import appliances, sines, tiny_patchtst
 
 
 def _args(output_dir, **kwargs) -> TrainingArguments:
@@ -49,7 +49,9 @@ class FactorProbe(TrainerCallback):
 def test_search_changes_ranks_and_the_optimizer_trains_the_new_factors(tmp_path):
     model = tiny_patchtst(layers=2)
     search = SearchConfig(interval=3, consecutive_actions=2, max_actions_per_layer=4, param_budget=0.45, seed=1)
-    trainer = SmartformerTrainer(model=model, args=_args(tmp_path, max_steps=45), train_dataset=appliances(), search=search)
+    trainer = SmartformerTrainer(
+        model=model, args=_args(tmp_path, max_steps=45), train_dataset=appliances(), search=search
+    )
     probe = FactorProbe(trainer)
     trainer.add_callback(probe)
     trainer.train()
@@ -68,7 +70,9 @@ def test_search_changes_ranks_and_the_optimizer_trains_the_new_factors(tmp_path)
     assert all(group["lr"] == 0.0 for group in optimizer.param_groups)
 
     budget = 0.45 * sum(g.dense_params for g in trainer.search.groups)
-    assert budget >= sum(p.numel() for g in trainer.search.groups for m in g.modules for p in model.get_submodule(m).parameters())
+    assert budget >= sum(
+        p.numel() for g in trainer.search.groups for m in g.modules for p in model.get_submodule(m).parameters()
+    )
     recorded = model.config.compression_config["modules"]
     for group in trainer.search.groups:
         assert {recorded[m]["rank"] for m in group.modules} == {trainer.search.ranks[group.name]}
@@ -91,8 +95,12 @@ def test_decisions_are_logged_traced_and_plotted(tmp_path):
         size = record["attention_bytes"]
         assert size["disk"] == size["ram"] == 4 * record["attention_params"] and size["dense"] > 0
     sizes = [record["attention_params"] for record in trace]
-    assert sizes[-1] == sum(p.numel() for group in trainer.search.groups for name in group.modules
-                            for p in model.get_submodule(name).parameters())
+    assert sizes[-1] == sum(
+        p.numel()
+        for group in trainer.search.groups
+        for name in group.modules
+        for p in model.get_submodule(name).parameters()
+    )
 
 
 def test_epoch_stages_and_accuracy_reward_with_svd(tmp_path):
@@ -102,8 +110,15 @@ def test_epoch_stages_and_accuracy_reward_with_svd(tmp_path):
 
     torch.manual_seed(0)
     config = PatchTSTConfig(
-        num_input_channels=2, context_length=16, patch_length=4, patch_stride=4, d_model=16,
-        num_attention_heads=4, num_hidden_layers=1, ffn_dim=16, num_targets=2,
+        num_input_channels=2,
+        context_length=16,
+        patch_length=4,
+        patch_stride=4,
+        d_model=16,
+        num_attention_heads=4,
+        num_hidden_layers=1,
+        ffn_dim=16,
+        num_targets=2,
     )
     model = apply_compression(PatchTSTForClassification(config), CompressionConfig(method="svd", rank=1.0))
     series = torch.randn(64, 16, 2)
@@ -115,12 +130,16 @@ def test_epoch_stages_and_accuracy_reward_with_svd(tmp_path):
             inputs = dict(inputs, labels=inputs["target_values"])
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
-    search = SearchConfig(interval=1, interval_unit="epochs", reward="accuracy", consecutive_actions=2, max_actions_per_layer=3)
+    search = SearchConfig(
+        interval=1, interval_unit="epochs", reward="accuracy", consecutive_actions=2, max_actions_per_layer=3
+    )
     args = _args(tmp_path, max_steps=-1, num_train_epochs=4, label_names=["target_values"])
     trainer = Trainer(model=model, args=args, train_dataset=data, search=search)
     trainer.train()
     steps = [record["step"] for record in trainer.search.trace]
-    assert trainer.search.done and len(steps) >= 3 and steps == [4 * (i + 1) for i in range(len(steps))]  # 4 steps/epoch
+    assert (
+        trainer.search.done and len(steps) >= 3 and steps == [4 * (i + 1) for i in range(len(steps))]
+    )  # 4 steps/epoch
     assert all(0.0 <= record["metric"] <= 1.0 for record in trainer.search.trace)
     assert trainer.search.groups[0].layer_type == "svd"
 
@@ -128,8 +147,12 @@ def test_epoch_stages_and_accuracy_reward_with_svd(tmp_path):
 def test_validation_loss_reward_scores_every_stage_on_the_same_held_out_batches(tmp_path):
     held_out = sines(seed=1)
     with pytest.raises(ValueError, match="eval_dataset"):
-        SmartformerTrainer(model=tiny_patchtst(), args=_args(tmp_path), train_dataset=sines(),
-                           search=SearchConfig(reward="validation_loss"))
+        SmartformerTrainer(
+            model=tiny_patchtst(),
+            args=_args(tmp_path),
+            train_dataset=sines(),
+            search=SearchConfig(reward="validation_loss"),
+        )
 
     class Probe(TrainerCallback):  # the loss of the first 2 held-out batches, measured independently at each stage end
         def __init__(self):
@@ -147,10 +170,13 @@ def test_validation_loss_reward_scores_every_stage_on_the_same_held_out_batches(
                 model.train()
                 self.losses[state.global_step] = sum(losses) / 2
 
-    search = SearchConfig(reward="validation_loss", validation_batches=2, interval=4, consecutive_actions=2,
-                          max_actions_per_layer=3)
+    search = SearchConfig(
+        reward="validation_loss", validation_batches=2, interval=4, consecutive_actions=2, max_actions_per_layer=3
+    )
     args = _args(tmp_path, max_steps=24, per_device_eval_batch_size=8)
-    trainer = SmartformerTrainer(model=tiny_patchtst(), args=args, train_dataset=sines(), eval_dataset=held_out, search=search)
+    trainer = SmartformerTrainer(
+        model=tiny_patchtst(), args=args, train_dataset=sines(), eval_dataset=held_out, search=search
+    )
     probe = Probe()
     trainer.callback_handler.callbacks.insert(0, probe)  # before the search acts on the same step
     trainer.train()

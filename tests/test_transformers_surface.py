@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from datasets import Dataset
+from helpers import LM_VOCAB, tiny_causal_lm, tiny_patchtst_config, train_a_few_steps
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import (
     AutoModelForCausalLM,
@@ -17,7 +18,6 @@ from transformers import (
 )
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from helpers import LM_VOCAB, tiny_causal_lm, tiny_patchtst_config, train_a_few_steps
 
 
 def word_tokenizer() -> PreTrainedTokenizerFast:
@@ -74,18 +74,27 @@ def test_generate_with_kv_cache_and_left_padded_batches(tt_folder):
 
 def forecasting_data() -> Dataset:
     generator = torch.Generator().manual_seed(0)
-    return Dataset.from_dict({
-        "past_values": torch.randn(32, 32, 3, generator=generator).tolist(),
-        "future_values": torch.randn(32, 8, 3, generator=generator).tolist(),
-    })
+    return Dataset.from_dict(
+        {
+            "past_values": torch.randn(32, 32, 3, generator=generator).tolist(),
+            "future_values": torch.randn(32, 8, 3, generator=generator).tolist(),
+        }
+    )
 
 
 def test_trainer_fine_tunes_a_natively_loaded_compressed_model(cp_folder, tmp_path):
     model = PatchTSTForPrediction.from_pretrained(cp_folder)
     layer = model.model.encoder.layers[0].self_attn.q_proj
     before = [factor.detach().clone() for factor in layer.factors]
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, per_device_train_batch_size=8, report_to=[],
-                             learning_rate=1e-2, save_strategy="no", use_cpu=True)
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=3,
+        per_device_train_batch_size=8,
+        report_to=[],
+        learning_rate=1e-2,
+        save_strategy="no",
+        use_cpu=True,
+    )
     Trainer(model=model, args=args, train_dataset=forecasting_data()).train()
     assert all(not torch.equal(old, new) for old, new in zip(before, layer.factors))
     model.save_pretrained(tmp_path / "tuned")

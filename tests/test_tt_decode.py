@@ -13,21 +13,28 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.methods.tt import logits as tt_logits
-from hf_tensorcompress.methods.tt import solver as tt_solver
+from hf_tensorcompress.methods.tt.apply import apply_tt
 from hf_tensorcompress.methods.tt.head import TTTiedHead
 from hf_tensorcompress.methods.tt.layer import TTEmbedding
 from hf_tensorcompress.methods.tt.logits import best_cut, factored_logits
 from hf_tensorcompress.methods.tt.solver import resolve_solver, tt_reconstruct, tt_svd
-from hf_tensorcompress.methods.tt.apply import apply_tt
 
 VOCAB, HIDDEN = 120, 24
 
 
 def tiny_llama():
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=32, num_hidden_layers=2,
-                         num_attention_heads=2, num_key_value_heads=1, bos_token_id=0, eos_token_id=1,
-                         tie_word_embeddings=True)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=HIDDEN,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        bos_token_id=0,
+        eos_token_id=1,
+        tie_word_embeddings=True,
+    )
     return LlamaForCausalLM(config).eval()
 
 

@@ -26,9 +26,17 @@ VOCAB, HIDDEN = 300, 24
 
 def tiny_llama() -> LlamaForCausalLM:
     torch.manual_seed(0)
-    return LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=32,
-                                        num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                                        tie_word_embeddings=True)).eval()
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=HIDDEN,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            tie_word_embeddings=True,
+        )
+    ).eval()
 
 
 def test_exact_priors_pick_calibration_counts_lowest_ids_or_half_of_each():
@@ -124,9 +132,17 @@ def test_domains_recipe_gives_every_arm_at_most_the_tt_budget_and_keeps_text_dis
     model_dir = tmp_path / "model"
     PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]").save_pretrained(model_dir)
     torch.manual_seed(0)
-    LlamaForCausalLM(LlamaConfig(vocab_size=1200, hidden_size=24, intermediate_size=32, num_hidden_layers=1,
-                                 num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
-                     ).save_pretrained(model_dir)
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=1200,
+            hidden_size=24,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            tie_word_embeddings=True,
+        )
+    ).save_pretrained(model_dir)
     generator = torch.Generator().manual_seed(0)
     for name, low, high in (("low", 1, 300), ("high", 600, 1200)):
         folder = tmp_path / name
@@ -135,10 +151,28 @@ def test_domains_recipe_gives_every_arm_at_most_the_tt_budget_and_keeps_text_dis
             words = torch.randint(low, high, (120,), generator=generator).tolist()
             header = "From: someone\n\n" if name == "high" else ""
             (folder / f"{doc}.json").write_text(json.dumps({"text": header + " ".join(f"w{w}" for w in words)}))
-    results = recipe.main(["--model", str(model_dir), "--corpus", f"low={tmp_path / 'low'}",
-                           "--corpus", f"high={tmp_path / 'high'}", "--mail-corpus", "high",
-                           "--output-dir", str(tmp_path / "out"), "--eval-tokens", "100", "--window", "32",
-                           "--stride", "32", "--covariance-tokens", "64"])
+    results = recipe.main(
+        [
+            "--model",
+            str(model_dir),
+            "--corpus",
+            f"low={tmp_path / 'low'}",
+            "--corpus",
+            f"high={tmp_path / 'high'}",
+            "--mail-corpus",
+            "high",
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--eval-tokens",
+            "100",
+            "--window",
+            "32",
+            "--stride",
+            "32",
+            "--covariance-tokens",
+            "64",
+        ]
+    )
     runs = results["runs"]
     budget = next(run["embedding_params"] for run in runs if run["arm"] == "tt-calib")
     assert budget == 1200 * (2 + 3 + 4) + 24 * 24 + recipe.exact_for_ratio(1200, 24, 2.0) * 24
@@ -162,17 +196,31 @@ def test_domains_recipe_gives_every_arm_at_most_the_tt_budget_and_keeps_text_dis
         recipe.main(common + ["--calibration-corpora", "high"])
 
 
-
 @pytest.mark.slow
 def test_domains_recipe_on_smollm2_loses_more_on_mail_than_in_domain(tmp_path):
     """The real model: calibrated on Moby Dick, both TT and dense rows + output-aware SVD tail at 2× stay close to
     dense on held-out Moby Dick and lose far more on held-out mails."""
     from hf_tensorcompress import assets
 
-    results = load_recipe().main([
-        "--corpus", f"moby_dick={assets.moby_dick_dir()}", "--corpus", f"mail={assets.mail_dir()}",
-        "--mail-corpus", "mail", "--calibration-corpora", "moby_dick", "--arms", "tt-calib", "rows+svd-output-calib",
-        "--eval-tokens", "512", "--output-dir", str(tmp_path)])
+    results = load_recipe().main(
+        [
+            "--corpus",
+            f"moby_dick={assets.moby_dick_dir()}",
+            "--corpus",
+            f"mail={assets.mail_dir()}",
+            "--mail-corpus",
+            "mail",
+            "--calibration-corpora",
+            "moby_dick",
+            "--arms",
+            "tt-calib",
+            "rows+svd-output-calib",
+            "--eval-tokens",
+            "512",
+            "--output-dir",
+            str(tmp_path),
+        ]
+    )
     delta = {(run["arm"], run["evaluation"]): run["delta_ln_ppl"] for run in results["runs"]}
     assert len(delta) == 4
     for arm in ("tt-calib", "rows+svd-output-calib"):

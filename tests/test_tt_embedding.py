@@ -24,7 +24,6 @@ from transformers import (
 )
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.methods.tt import logits as tt_logits
 from hf_tensorcompress.methods.tt import solver as tt_solver
 from hf_tensorcompress.methods.tt.head import TTTiedHead
 from hf_tensorcompress.methods.tt.layer import TTEmbedding
@@ -36,16 +35,48 @@ VOCAB, HIDDEN = 120, 24
 def tiny(kind: str, tie: bool = True):
     torch.manual_seed(0)
     if kind == "gpt2":
-        model = GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=2, n_head=2, n_positions=64,
-                                           bos_token_id=0, eos_token_id=1, tie_word_embeddings=tie))
+        model = GPT2LMHeadModel(
+            GPT2Config(
+                vocab_size=VOCAB,
+                n_embd=HIDDEN,
+                n_layer=2,
+                n_head=2,
+                n_positions=64,
+                bos_token_id=0,
+                eos_token_id=1,
+                tie_word_embeddings=tie,
+            )
+        )
     elif kind == "opt":
-        model = OPTForCausalLM(OPTConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=2, ffn_dim=32,
-                                         num_attention_heads=2, max_position_embeddings=64, word_embed_proj_dim=HIDDEN,
-                                         bos_token_id=0, eos_token_id=1, pad_token_id=2, tie_word_embeddings=tie))
+        model = OPTForCausalLM(
+            OPTConfig(
+                vocab_size=VOCAB,
+                hidden_size=HIDDEN,
+                num_hidden_layers=2,
+                ffn_dim=32,
+                num_attention_heads=2,
+                max_position_embeddings=64,
+                word_embed_proj_dim=HIDDEN,
+                bos_token_id=0,
+                eos_token_id=1,
+                pad_token_id=2,
+                tie_word_embeddings=tie,
+            )
+        )
     else:
-        model = LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=32,
-                                             num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
-                                             bos_token_id=0, eos_token_id=1, tie_word_embeddings=tie))
+        model = LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=VOCAB,
+                hidden_size=HIDDEN,
+                intermediate_size=32,
+                num_hidden_layers=2,
+                num_attention_heads=2,
+                num_key_value_heads=1,
+                bos_token_id=0,
+                eos_token_id=1,
+                tie_word_embeddings=tie,
+            )
+        )
     return model.eval()
 
 
@@ -94,7 +125,7 @@ def test_eps_mode_bounds_every_token_error_and_pads_ragged_ranks_with_zeros():
     assert len({tuple(r) for r in ranks.tolist()}) > 1, "tokens should get different ranks"
     assert layer.ranks == ranks.max(dim=0).values.tolist()
     low = int((ranks[:, 0] < layer.ranks[0]).nonzero()[0])
-    assert bool((layer.cores[0][low, :, :, ranks[low, 0]:] == 0).all())
+    assert bool((layer.cores[0][low, :, :, ranks[low, 0] :] == 0).all())
     assert layer.effective_parameters() < layer.stored_parameters()
     per_token = torch.full((64,), 0.05)
     tighter = TTEmbedding.from_weight(weight, [4, 3, 6], eps=per_token)
@@ -124,8 +155,10 @@ def test_blocks_over_threads_give_what_one_batch_gives(monkeypatch):
     tests/test_tt_decode.py)."""
     weight = _spread_rows(700, 72, seed=0)
     eps = torch.linspace(0.2, 0.6, 700)  # per-token budgets, so blocks store different ranks
-    whole = {mode: tt_svd(weight, [4, 3, 6], **kwargs) for mode, kwargs in
-             {"fixed": {"max_ranks": [3, 2], "solver": "eigh"}, "eps": {"eps": eps}}.items()}
+    whole = {
+        mode: tt_svd(weight, [4, 3, 6], **kwargs)
+        for mode, kwargs in {"fixed": {"max_ranks": [3, 2], "solver": "eigh"}, "eps": {"eps": eps}}.items()
+    }
     monkeypatch.setattr(tt_solver, "DECOMPOSE_BLOCK", 128)
     for count in (1, 3):
         with torch_threads(count):
@@ -144,7 +177,10 @@ def test_power_solver_stays_within_one_percent_of_exact_tt_svd_and_is_thread_ind
     exact, _ = tt_svd(weight, [4, 3, 6], [3, 2])
     power, ranks = tt_svd(weight, [4, 3, 6], [3, 2], solver="power")
     assert bool((ranks == torch.tensor([3, 2], dtype=torch.int32)).all())
-    error = lambda cores: float((tt_reconstruct(cores) - weight).norm() / weight.norm())
+
+    def error(cores):
+        return float((tt_reconstruct(cores) - weight).norm() / weight.norm())
+
     assert error(exact) <= error(power) <= 1.01 * error(exact)
     rebuilt = tt_reconstruct(power)
     assert bool(torch.isfinite(rebuilt).all())
@@ -368,8 +404,9 @@ def test_output_basis_needs_calibration_and_lowers_the_logit_error(tmp_path):
     reference = dense(IDS).logits
     errors = {}
     for basis in ("identity", "output"):
-        model = apply_tt(tiny("gpt2"), CompressionConfig(method="tt", tt_order=3, tt_ranks=1, tt_basis=basis),
-                         calibration)
+        model = apply_tt(
+            tiny("gpt2"), CompressionConfig(method="tt", tt_order=3, tt_ranks=1, tt_basis=basis), calibration
+        )
         errors[basis] = (model.lm_head(hidden) - reference).pow(2).mean().item()
     assert errors["output"] < errors["identity"]
     assert hidden_covariance(dense, calibration).shape == (HIDDEN, HIDDEN)
@@ -395,8 +432,10 @@ def test_exact_tokens_are_served_dense_in_lookup_logits_and_vocabulary_edits(tmp
     assert torch.equal(layer(exact), weight[exact]) and not torch.allclose(layer(torch.tensor([11])), weight[11:12])
     logits = model.lm_head(hidden)
     torch.testing.assert_close(logits[..., exact], hidden @ weight[exact].T)
-    assert layer.stored_parameters() == layer.cores[0].numel() + layer.cores[1].numel() + layer.cores[2].numel() \
-        + HIDDEN * HIDDEN + 3 * HIDDEN
+    assert (
+        layer.stored_parameters()
+        == layer.cores[0].numel() + layer.cores[1].numel() + layer.cores[2].numel() + HIDDEN * HIDDEN + 3 * HIDDEN
+    )
     before = model(IDS).logits
     ids, _ = layer.add_tokens(torch.randn(100, HIDDEN))
     layer.remove_tokens(ids)
@@ -424,8 +463,8 @@ def test_exact_tokens_beyond_the_calibration_text_follow_token_id_order():
 def test_healing_lowers_the_output_kl_and_trains_only_the_cores(tmp_path):
     import torch.nn.functional as F
 
-    from hf_tensorcompress.methods.tt.healing import final_hidden_states, heal_tt_embedding
     from hf_tensorcompress.methods.tt.apply import apply_tt
+    from hf_tensorcompress.methods.tt.healing import final_hidden_states, heal_tt_embedding
 
     def peaked_llama():  # larger embeddings: logits far from uniform, so there is something to distil
         model = tiny("llama")
@@ -437,11 +476,16 @@ def test_healing_lowers_the_output_kl_and_trains_only_the_cores(tmp_path):
     calibration = torch.randint(3, VOCAB, (512,), generator=torch.Generator().manual_seed(3))
     with pytest.raises(ValueError, match="method='tt'"):
         heal_tt_embedding(tiny("llama"), teacher, calibration)
-    untied = apply_compression(tiny("llama"), CompressionConfig(method="tt", tt_order=3, tt_ranks=1, tt_untie_output=True))
+    untied = apply_compression(
+        tiny("llama"), CompressionConfig(method="tt", tt_order=3, tt_ranks=1, tt_untie_output=True)
+    )
     with pytest.raises(ValueError, match="TTTiedHead"):
         heal_tt_embedding(untied, teacher, calibration)
-    student = apply_tt(peaked_llama(), CompressionConfig(method="tt", tt_order=3, tt_ranks=1, tt_basis="output",
-                                                        tt_exact_tokens=8), calibration)
+    student = apply_tt(
+        peaked_llama(),
+        CompressionConfig(method="tt", tt_order=3, tt_ranks=1, tt_basis="output", tt_exact_tokens=8),
+        calibration,
+    )
     hidden = final_hidden_states(teacher, IDS.reshape(-1), window=12)
     target = F.log_softmax(teacher.lm_head(hidden), dim=-1).detach()
 
@@ -452,8 +496,9 @@ def test_healing_lowers_the_output_kl_and_trains_only_the_cores(tmp_path):
 
     frozen = {name: p.detach().clone() for name, p in student.named_parameters() if ".cores." not in name}
     before = held_out_kl()
-    losses = heal_tt_embedding(student, teacher, calibration, steps=60, tokens_per_step=128, learning_rate=1e-2,
-                               progress=False)
+    losses = heal_tt_embedding(
+        student, teacher, calibration, steps=60, tokens_per_step=128, learning_rate=1e-2, progress=False
+    )
     assert held_out_kl() < 0.8 * before
     assert sum(losses[-10:]) < sum(losses[:10])
     assert all(torch.equal(p, frozen[name]) for name, p in student.named_parameters() if name in frozen)

@@ -12,7 +12,6 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-
 #: ``config.json``'s ``quantization_config`` of a compressed checkpoint: where hf_tensorcompress is imported,
 #: transformers hands the checkpoint to the registered ``tensorcompress`` quantizer (``core/quantizer.py``), which
 #: rebuilds the layers from ``compression_config`` (the specs stay there, in one place).
@@ -49,7 +48,7 @@ class CompressedLayer(nn.Module):
 
     layer_type: ClassVar[str] = ""
     #: Every layer class with a ``layer_type``, by that type (filled by ``__init_subclass__``).
-    types: ClassVar[dict[str, type["CompressedLayer"]]] = {}
+    types: ClassVar[dict[str, type[CompressedLayer]]] = {}
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)
@@ -60,7 +59,7 @@ class CompressedLayer(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} must describe its structure in spec()")
 
     @classmethod
-    def from_spec(cls, spec: dict) -> "CompressedLayer":
+    def from_spec(cls, spec: dict) -> CompressedLayer:
         raise NotImplementedError(f"{cls.__name__} must build itself from a spec in from_spec()")
 
     def reset_parameters(self) -> None:
@@ -124,7 +123,7 @@ class ModelOption:
 
     key: ClassVar[str] = ""
     #: Every option class with a ``key``, by that key (filled by ``__init_subclass__``).
-    options: ClassVar[dict[str, type["ModelOption"]]] = {}
+    options: ClassVar[dict[str, type[ModelOption]]] = {}
 
     def __init_subclass__(cls, **kwargs) -> None:
         super().__init_subclass__(**kwargs)

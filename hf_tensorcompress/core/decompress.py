@@ -22,7 +22,9 @@ COMPRESSION_ENTRIES = ("compression_config", "quantization_config")
 
 def base_class(model: nn.Module) -> type[nn.Module]:
     """The transformers class under ``Compressed<Base>`` (the first class of the MRO that is not a compressed one)."""
-    return next(cls for cls in type(model).__mro__ if not any(c.__name__ == "CompressedModelMixin" for c in cls.__mro__))
+    return next(
+        cls for cls in type(model).__mro__ if not any(c.__name__ == "CompressedModelMixin" for c in cls.__mro__)
+    )
 
 
 def strip_compression(config) -> None:
@@ -30,8 +32,11 @@ def strip_compression(config) -> None:
     for entry in COMPRESSION_ENTRIES:
         if hasattr(config, entry):
             delattr(config, entry)
-    auto_map = {key: value for key, value in (getattr(config, "auto_map", None) or {}).items()
-                if not value.startswith("modeling_tensorcompress.")}
+    auto_map = {
+        key: value
+        for key, value in (getattr(config, "auto_map", None) or {}).items()
+        if not value.startswith("modeling_tensorcompress.")
+    }
     if auto_map:
         config.auto_map = auto_map
     elif hasattr(config, "auto_map"):

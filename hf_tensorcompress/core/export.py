@@ -95,7 +95,9 @@ def shipped_source(path: Path, files: dict[Path, str], methods: list[Method]) ->
     if path == MANIFEST:
         classes = list(dict.fromkeys(cls for m in methods for cls in (*m.layers, *m.options)))
         docstring = path.read_text(encoding="utf-8").split('"""')[1]
-        imports = [f"from .{files[Path(inspect.getsourcefile(cls)).resolve()]} import {cls.__name__}" for cls in classes]
+        imports = [
+            f"from .{files[Path(inspect.getsourcefile(cls)).resolve()]} import {cls.__name__}" for cls in classes
+        ]
         names = "".join(f"{cls.__name__}, " for cls in classes)
         return f'"""{docstring}"""\n\n' + "\n".join(imports) + f"\n\nLAYER_CLASSES = ({names})\n"
 
@@ -103,7 +105,9 @@ def shipped_source(path: Path, files: dict[Path, str], methods: list[Method]) ->
         indent, module, opening, name = match.groups()
         target = _imported_file(path, module, name)
         if target is None or target not in files:
-            raise ValueError(f"shipped file {path} imports {module}, which is not shipped (torch and transformers only)")
+            raise ValueError(
+                f"shipped file {path} imports {module}, which is not shipped (torch and transformers only)"
+            )
         return f"{indent}from .{files[target]} import {opening}{name}"
 
     return _IMPORT.sub(rewrite, path.read_text(encoding="utf-8"))

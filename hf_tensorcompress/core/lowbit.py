@@ -94,7 +94,7 @@ class LowBitTensor(nn.Module):
         self.register_buffer("minimum", torch.zeros(rows, columns // self.group_size, dtype=torch.float16))
 
     @classmethod
-    def quantize(cls, tensor: torch.Tensor, bits: int, group_size: int | None = None) -> "LowBitTensor":
+    def quantize(cls, tensor: torch.Tensor, bits: int, group_size: int | None = None) -> LowBitTensor:
         """Round-to-nearest storage of the 2-D ``tensor``."""
         if tensor.dim() != 2:
             raise ValueError(f"LowBitTensor stores matrices; got shape {tuple(tensor.shape)} (reshape to 2-D first)")
@@ -106,7 +106,7 @@ class LowBitTensor(nn.Module):
         return stored.set_codes(encode(tensor, scale, minimum, bits), scale, minimum)
 
     @torch.no_grad()
-    def set_codes(self, codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> "LowBitTensor":
+    def set_codes(self, codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor) -> LowBitTensor:
         """Store codes chosen elsewhere (e.g. by output-aware rounding) with their group parameters."""
         self.codes.copy_(pack(codes, self.bits))
         self.scale.copy_(scale)
@@ -117,7 +117,7 @@ class LowBitTensor(nn.Module):
         return {"shape": list(self.shape), "bits": self.bits, "group_size": self.group_size}
 
     @classmethod
-    def from_spec(cls, spec: dict) -> "LowBitTensor":
+    def from_spec(cls, spec: dict) -> LowBitTensor:
         return cls(spec["shape"], spec["bits"], spec["group_size"])
 
     def rows(self, ids: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -143,7 +143,7 @@ class LowBitTensor(nn.Module):
             parts.append(hidden @ self.rows(ids, hidden.dtype).T)
         return torch.cat(parts, dim=-1)
 
-    def _apply(self, fn, recurse: bool = True) -> "LowBitTensor":
+    def _apply(self, fn, recurse: bool = True) -> LowBitTensor:
         """``.to(device)`` moves the buffers; ``.to(dtype)`` / ``.half()`` (e.g. the model's dtype at load time)
         leave them alone: their dtypes *are* the storage format."""
         device = fn(torch.empty(0, device=self.codes.device)).device

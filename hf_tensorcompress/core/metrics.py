@@ -126,7 +126,9 @@ def nonzero_flops(model: nn.Module, **inputs) -> dict:
         sequences, steps = hidden.numel() // (hidden.shape[-1] * hidden.shape[-2]), hidden.shape[-2]
         masks = getattr(module, "sbt_qkv_mask", None)
         keep = float(masks.float().mean()) if masks is not None else 1.0
-        counts = attention_multiply_adds(getattr(module, "sbt_attention", None), steps, module.head_dim, module.num_heads, keep)
+        counts = attention_multiply_adds(
+            getattr(module, "sbt_attention", None), steps, module.head_dim, module.num_heads, keep
+        )
         totals["attention"] += sequences * sum(counts.values())
 
     handles = []

@@ -88,7 +88,9 @@ def is_compressed(model: nn.Module) -> bool:
 
 
 def _expect_tombstones(model: nn.Module, module_names) -> None:
-    patterns = {re.escape(name) + rf"\.{TOMBSTONE_KEY}$" for name in module_names} | {"^" + re.escape(SIGNPOST_KEY) + "$"}
+    patterns = {re.escape(name) + rf"\.{TOMBSTONE_KEY}$" for name in module_names} | {
+        "^" + re.escape(SIGNPOST_KEY) + "$"
+    }
     model._keys_to_ignore_on_load_unexpected = set(model._keys_to_ignore_on_load_unexpected or ()) | patterns
 
 
@@ -167,15 +169,19 @@ class CompressedModelMixin:
             key: tensor
             for option in options
             for key, tensor in option.tensors(self, compression).items()
-            if not getattr(tensor, "_is_hf_initialized", False) and not getattr(
-                modules.get(key.rpartition(".")[0]), "_is_hf_initialized", False)
+            if not getattr(tensor, "_is_hf_initialized", False)
+            and not getattr(modules.get(key.rpartition(".")[0]), "_is_hf_initialized", False)
         }
         super().initialize_weights()
         with torch.no_grad():
             for layer in layers:  # a submodel's _init_weights flags them initialised without knowing them
                 layer.reset_parameters()
                 layer._is_hf_initialized = True
-            fresh = {k: v for option in options for k, v in option.initial_tensors(self, compression).items()} if unfilled else {}
+            fresh = (
+                {k: v for option in options for k, v in option.initial_tensors(self, compression).items()}
+                if unfilled
+                else {}
+            )
             for key, tensor in unfilled.items():
                 tensor.copy_(fresh[key])
 
@@ -277,7 +283,6 @@ def _is_key_of(key, module_names: tuple[str, ...]) -> bool:
     return any(key.startswith(name + ".") or f".{name}." in key for name in module_names)
 
 
-
 _CLASSES: dict[tuple[type, object], type] = {}
 
 
@@ -291,8 +296,9 @@ def compressed_class(base: type[nn.Module], save_hook=None) -> type[nn.Module]:
     key = (base, save_hook)
     if key not in _CLASSES:
         hook = None if save_hook is None else staticmethod(save_hook)
-        _CLASSES[key] = type(CLASS_PREFIX + base.__name__, (CompressedModelMixin, base),
-                             {"__module__": __name__, "save_hook": hook})
+        _CLASSES[key] = type(
+            CLASS_PREFIX + base.__name__, (CompressedModelMixin, base), {"__module__": __name__, "save_hook": hook}
+        )
     return _CLASSES[key]
 
 

@@ -7,8 +7,9 @@ this module knows no method. ``hf_tensorcompress.methods.get_method`` loads the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # no torch at import: the command line reads the registry for its flags
     from torch import nn

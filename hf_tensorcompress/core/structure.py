@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from torch import nn
 
-from .shipped_layers import LAYER_CLASSES  # noqa: F401  (in a checkpoint: imports, so registers, its layers)
 from .contract import CompressedLayer, ModelOption
+from .shipped_layers import LAYER_CLASSES  # noqa: F401  (in a checkpoint: imports, so registers, its layers)
 
 
 class CompressedCheckpointError(ValueError):

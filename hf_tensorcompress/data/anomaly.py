@@ -38,7 +38,9 @@ def load_anomaly_series(
         if not isinstance(frame, pd.DataFrame):
             frame = frame.to_pandas() if hasattr(frame, "to_pandas") else frame["train"].to_pandas()
         if label_column not in frame.columns:
-            raise ValueError(f"{source} has no {label_column!r} column (0/1 per step); columns are {list(frame.columns)}")
+            raise ValueError(
+                f"{source} has no {label_column!r} column (0/1 per step); columns are {list(frame.columns)}"
+            )
         labels_all = frame.pop(label_column).to_numpy()
         text = [c for c in frame.columns if not pd.api.types.is_numeric_dtype(frame[c])]
         if text:

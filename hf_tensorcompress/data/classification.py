@@ -93,15 +93,19 @@ def _numeric(frame: pd.DataFrame, names: Sequence[str]) -> None:
     text = [name for name in names if not pd.api.types.is_numeric_dtype(frame[name])]
     if text:
         raise not_numeric(
-            frame, text, "every column besides the label, id and time columns must be a number (name the series "
-            "column with --id-column, the time column with --time-column)"
+            frame,
+            text,
+            "every column besides the label, id and time columns must be a number (name the series "
+            "column with --id-column, the time column with --time-column)",
         )
 
 
 def _from_table(frame: pd.DataFrame, columns: SeriesColumns) -> RawSeries:
     _require(frame, [columns.label_column], "label_column (--label-column)")
     if frame[columns.label_column].isna().any():
-        raise ValueError(f"label column {columns.label_column!r} has {int(frame[columns.label_column].isna().sum())} empty value(s)")
+        raise ValueError(
+            f"label column {columns.label_column!r} has {int(frame[columns.label_column].isna().sum())} empty value(s)"
+        )
     if columns.id_column is None:
         return _from_wide(frame, columns)
     _require(frame, [columns.id_column], "id_column (--id-column)")
@@ -151,7 +155,9 @@ def stratified_split(labels: Sequence[str], fraction: float, seed: int) -> tuple
     for label in sorted(set(labels)):
         members = np.flatnonzero(labels == label)
         if len(members) < 2:
-            raise ValueError(f"class {label!r} has {len(members)} series; each class needs 2 or more to split off a held-out part")
+            raise ValueError(
+                f"class {label!r} has {len(members)} series; each class needs 2 or more to split off a held-out part"
+            )
         held.append(rng.permutation(members)[: max(1, round(fraction * len(members)))])
     held = np.sort(np.concatenate(held))
     return np.setdiff1d(np.arange(len(labels)), held), held
@@ -210,18 +216,23 @@ def load_classification_dataset(
     std = np.sqrt((((values - mean) * observed) ** 2).sum(axis=(0, 1)) / np.maximum(count, 1))
     std = np.where(std > 0, std, 1.0)
     classes = sorted(set(train.labels))
-    features = datasets.Features({
-        "past_values": datasets.Array2D((steps, len(train.channels)), "float32"),
-        "past_observed_mask": datasets.Array2D((steps, len(train.channels)), "float32"),
-        "target_values": datasets.ClassLabel(names=classes),
-    })
+    features = datasets.Features(
+        {
+            "past_values": datasets.Array2D((steps, len(train.channels)), "float32"),
+            "past_observed_mask": datasets.Array2D((steps, len(train.channels)), "float32"),
+            "target_values": datasets.ClassLabel(names=classes),
+        }
+    )
     description = json.dumps({INFO_KEY: {"channels": train.channels, "mean": mean.tolist(), "std": std.tolist()}})
     result = {}
     for name, part in splits.items():
         values, observed = arrays[name]
         scaled = ((values - mean) / std * observed).astype(np.float32)  # padding and missing values stay exactly 0
-        data = {"past_values": scaled, "past_observed_mask": observed.astype(np.float32),
-                "target_values": [classes.index(label) for label in part.labels]}
+        data = {
+            "past_values": scaled,
+            "past_observed_mask": observed.astype(np.float32),
+            "target_values": [classes.index(label) for label in part.labels],
+        }
         info = datasets.DatasetInfo(description=description, features=features)
         result[name] = datasets.Dataset.from_dict(data, features=features, info=info, split=name)
     return datasets.DatasetDict(result)
@@ -236,11 +247,13 @@ def describe_classification(data: datasets.DatasetDict, source: str) -> str:
     lengths = train["past_observed_mask"].any(axis=2).sum(axis=1)
     observed = np.concatenate([data[name].with_format("numpy")[:]["past_observed_mask"].ravel() for name in data])
     shown = ", ".join(f"{name} {count}" for name, count in zip(classes[:10], counts[:10]))
-    return "\n".join([
-        f"data: {source}",
-        "  series: " + ", ".join(f"{name} {len(split)}" for name, split in data.items()),
-        f"  channels: {len(channels)} ({', '.join(channels[:8])}{', …' if len(channels) > 8 else ''}); padded length "
-        f"{train['past_values'].shape[1]} (training series {int(lengths.min())} to {int(lengths.max())} steps)",
-        f"  classes: {len(classes)} (training series per class: {shown}{', …' if len(classes) > 10 else ''})",
-        f"  padding or missing: {1 - observed.mean():.2%} of values (masked)",
-    ])
+    return "\n".join(
+        [
+            f"data: {source}",
+            "  series: " + ", ".join(f"{name} {len(split)}" for name, split in data.items()),
+            f"  channels: {len(channels)} ({', '.join(channels[:8])}{', …' if len(channels) > 8 else ''}); padded length "
+            f"{train['past_values'].shape[1]} (training series {int(lengths.min())} to {int(lengths.max())} steps)",
+            f"  classes: {len(classes)} (training series per class: {shown}{', …' if len(classes) > 10 else ''})",
+            f"  padding or missing: {1 - observed.mean():.2%} of values (masked)",
+        ]
+    )

@@ -54,7 +54,9 @@ def combine_calendar_columns(frame: pd.DataFrame, columns: Sequence[str]) -> pd.
     """Replace calendar columns (year, month, day[, hour[, minute[, second]]] in that order) by one timestamp."""
     unknown = [name for name in columns if name not in frame.columns]
     if unknown:
-        raise ValueError(f"timestamp_columns (--timestamp-columns): unknown column(s) {unknown}; columns are {list(frame.columns)}")
+        raise ValueError(
+            f"timestamp_columns (--timestamp-columns): unknown column(s) {unknown}; columns are {list(frame.columns)}"
+        )
     if not 3 <= len(columns) <= len(CALENDAR_UNITS):
         raise ValueError(
             f"timestamp_columns={list(columns)} (--timestamp-columns) must name 3 to 6 columns in the order "
@@ -94,8 +96,11 @@ def id_candidates(frame: pd.DataFrame, timestamp: str) -> list[str]:
     counts = frame[timestamp].value_counts()
     repeats = int(counts.max())
     return [
-        name for name in frame.columns
-        if name != timestamp and 1 < frame[name].nunique() <= repeats and frame[name].nunique() < len(frame) // 2
+        name
+        for name in frame.columns
+        if name != timestamp
+        and 1 < frame[name].nunique() <= repeats
+        and frame[name].nunique() < len(frame) // 2
         and not pd.api.types.is_float_dtype(frame[name])
     ]
 
@@ -104,7 +109,9 @@ def check_timestamps(frame: pd.DataFrame, timestamp: str, sort: bool) -> pd.Data
     """No missing or duplicated timestamps; rows in time order (sorted only when ``sort``)."""
     stamps = frame[timestamp]
     if stamps.isna().any():
-        raise ValueError(f"timestamp column {timestamp!r} has {int(stamps.isna().sum())} empty value(s), e.g. row {int(stamps.isna().to_numpy().argmax())}")
+        raise ValueError(
+            f"timestamp column {timestamp!r} has {int(stamps.isna().sum())} empty value(s), e.g. row {int(stamps.isna().to_numpy().argmax())}"
+        )
     duplicated = stamps[stamps.duplicated()]
     if len(duplicated):
         candidates = id_candidates(frame, timestamp)
@@ -125,7 +132,9 @@ def check_timestamps(frame: pd.DataFrame, timestamp: str, sort: bool) -> pd.Data
     return frame
 
 
-def pivot_long(frame: pd.DataFrame, id_column: str, timestamp: str | None, values: Sequence[str]) -> tuple[pd.DataFrame, dict[str, list[str]]]:
+def pivot_long(
+    frame: pd.DataFrame, id_column: str, timestamp: str | None, values: Sequence[str]
+) -> tuple[pd.DataFrame, dict[str, list[str]]]:
     """Long data (one row per time and series) -> one row per time, one channel per series × value column.
 
     Channels are named ``<id>`` (one value column) or ``<id>/<value column>``. Returns the wide frame and, for each
@@ -134,7 +143,9 @@ def pivot_long(frame: pd.DataFrame, id_column: str, timestamp: str | None, value
     if id_column not in frame.columns:
         raise ValueError(f"id_column={id_column!r} (--id-column) is not a column; columns are {list(frame.columns)}")
     if timestamp is None:
-        raise ValueError(f"id_column={id_column!r} needs a timestamp column to align the series; name it with timestamp_column")
+        raise ValueError(
+            f"id_column={id_column!r} needs a timestamp column to align the series; name it with timestamp_column"
+        )
     pairs = frame.duplicated([timestamp, id_column])
     if pairs.any():
         row = frame[pairs].iloc[0]
@@ -156,8 +167,10 @@ def suspicious_channels(frame: pd.DataFrame, candidates: Sequence[str], timestam
     text = [name for name in candidates if not is_numeric(frame[name])]
     if text:
         raise not_numeric(
-            frame, text, f"encode them with one_hot={text} (--one-hot {' '.join(text)}) or leave them out with "
-            f"drop_columns={text} (--drop-columns {' '.join(text)})"
+            frame,
+            text,
+            f"encode them with one_hot={text} (--one-hot {' '.join(text)}) or leave them out with "
+            f"drop_columns={text} (--drop-columns {' '.join(text)})",
         )
     for name in candidates:
         series = frame[name]

@@ -94,7 +94,9 @@ def parse_timestamps(frame: pd.DataFrame, column: str) -> pd.DataFrame:
     return frame.assign(**{column: stamps.astype("datetime64[ns]")})
 
 
-def _value_columns(frame: pd.DataFrame, layout: Layout, skip: set[str], timestamp: str | None) -> tuple[list[str], list[str]]:
+def _value_columns(
+    frame: pd.DataFrame, layout: Layout, skip: set[str], timestamp: str | None
+) -> tuple[list[str], list[str]]:
     """(targets, covariates) as columns of ``frame`` (before any pivot)."""
     named = [*(layout.columns or []), *layout.covariates, *layout.drop_columns]
     unknown = [name for name in named if name not in frame.columns]
@@ -106,8 +108,10 @@ def _value_columns(frame: pd.DataFrame, layout: Layout, skip: set[str], timestam
         wrong = [name for name in [*targets, *covariates] if not is_numeric(frame[name])]
         if wrong:
             raise not_numeric(
-                frame, wrong, f"forecasting channels must be numbers (encode categories with one_hot={wrong}, "
-                f"--one-hot {' '.join(wrong)})"
+                frame,
+                wrong,
+                f"forecasting channels must be numbers (encode categories with one_hot={wrong}, "
+                f"--one-hot {' '.join(wrong)})",
             )
         return targets, covariates
     rest = [name for name in frame.columns if name not in skip | set(covariates) | set(layout.drop_columns)]
@@ -126,12 +130,16 @@ def tidy(frame: pd.DataFrame, layout: Layout) -> Tidy:
         frame, encoded = one_hot(frame, layout.one_hot)
         expand = lambda names: [new for name in names for new in encoded.get(name, [name])]  # noqa: E731
         layout = replace(
-            layout, columns=None if layout.columns is None else expand(layout.columns),
-            covariates=expand(layout.covariates), drop_columns=expand(layout.drop_columns),
+            layout,
+            columns=None if layout.columns is None else expand(layout.columns),
+            covariates=expand(layout.covariates),
+            drop_columns=expand(layout.drop_columns),
         )
     if layout.timestamp_columns:
         if layout.timestamp_column not in (None, "auto"):
-            raise ValueError("pass either timestamp_column (--timestamp-column) or timestamp_columns (--timestamp-columns), not both")
+            raise ValueError(
+                "pass either timestamp_column (--timestamp-column) or timestamp_columns (--timestamp-columns), not both"
+            )
         frame = combine_calendar_columns(frame, layout.timestamp_columns)
         timestamp = COMBINED_TIMESTAMP
     else:
@@ -141,7 +149,9 @@ def tidy(frame: pd.DataFrame, layout: Layout) -> Tidy:
     skip = {name for name in (timestamp, layout.id_column) if name}
     if layout.id_column is not None:
         if layout.id_column not in frame.columns:
-            raise ValueError(f"id_column={layout.id_column!r} (--id-column) is not a column; columns are {list(frame.columns)}")
+            raise ValueError(
+                f"id_column={layout.id_column!r} (--id-column) is not a column; columns are {list(frame.columns)}"
+            )
         targets, covariates = _value_columns(frame, layout, skip, timestamp)
         frame, names = pivot_long(frame, layout.id_column, timestamp, [*targets, *covariates])
         targets = [channel for name in targets for channel in names[name]]

@@ -38,7 +38,9 @@ def _frames(data: pd.DataFrame | datasets.Dataset | datasets.DatasetDict) -> dic
 
 def check_split_ratios(ratios: Sequence[float]) -> None:
     if len(ratios) != 3 or any(r <= 0 for r in ratios) or abs(sum(ratios) - 1) > 1e-6:
-        raise ValueError(f"split_ratios={tuple(ratios)} must be three positive fractions summing to 1, e.g. (0.7, 0.1, 0.2)")
+        raise ValueError(
+            f"split_ratios={tuple(ratios)} must be three positive fractions summing to 1, e.g. (0.7, 0.1, 0.2)"
+        )
 
 
 def split_sizes(rows: int, ratios: Sequence[float]) -> tuple[int, int, int]:
@@ -83,8 +85,16 @@ def prepare_forecasting(
         DatasetDict with the timestamp (if any) and float32 channels; missing values stay NaN (windows mask them, in
         training and in every metric). ``standardization_of(result)`` gives the statistics, to un-scale forecasts.
     """
-    layout = Layout(timestamp_column, timestamp_columns, id_column, columns, tuple(covariates), tuple(drop_columns),
-                    tuple(one_hot), sort_timestamps)
+    layout = Layout(
+        timestamp_column,
+        timestamp_columns,
+        id_column,
+        columns,
+        tuple(covariates),
+        tuple(drop_columns),
+        tuple(one_hot),
+        sort_timestamps,
+    )
     check_split_ratios(split_ratios)
     frames = _frames(data)
     if isinstance(frames, pd.DataFrame):
@@ -94,7 +104,9 @@ def prepare_forecasting(
         tables = {name: _rows(table, bounds[i], bounds[i + 1]) for i, name in enumerate(SPLITS)}
     else:
         tables = {name: tidy(frame, layout) for name, frame in frames.items()}
-        missing = {name: [c for c in tables["train"].channels if c not in t.frame.columns] for name, t in tables.items()}
+        missing = {
+            name: [c for c in tables["train"].channels if c not in t.frame.columns] for name, t in tables.items()
+        }
         if any(missing.values()):
             raise ValueError(f"the splits do not share the training split's channels; missing: {missing}")
         empty = [name for name, t in tables.items() if len(t.frame) == 0]
@@ -104,7 +116,9 @@ def prepare_forecasting(
     values = {name: t.frame[first.channels].to_numpy(dtype=np.float64) for name, t in tables.items()}
     empty_channels = [c for c, seen in zip(first.channels, np.isfinite(values["train"]).any(axis=0)) if not seen]
     if empty_channels:
-        raise ValueError(f"channel(s) {empty_channels} have no value in the training split; leave them out (drop_columns)")
+        raise ValueError(
+            f"channel(s) {empty_channels} have no value in the training split; leave them out (drop_columns)"
+        )
     stats = Standardization.fit(values["train"], first.channels, first.timestamp, first.targets)
     splits = {}
     for name, table in tables.items():

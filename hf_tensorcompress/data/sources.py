@@ -33,7 +33,10 @@ def load_electricity(**kwargs: Any) -> datasets.DatasetDict:
 
 #: ``--dataset`` names of the data sets fetched by ``make install`` (name -> loader, what the summary calls it).
 BUILTIN_SOURCES = {
-    "appliances_energy": (load_appliances_energy, "UCI Appliances Energy (built in; 10-minute, 26 channels; noise columns rv1/rv2 dropped)"),
+    "appliances_energy": (
+        load_appliances_energy,
+        "UCI Appliances Energy (built in; 10-minute, 26 channels; noise columns rv1/rv2 dropped)",
+    ),
     "electricity": (load_electricity, "hourly electricity (built in; mean load of 321 clients, 2012-2014)"),
 }
 

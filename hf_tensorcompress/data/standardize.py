@@ -35,7 +35,9 @@ class Standardization:
         std = np.nanstd(values, axis=0)
         std = np.where(np.isfinite(std) & (std > 0), std, 1.0)
         chosen = None if targets is None or list(targets) == list(columns) else tuple(targets)
-        return cls(tuple(columns), tuple(float(m) for m in mean), tuple(float(s) for s in std), timestamp_column, chosen)
+        return cls(
+            tuple(columns), tuple(float(m) for m in mean), tuple(float(s) for s in std), timestamp_column, chosen
+        )
 
     def apply(self, values: np.ndarray) -> np.ndarray:
         return (values - np.asarray(self.mean)) / np.asarray(self.std)
@@ -52,7 +54,10 @@ class Standardization:
         data = json.loads(text)[INFO_KEY]
         targets = data.get("targets")
         return cls(
-            tuple(data["columns"]), tuple(data["mean"]), tuple(data["std"]), data["timestamp_column"],
+            tuple(data["columns"]),
+            tuple(data["mean"]),
+            tuple(data["std"]),
+            data["timestamp_column"],
             None if targets is None else tuple(targets),
         )
 

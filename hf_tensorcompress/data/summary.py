@@ -35,20 +35,26 @@ def describe_forecasting(data: datasets.DatasetDict, source: str) -> str:
     lines = [
         f"data: {source}",
         f"  rows: {sum(len(f) for f in frames.values())} ("
-        + ", ".join(f"{name} {len(frame)}" for name, frame in frames.items()) + ")",
+        + ", ".join(f"{name} {len(frame)}" for name, frame in frames.items())
+        + ")",
         f"  channels: {len(stats.columns)}; targets (scored): {_names(list(stats.target_columns))}"
         + (f"; covariates (inputs only): {_names(covariates)}" if covariates else ""),
     ]
     if stats.timestamp_column:
         stamps = pd.concat([frame[stats.timestamp_column] for frame in frames.values()], ignore_index=True)
-        lines.append(f"  time: {stamps.iloc[0]} to {stamps.iloc[-1]} (column {stats.timestamp_column!r}), "
-                     f"frequency {frequency(stamps)}")
+        lines.append(
+            f"  time: {stamps.iloc[0]} to {stamps.iloc[-1]} (column {stats.timestamp_column!r}), "
+            f"frequency {frequency(stamps)}"
+        )
     else:
         lines.append("  time: no timestamp column (rows taken in file order)")
     worst = int(np.argmax(missing))
     lines.append(
         f"  missing: {np.isnan(values).mean():.2%} of values"
-        + (f" (most: {stats.columns[worst]} {missing[worst]:.2%}); masked in training and in every metric"
-           if missing[worst] > 0 else "")
+        + (
+            f" (most: {stats.columns[worst]} {missing[worst]:.2%}); masked in training and in every metric"
+            if missing[worst] > 0
+            else ""
+        )
     )
     return "\n".join(lines)

@@ -7,6 +7,7 @@ would say it could not reach the Hub).
 from __future__ import annotations
 
 from pathlib import Path
+
 import datasets
 import pandas as pd
 
@@ -20,8 +21,11 @@ Table = pd.DataFrame | datasets.Dataset | datasets.DatasetDict
 
 def looks_like_path(source: str) -> bool:
     """True for values a user means as a local path: a known file ending, a separator, or ``.``/``~`` at the start."""
-    return source.lower().endswith(FILE_SUFFIXES) or "\\" in source or source.startswith((".", "~", "/")) or (
-        source.count("/") > 1
+    return (
+        source.lower().endswith(FILE_SUFFIXES)
+        or "\\" in source
+        or source.startswith((".", "~", "/"))
+        or (source.count("/") > 1)
     )
 
 
@@ -61,4 +65,3 @@ def _read_file(path: Path) -> pd.DataFrame:
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, ValueError) as error:
         raise ValueError(f"{path} is not a readable table: {' '.join(str(error).split())}") from None
     raise ValueError(f"{path} is not a CSV ({', '.join(CSV_SUFFIXES)}) or Parquet file; pass one of those, or a folder")
-

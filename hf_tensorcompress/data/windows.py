@@ -64,7 +64,11 @@ class ForecastingWindows(Dataset):
     """
 
     def __init__(
-        self, split: datasets.Dataset, config: PretrainedConfig | PreTrainedModel, stride: int = 1, future_mask: bool = False
+        self,
+        split: datasets.Dataset,
+        config: PretrainedConfig | PreTrainedModel,
+        stride: int = 1,
+        future_mask: bool = False,
     ):
         config = getattr(config, "config", config)
         self.shape = window_shape(config)

@@ -37,8 +37,9 @@ def detection_scores(predicted: np.ndarray, labels: np.ndarray) -> dict[str, flo
     return {"precision": precision, "recall": recall, "f1": f1}
 
 
-def threshold_scores(validation: np.ndarray, test: np.ndarray, labels: np.ndarray, manual_tau: float,
-                     pot_risk: float, pot_level: float) -> dict[str, float]:
+def threshold_scores(
+    validation: np.ndarray, test: np.ndarray, labels: np.ndarray, manual_tau: float, pot_risk: float, pot_level: float
+) -> dict[str, float]:
     """F1 etc. at two thresholds from the validation scores: the top ``manual_tau`` quantile, and POT."""
     manual = float(np.quantile(validation, 1.0 - manual_tau))
     pot = float(pot_threshold(validation, pot_risk, pot_level))

@@ -21,7 +21,9 @@ def point_forecast(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> to
     model_type = getattr(model.config, "model_type", None)
     batch = {key: value for key, value in batch.items() if key != "future_observed_mask" or model_type != "patchtst"}
     if model_type == "patchtst":
-        return model(past_values=batch["past_values"], past_observed_mask=batch.get("past_observed_mask")).prediction_outputs
+        return model(
+            past_values=batch["past_values"], past_observed_mask=batch.get("past_observed_mask")
+        ).prediction_outputs
     if model_type == "autoformer":
         outputs = model(**batch)
         return model.output_distribution(outputs.params, loc=outputs.loc, scale=outputs.scale).mean
@@ -71,7 +73,9 @@ def evaluate_forecaster(
             for batch, scored in tqdm(loader, desc=description, disable=not progress):
                 batch = {key: value.to(device) for key, value in batch.items()}
                 predictions = point_forecast(model, batch).flatten(1).float().cpu().numpy()
-                references = batch["future_values"].flatten(1).float().cpu().masked_fill(~scored.flatten(1), float("nan"))
+                references = (
+                    batch["future_values"].flatten(1).float().cpu().masked_fill(~scored.flatten(1), float("nan"))
+                )
                 references = references.numpy()
                 for module in modules.values():
                     module.add_batch(predictions=predictions, references=references)

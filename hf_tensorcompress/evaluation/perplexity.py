@@ -35,7 +35,9 @@ def window_nll(model: nn.Module, ids: torch.Tensor, window: int, stride: int, pr
         scored_until = end
 
 
-def perplexity(model: nn.Module, ids: torch.Tensor, window: int = 512, stride: int = 256, progress: bool = False) -> dict:
+def perplexity(
+    model: nn.Module, ids: torch.Tensor, window: int = 512, stride: int = 256, progress: bool = False
+) -> dict:
     """``{"perplexity", "ln_perplexity", "tokens"}`` of ``model`` on the token stream ``ids``."""
     metric = load_metric("perplexity")
     was_training = model.training

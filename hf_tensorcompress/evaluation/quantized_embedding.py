@@ -12,7 +12,7 @@ fp16 scale and minimum per group); ``rtn-int4-g64`` is the same at 4 bits, the i
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -36,11 +36,15 @@ def torchao_arm(bits: int, group_size: int | None) -> Quantizer:
         holder = nn.Sequential(embedding)
         grain = granularity.PerAxis(0) if group_size is None else granularity.PerGroup(group_size)
         dtype = {8: torch.int8, 4: torch.int4}[bits]
-        quantization.quantize_(holder, quantization.IntxWeightOnlyConfig(weight_dtype=dtype, granularity=grain),
-                               filter_fn=lambda module, _: isinstance(module, nn.Embedding))
+        quantization.quantize_(
+            holder,
+            quantization.IntxWeightOnlyConfig(weight_dtype=dtype, granularity=grain),
+            filter_fn=lambda module, _: isinstance(module, nn.Embedding),
+        )
         stored = holder[0].weight
         names, _ = stored.__tensor_flatten__()
         return stored.dequantize().float(), _nbytes(getattr(stored, name) for name in names)
+
     return run
 
 
@@ -59,6 +63,7 @@ def bitsandbytes_arm(kind: str) -> Quantizer:
         module = module.to("cpu")  # quantizes: two codes a byte + nested (double-quantized) absmax per block of 64
         state = module.weight.quant_state.as_dict(packed=True)
         return module(torch.arange(vocab)).float(), _nbytes([module.weight.data, *state.values()])
+
     return run
 
 
@@ -69,6 +74,7 @@ def gguf_arm(kind: str) -> Quantizer:
         packed = gguf.quants.quantize(weight.detach().float().cpu().numpy(), quant_type)
         values = torch.from_numpy(gguf.quants.dequantize(packed, quant_type).copy()).float()
         return values.reshape(weight.shape), int(packed.nbytes)
+
     return run
 
 
@@ -76,6 +82,7 @@ def rtn_arm(bits: int, group_size: int) -> Quantizer:
     def run(weight: torch.Tensor) -> tuple[torch.Tensor, int]:
         stored = LowBitTensor.quantize(weight.detach().float(), bits, group_size)
         return stored.dequantize(), stored.storage_bits() // 8
+
     return run
 
 

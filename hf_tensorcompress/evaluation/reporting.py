@@ -63,16 +63,36 @@ def summary_rows(report: dict) -> list[tuple[str, str, str, str]]:
     total = cost_rows(report)[-1]
     model = report["model"]
     return [
-        ("parameters, whole model", f"{model['dense_params']:,}", f"{model['params']:,}",
-         ratio(model["dense_params"], model["params"])),
-        ("parameters, compressed modules", f"{total.dense_params:,}", f"{total.params:,}",
-         ratio(total.dense_params, total.params)),
-        ("storage, compressed modules", human_bytes(total.dense_bits), human_bytes(total.bits),
-         ratio(total.dense_bits, total.bits)),
-        (f"FLOPs per forward of {report['tokens']} token(s)/row(s), compressed modules", f"{total.dense_flops:,}",
-         f"{total.flops:,}", ratio(total.dense_flops, total.flops)),
-        (f"estimated energy (ν/τ = {NU_OVER_TAU:g}, units of τ)", f"{total.dense_energy:,.0f}", f"{total.energy:,.0f}",
-         ratio(total.dense_energy, total.energy)),
+        (
+            "parameters, whole model",
+            f"{model['dense_params']:,}",
+            f"{model['params']:,}",
+            ratio(model["dense_params"], model["params"]),
+        ),
+        (
+            "parameters, compressed modules",
+            f"{total.dense_params:,}",
+            f"{total.params:,}",
+            ratio(total.dense_params, total.params),
+        ),
+        (
+            "storage, compressed modules",
+            human_bytes(total.dense_bits),
+            human_bytes(total.bits),
+            ratio(total.dense_bits, total.bits),
+        ),
+        (
+            f"FLOPs per forward of {report['tokens']} token(s)/row(s), compressed modules",
+            f"{total.dense_flops:,}",
+            f"{total.flops:,}",
+            ratio(total.dense_flops, total.flops),
+        ),
+        (
+            f"estimated energy (ν/τ = {NU_OVER_TAU:g}, units of τ)",
+            f"{total.dense_energy:,.0f}",
+            f"{total.energy:,.0f}",
+            ratio(total.dense_energy, total.energy),
+        ),
     ]
 
 
@@ -90,15 +110,35 @@ def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-COST_HEADERS = ["module", "type", "params", "dense params", "storage bits", "dense bits", "FLOPs", "dense FLOPs",
-                "energy", "dense energy"]
+COST_HEADERS = [
+    "module",
+    "type",
+    "params",
+    "dense params",
+    "storage bits",
+    "dense bits",
+    "FLOPs",
+    "dense FLOPs",
+    "energy",
+    "dense energy",
+]
 
 
 def cost_table_rows(report: dict) -> list[list[str]]:
     """Every module and the total, with before/after for each quantity (``hf-tensorcompress report``)."""
     return [
-        [row.name, row.type, f"{row.params:,}", f"{row.dense_params:,}", f"{row.bits:,}", f"{row.dense_bits:,}",
-         f"{row.flops:,}", f"{row.dense_flops:,}", f"{row.energy:,.0f}", f"{row.dense_energy:,.0f}"]
+        [
+            row.name,
+            row.type,
+            f"{row.params:,}",
+            f"{row.dense_params:,}",
+            f"{row.bits:,}",
+            f"{row.dense_bits:,}",
+            f"{row.flops:,}",
+            f"{row.dense_flops:,}",
+            f"{row.energy:,.0f}",
+            f"{row.dense_energy:,.0f}",
+        ]
         for row in cost_rows(report)
     ]
 

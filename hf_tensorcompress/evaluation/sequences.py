@@ -28,8 +28,10 @@ def classification_scores(model: torch.nn.Module, split: datasets.Dataset, batch
     for batch in _batches(model, split, batch_size):
         output = model(**batch)
         losses.append(float(output.loss) * len(batch["target_values"]))
-        accuracy.add_batch(predictions=output.prediction_logits.argmax(-1).cpu().numpy(),
-                           references=batch["target_values"].cpu().numpy())
+        accuracy.add_batch(
+            predictions=output.prediction_logits.argmax(-1).cpu().numpy(),
+            references=batch["target_values"].cpu().numpy(),
+        )
     return {"accuracy": accuracy.compute()["accuracy"], "loss": sum(losses) / len(split)}
 
 
@@ -57,7 +59,9 @@ def step_t_errors(model, split: datasets.Dataset, zero_current: bool, instance_n
 
 def forecast_scores(predictions: np.ndarray, references: np.ndarray) -> dict[str, float]:
     """Test MSE/MAE through the shipped metric modules (missing references skipped)."""
-    return {name: load_metric(name).compute(predictions=predictions, references=references)[name] for name in ("mse", "mae")}
+    return {
+        name: load_metric(name).compute(predictions=predictions, references=references)[name] for name in ("mse", "mae")
+    }
 
 
 def anomaly_scores(predictions: np.ndarray, references: np.ndarray) -> np.ndarray:

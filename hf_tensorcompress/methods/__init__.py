@@ -19,7 +19,8 @@ from ..core.registry import Method, registered
 def builtin_names() -> list[str]:
     """The method folders of this package (those with an ``apply.py``)."""
     return sorted(
-        info.name for info in pkgutil.iter_modules(__path__)
+        info.name
+        for info in pkgutil.iter_modules(__path__)
         if info.ispkg and (Path(__path__[0]) / info.name / "apply.py").is_file()
     )
 

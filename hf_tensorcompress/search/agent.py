@@ -9,13 +9,14 @@ from torch import nn
 
 from .encoder import StateEncoder
 
-
 #: Rewards (13) and (14) are ratios: 1 for a stage whose loss (or accuracy) did not change.
 NEUTRAL_REWARD = 1.0
 
 
 def mlp(inputs: int, hidden: int, outputs: int) -> nn.Sequential:
-    return nn.Sequential(nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, outputs))
+    return nn.Sequential(
+        nn.Linear(inputs, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, outputs)
+    )
 
 
 def masked_log_softmax(logits: torch.Tensor, mask: list[bool]) -> torch.Tensor:
@@ -36,7 +37,9 @@ class ActorCritic(nn.Module):
     everywhere: early training lowers the loss after any action).
     """
 
-    def __init__(self, encoder: StateEncoder, actions: int, hidden: int = 40, gamma: float = 0.95, lr: float = 1e-3) -> None:
+    def __init__(
+        self, encoder: StateEncoder, actions: int, hidden: int = 40, gamma: float = 0.95, lr: float = 1e-3
+    ) -> None:
         super().__init__()
         self.encoder = encoder
         self.actor = mlp(encoder.state_dim, hidden, actions)
@@ -46,7 +49,9 @@ class ActorCritic(nn.Module):
         self.optimizer = torch.optim.Adam(self.parameters(), lr=lr)
 
     @torch.no_grad()
-    def act(self, tokens: list[list[int]], position: int, mask: list[bool], epsilon: float, rng: random.Random) -> tuple[int, bool]:
+    def act(
+        self, tokens: list[list[int]], position: int, mask: list[bool], epsilon: float, rng: random.Random
+    ) -> tuple[int, bool]:
         """ε-greedy: with probability ε (a *uniform* draw) a random allowed slot, else the most probable one."""
         allowed = [slot for slot, ok in enumerate(mask) if ok]
         if rng.random() < epsilon:

@@ -98,7 +98,9 @@ class SearchConfig:
                 "'validation_loss' (the loss on held-out batches; the trainer needs an eval_dataset)"
             )
         if isinstance(self.tolerance, bool) or not isinstance(self.tolerance, (int, float)):
-            raise ValueError(f"tolerance must be a number (paper: 1.125 for loss, 0.1 for accuracy), got {self.tolerance!r}")
+            raise ValueError(
+                f"tolerance must be a number (paper: 1.125 for loss, 0.1 for accuracy), got {self.tolerance!r}"
+            )
         _positive_int(self.validation_batches, "validation_batches")
         if self.reward in ("loss", "validation_loss") and self.tolerance < 1.0:
             raise ValueError(
@@ -106,11 +108,15 @@ class SearchConfig:
                 "(paper: 1.125; larger favours compression)"
             )
         if self.reward == "accuracy" and not 0.0 <= self.tolerance <= 1.0:
-            raise ValueError(f"tolerance={self.tolerance} for the accuracy reward is an accuracy drop in [0, 1] (paper: 0.1)")
+            raise ValueError(
+                f"tolerance={self.tolerance} for the accuracy reward is an accuracy drop in [0, 1] (paper: 0.1)"
+            )
         for name in ("epsilon_start", "epsilon_end", "epsilon_decay", "gamma"):
             _probability(getattr(self, name), name)
         if self.epsilon_end > self.epsilon_start:
-            raise ValueError(f"epsilon_end={self.epsilon_end} exceeds epsilon_start={self.epsilon_start}; ε only decays")
+            raise ValueError(
+                f"epsilon_end={self.epsilon_end} exceeds epsilon_start={self.epsilon_start}; ε only decays"
+            )
         _positive_int(self.consecutive_actions, "consecutive_actions")
         if self.max_actions_per_layer is not None:
             _positive_int(self.max_actions_per_layer, "max_actions_per_layer")
@@ -127,7 +133,11 @@ class SearchConfig:
             raise ValueError(
                 f"param_budget={self.param_budget!r} must be a fraction in (0, 1] of the dense parameters, or None"
             )
-        if isinstance(self.learning_rate, bool) or not isinstance(self.learning_rate, (int, float)) or self.learning_rate <= 0:
+        if (
+            isinstance(self.learning_rate, bool)
+            or not isinstance(self.learning_rate, (int, float))
+            or self.learning_rate <= 0
+        ):
             raise ValueError(f"learning_rate must be > 0 (paper: 1e-3), got {self.learning_rate!r}")
         for name in ("hidden_units", "embedding_dim", "lstm_units", "als_iterations"):
             _positive_int(getattr(self, name), name)
@@ -143,7 +153,7 @@ class SearchConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SearchConfig":
+    def from_dict(cls, data: dict[str, Any]) -> SearchConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(data) - known)
         if unknown:
@@ -154,7 +164,7 @@ class SearchConfig:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
 
     @classmethod
-    def from_json_string(cls, text: str) -> "SearchConfig":
+    def from_json_string(cls, text: str) -> SearchConfig:
         return cls.from_dict(json.loads(text))
 
     def to_json_file(self, path: str) -> None:
@@ -162,6 +172,6 @@ class SearchConfig:
             handle.write(self.to_json_string() + "\n")
 
     @classmethod
-    def from_json_file(cls, path: str) -> "SearchConfig":
+    def from_json_file(cls, path: str) -> SearchConfig:
         with open(path, encoding="utf-8") as handle:
             return cls.from_json_string(handle.read())

@@ -28,7 +28,9 @@ class RankSchedule(TrainerCallback):
         if state.global_step >= self.step:  # resumed after the cut: the checkpoint loaded, so the model has its ranks
             self.done = True
         if state.max_steps and self.step > state.max_steps:
-            raise ValueError(f"step={self.step} is after the run's last step ({state.max_steps}): the ranks would never change")
+            raise ValueError(
+                f"step={self.step} is after the run's last step ({state.max_steps}): the ranks would never change"
+            )
 
     def on_step_end(self, args, state, control, **kwargs):
         if not self.done and state.global_step >= self.step:

@@ -49,7 +49,9 @@ def candidate_ranks(dense_weights: int, params_per_rank: int, max_candidates: in
     full = max(1, dense_weights // params_per_rank)
     if full <= max_candidates:
         return tuple(range(1, full + 1))
-    ranks = {max(1, math.floor(k / max_candidates * dense_weights / params_per_rank)) for k in range(1, max_candidates + 1)}
+    ranks = {
+        max(1, math.floor(k / max_candidates * dense_weights / params_per_rank)) for k in range(1, max_candidates + 1)
+    }
     return tuple(sorted(ranks))
 
 
@@ -73,7 +75,9 @@ def attention_groups(model: nn.Module, max_candidates: int = 10) -> list[Attenti
         layers = [model.get_submodule(name) for name in members]
         types = {layer.layer_type for layer in layers}
         if len(types) != 1:
-            raise ValueError(f"attention module {parent!r} mixes layer types {sorted(types)}; compress it with one method")
+            raise ValueError(
+                f"attention module {parent!r} mixes layer types {sorted(types)}; compress it with one method"
+            )
         first = layers[0]
         heads = getattr(first, "num_heads", None) or getattr(model.get_submodule(parent), "num_heads", 1)
         dense = sum(layer.in_features * layer.out_features for layer in layers)

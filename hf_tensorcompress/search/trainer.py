@@ -22,8 +22,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from transformers import Trainer, TrainerCallback
-from transformers.utils import logging
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+from transformers.utils import logging
 
 from ..compress import refresh_compression_config
 from ..core.metrics import linear_bytes
@@ -73,7 +73,7 @@ class SmartformerCallback(TrainerCallback):
     """Feeds the search at the points of the training loop it needs: before the optimizer step (complete,
     synchronized gradients for the Taylor importance) and at each stage end (after the step, before saving)."""
 
-    def __init__(self, trainer: "SmartformerTrainer") -> None:
+    def __init__(self, trainer: SmartformerTrainer) -> None:
         self.trainer = trainer
 
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
@@ -202,7 +202,9 @@ class SmartformerTrainer(Trainer):
         record = None
         if self.is_world_process_zero():
             start = time.perf_counter()
-            metric = self._validation_loss() if self.search_config.reward == "validation_loss" else total / max(count, 1)
+            metric = (
+                self._validation_loss() if self.search_config.reward == "validation_loss" else total / max(count, 1)
+            )
             record = self.search.end_stage(self.state.global_step, metric)
             self.search_seconds["agent"] += time.perf_counter() - start
         if _distributed():
@@ -241,7 +243,9 @@ class SmartformerTrainer(Trainer):
         self.log(logs)
         if self.is_world_process_zero() and self.search_config.trace_file:
             os.makedirs(self.args.output_dir, exist_ok=True)
-            with open(os.path.join(self.args.output_dir, self.search_config.trace_file), "w", encoding="utf-8") as handle:
+            with open(
+                os.path.join(self.args.output_dir, self.search_config.trace_file), "w", encoding="utf-8"
+            ) as handle:
                 json.dump(self.search.trace, handle, indent=1)
 
     def _write_plot(self) -> None:
@@ -257,7 +261,9 @@ class SmartformerTrainer(Trainer):
         if self.is_world_process_zero():
             self.search.metric_sum, self.search.metric_count = total, count
         if self.args.should_save:
-            folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            folder = os.path.join(
+                self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            )
             self.search.save(folder)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:

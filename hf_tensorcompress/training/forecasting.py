@@ -17,7 +17,9 @@ def point_forecast_for_training(model: torch.nn.Module, batch: dict[str, torch.T
     """PatchTST's prediction head; for Autoformer/Informer the mean of the forecast distribution from one forward
     (the decoder is teacher-forced in training; at evaluation ``evaluation.point_forecast`` makes Informer generate)."""
     if model.config.model_type == "patchtst":
-        return model(past_values=batch["past_values"], past_observed_mask=batch.get("past_observed_mask")).prediction_outputs
+        return model(
+            past_values=batch["past_values"], past_observed_mask=batch.get("past_observed_mask")
+        ).prediction_outputs
     outputs = model(**batch)
     return model.output_distribution(outputs.params, loc=outputs.loc, scale=outputs.scale).mean
 
@@ -52,7 +54,11 @@ class BestValidation(TrainerCallback):
     """
 
     def __init__(
-        self, trainer: Trainer, windows: Dataset, every: int, batch_size: int,
+        self,
+        trainer: Trainer,
+        windows: Dataset,
+        every: int,
+        batch_size: int,
         final_shape: Callable[[], bool] | None = None,
     ) -> None:
         self.trainer, self.windows, self.every, self.batch_size = trainer, windows, every, batch_size
@@ -70,7 +76,9 @@ class BestValidation(TrainerCallback):
         if not check_step or not self._architecture_final():
             return
         model = self.trainer.model
-        mse = evaluate_forecaster(model, self.windows, batch_size=self.batch_size, metrics=("mse",), progress=False)["mse"]
+        mse = evaluate_forecaster(model, self.windows, batch_size=self.batch_size, metrics=("mse",), progress=False)[
+            "mse"
+        ]
         if self.best is None or mse < self.best[0]:
             self.best = (mse, state.global_step, {k: v.detach().clone() for k, v in model.state_dict().items()})
 

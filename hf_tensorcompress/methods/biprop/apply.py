@@ -42,7 +42,9 @@ def sign_seed(weight_seed: int, name: str) -> int:
     return (weight_seed * 1_000_003 + zlib.crc32(name.encode())) & 0xFFFFFFFF
 
 
-def build(model: nn.Module, name: str, linear: nn.Linear, config: BipropConfig, calibration: None = None) -> BipropLinear:
+def build(
+    model: nn.Module, name: str, linear: nn.Linear, config: BipropConfig, calibration: None = None
+) -> BipropLinear:
     seed = sign_seed(config.weight_seed, name)
     dense = dense_projection(linear)
     layer = BipropLinear(
@@ -104,7 +106,9 @@ def model_options(model: nn.Module, config: BipropConfig) -> dict:
     return {
         "attention_modules": modules,
         "attention_length": attention_length(model, config),
-        "attention_keep_ratio": config.keep_ratio if config.attention_keep_ratio is None else config.attention_keep_ratio,
+        "attention_keep_ratio": config.keep_ratio
+        if config.attention_keep_ratio is None
+        else config.attention_keep_ratio,
     }
 
 

@@ -27,7 +27,9 @@ MASK_BUFFER = "sbt_qkv_mask"
 _FLAG = "sbt_attention"
 
 
-def step_t_allowed(query_length: int, key_length: int | None = None, device: torch.device | None = None) -> torch.Tensor:
+def step_t_allowed(
+    query_length: int, key_length: int | None = None, device: torch.device | None = None
+) -> torch.Tensor:
     """Bool ``(query_length, key_length)``: True where the query step may attend to the key step."""
     key_length = query_length if key_length is None else key_length
     allowed = torch.eye(query_length, key_length, dtype=torch.bool, device=device)
@@ -141,8 +143,11 @@ class SBTAttention(ModelOption):
             return {}
         modules = (model.get_submodule(name) for name in compression.get("attention_modules", []))
         # before ``install`` (transformers' init during the base class's __init__) the buffers do not exist yet
-        return {f"{name}.{MASK_BUFFER}": getattr(module, MASK_BUFFER)
-                for name, module in zip(compression.get("attention_modules", []), modules) if hasattr(module, MASK_BUFFER)}
+        return {
+            f"{name}.{MASK_BUFFER}": getattr(module, MASK_BUFFER)
+            for name, module in zip(compression.get("attention_modules", []), modules)
+            if hasattr(module, MASK_BUFFER)
+        }
 
     @classmethod
     def initial_tensors(cls, model: nn.Module, compression: dict) -> dict[str, torch.Tensor]:

@@ -81,7 +81,7 @@ def unpack_bits(packed: torch.Tensor, numel: int) -> torch.Tensor:
     return ((packed.view(-1, 1) >> shifts) & 1).reshape(-1)[:numel].bool()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def bit_table(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """``(256, 8)`` table: row ``b`` holds the bits of byte ``b``, most significant first, as ``dtype`` (8 KB in
     fp32, one per dtype and device for every layer)."""
@@ -208,9 +208,11 @@ class BipropLinear(CompressedLinear):
         """The current binary mask ``M`` (float, shape ``out × in``)."""
         if self.trainable:
             return top_mask(self.scores, self.keep)
-        return unpack_bits(self.mask_bits, self.in_features * self.out_features).view(
-            self.out_features, self.in_features
-        ).to(self.alpha.dtype)
+        return (
+            unpack_bits(self.mask_bits, self.in_features * self.out_features)
+            .view(self.out_features, self.in_features)
+            .to(self.alpha.dtype)
+        )
 
     def signs(self) -> torch.Tensor:
         """``sign(W)`` as int8, regenerated from ``sign_seed`` once per device (not state: never saved)."""
@@ -226,17 +228,24 @@ class BipropLinear(CompressedLinear):
         device = self.mask_bits.device
         if device not in self._sign_bits:  # in chunks: the hash's int64 temporaries stay small
             numel = self.in_features * self.out_features
-            self._sign_bits[device] = torch.cat([
-                pack_bits(seeded_signs(self.sign_seed, min(BLOCK_WEIGHTS, numel - start), device, start) > 0)
-                for start in range(0, numel, BLOCK_WEIGHTS)
-            ])
+            self._sign_bits[device] = torch.cat(
+                [
+                    pack_bits(seeded_signs(self.sign_seed, min(BLOCK_WEIGHTS, numel - start), device, start) > 0)
+                    for start in range(0, numel, BLOCK_WEIGHTS)
+                ]
+            )
         return self._sign_bits[device]
 
     def packed_forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x (α · sign(W) ⊙ M)ᵀ`` from the packed bits, ``rows`` output rows at a time (a multiple of 8, so each
         block starts on a byte): the +1 and -1 bits of a block are looked up as floats, subtracted, scaled by α
         (the folded weight's exact values), multiplied."""
-        table, signs, mask, alpha = bit_table(x.dtype, x.device), self.sign_bits(), self.mask_bits, self.alpha.to(x.dtype)
+        table, signs, mask, alpha = (
+            bit_table(x.dtype, x.device),
+            self.sign_bits(),
+            self.mask_bits,
+            self.alpha.to(x.dtype),
+        )
         rows = max(8, BLOCK_WEIGHTS // self.in_features // 8 * 8)
         outputs = []
         for start in range(0, self.out_features, rows):
@@ -303,7 +312,7 @@ class BipropLinear(CompressedLinear):
         }
 
     @classmethod
-    def from_spec(cls, spec: dict) -> "BipropLinear":
+    def from_spec(cls, spec: dict) -> BipropLinear:
         """The layer as a checkpoint holds it: trainable only if the checkpoint kept its scores. The regenerated signs
         must match the recorded ``sign_check`` (specs written before it existed have none)."""
         recorded = spec.get("sign_check")

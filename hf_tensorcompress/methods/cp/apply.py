@@ -49,9 +49,7 @@ def decompose(tensor: torch.Tensor, rank: int, iterations: int) -> list[torch.Te
 
     with tl.backend_context("pytorch"), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tensorly warns when the rank exceeds a mode size and pads the SVD init
-        _, factors = parafac(
-            tensor.double(), rank=rank, init="svd", n_iter_max=iterations, tol=1e-10, random_state=0
-        )
+        _, factors = parafac(tensor.double(), rank=rank, init="svd", n_iter_max=iterations, tol=1e-10, random_state=0)
     return factors
 
 
@@ -59,8 +57,15 @@ def build(model: nn.Module, name: str, linear: nn.Linear, config: CPConfig, cali
     dense = dense_projection(linear)
     heads, rank = cp_rank(model, name, dense, config.rank_for(name))
     weight = dense.weight
-    layer = CPLinear(dense.in_features, dense.out_features, heads, rank, bias=dense.bias is not None,
-                     factor_bits=config.factor_bits, factor_group_size=config.factor_group_size)
+    layer = CPLinear(
+        dense.in_features,
+        dense.out_features,
+        heads,
+        rank,
+        bias=dense.bias is not None,
+        factor_bits=config.factor_bits,
+        factor_group_size=config.factor_group_size,
+    )
     if config.init == "decompose":
         layer.load_factors(decompose(layer.folded_weight(weight), rank, config.cp_iterations))
     layer = layer.to(device=weight.device, dtype=weight.dtype)
@@ -74,6 +79,13 @@ def reads_weights(config: CPConfig) -> bool:
 
 
 register_method(
-    Method("cp", CPConfig, attention_projections, build, accepts=projection_types(), reads_weights=reads_weights,
-           layers=(CPLinear,))
+    Method(
+        "cp",
+        CPConfig,
+        attention_projections,
+        build,
+        accepts=projection_types(),
+        reads_weights=reads_weights,
+        layers=(CPLinear,),
+    )
 )

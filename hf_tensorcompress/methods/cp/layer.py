@@ -14,7 +14,6 @@ from torch import nn
 from ...core.contract import CompressedLinear
 from ...core.factor_storage import read_codes, rounded, save_codes, stored_form
 
-
 #: Two thin matmuls plus the Khatri-Rao product run below the speed of one square matmul of equal multiply-adds
 #: (measured by benchmarks/cp_layer.py); the factorized path is taken only when it wins by at least this factor.
 FACTORIZED_OVERHEAD = 1.3
@@ -144,14 +143,18 @@ class CPLinear(CompressedLinear):
     @property
     def factors(self) -> list[nn.Parameter]:
         if self.stored:
-            raise ValueError("this layer was loaded with low-bit factors: it has codes (used_factors()), no fp32 factors")
+            raise ValueError(
+                "this layer was loaded with low-bit factors: it has codes (used_factors()), no fp32 factors"
+            )
         return [self.factor_heads, self.factor_head_dim, self.factor_out]
 
     def used_factors(self) -> list[torch.Tensor]:
         """The factors the forward computes with: fp32, rounded as stored (``factor_bits``), or decoded codes."""
         if self.stored:
-            return [getattr(self, name).dequantize(self.bias.dtype if self.bias is not None else torch.float32)
-                    for name in STORED_NAMES]
+            return [
+                getattr(self, name).dequantize(self.bias.dtype if self.bias is not None else torch.float32)
+                for name in STORED_NAMES
+            ]
         if self.factor_bits is None:
             return self.factors
         return [rounded(f, self.factor_bits, self.factor_group_size) for f in self.factors]
@@ -164,11 +167,19 @@ class CPLinear(CompressedLinear):
         return spec
 
     @classmethod
-    def from_spec(cls, spec: dict) -> "CPLinear":
+    def from_spec(cls, spec: dict) -> CPLinear:
         """The layer as a checkpoint holds it: with ``factor_bits``, the stored (inference-only) form."""
         bits = spec.get("factor_bits")
-        return cls(spec["in_features"], spec["out_features"], spec["num_heads"], spec["rank"], spec["bias"],
-                   factor_bits=bits, factor_group_size=spec.get("factor_group_size"), stored=bits is not None)
+        return cls(
+            spec["in_features"],
+            spec["out_features"],
+            spec["num_heads"],
+            spec["rank"],
+            spec["bias"],
+            factor_bits=bits,
+            factor_group_size=spec.get("factor_group_size"),
+            stored=bits is not None,
+        )
 
     def set_factor_bits(self, bits: int | None, group_size: int | None = None) -> None:
         """Store (and compute with) the factors in ``bits`` from now on (``None``: fp32); re-record the spec in the
@@ -185,8 +196,15 @@ class CPLinear(CompressedLinear):
         if not self.stored and self.factor_bits is not None:
             for name, parameter in zip(STORED_NAMES, ("factor_heads", "factor_head_dim", "factor_out")):
                 factor = getattr(self, parameter)
-                values = read_codes(state_dict, prefix, name, tuple(factor.shape), self.factor_bits,
-                                    self.factor_group_size, factor.dtype)
+                values = read_codes(
+                    state_dict,
+                    prefix,
+                    name,
+                    tuple(factor.shape),
+                    self.factor_bits,
+                    self.factor_group_size,
+                    factor.dtype,
+                )
                 if values is not None:
                     state_dict[prefix + parameter] = values
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
@@ -232,9 +250,9 @@ class CPLinear(CompressedLinear):
             extra = rank - self.rank
             generator = torch.Generator(device="cpu").manual_seed(self.rank * 7919 + rank)
             std = (1.0 / (3.0 * self.in_features * rank)) ** (1.0 / 6.0)
-            grown = [
-                torch.randn(f.shape[0], extra, generator=generator).to(f) * std for f in factors[:2]
-            ] + [factors[2].new_zeros(factors[2].shape[0], extra)]
+            grown = [torch.randn(f.shape[0], extra, generator=generator).to(f) * std for f in factors[:2]] + [
+                factors[2].new_zeros(factors[2].shape[0], extra)
+            ]
             new_factors = [torch.cat([f, g], dim=1) for f, g in zip(factors, grown)]
         self.load_factors(new_factors)
         return dict(zip(old_params, self.factors))
@@ -276,8 +294,11 @@ class CPLinear(CompressedLinear):
         if self.factor_bits is None:
             return super().storage_bits()
         shapes = ((self.num_heads, self.rank), (self.head_dim, self.rank), (self.out_features, self.rank))
-        forms = [getattr(self, name) for name in STORED_NAMES] if self.stored else [
-            stored_form(shape, self.factor_bits, self.factor_group_size) for shape in shapes]
+        forms = (
+            [getattr(self, name) for name in STORED_NAMES]
+            if self.stored
+            else [stored_form(shape, self.factor_bits, self.factor_group_size) for shape in shapes]
+        )
         bias = 0 if self.bias is None else self.bias.numel() * self.bias.element_size() * 8
         return sum(form.storage_bits() for form in forms) + bias
 
@@ -297,6 +318,8 @@ def _store_factors(module: CPLinear, state_dict: dict, prefix: str, local_metada
     """A layer with low-bit factors saves what its stored form loads: the codes, not the fp32 factors."""
     if module.factor_bits is None or module.stored:
         return
-    factors = {name: (parameter, getattr(module, parameter)) for name, parameter in
-               zip(STORED_NAMES, ("factor_heads", "factor_head_dim", "factor_out"))}
+    factors = {
+        name: (parameter, getattr(module, parameter))
+        for name, parameter in zip(STORED_NAMES, ("factor_heads", "factor_head_dim", "factor_out"))
+    }
     save_codes(state_dict, prefix, factors, module.factor_bits, module.factor_group_size)

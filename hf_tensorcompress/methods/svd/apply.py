@@ -15,8 +15,14 @@ def build(model: nn.Module, name: str, linear: nn.Linear, config: SVDConfig, cal
     dense = dense_projection(linear)
     fan_in, fan_out = dense.in_features, dense.out_features
     rank = resolve_rank(config.rank_for(name), fan_in + fan_out, fan_in * fan_out, min(fan_in, fan_out), name)
-    layer = LowRankLinear(fan_in, fan_out, rank, bias=dense.bias is not None, factor_bits=config.factor_bits,
-                          factor_group_size=config.factor_group_size)
+    layer = LowRankLinear(
+        fan_in,
+        fan_out,
+        rank,
+        bias=dense.bias is not None,
+        factor_bits=config.factor_bits,
+        factor_group_size=config.factor_group_size,
+    )
     if config.init == "decompose":
         layer.load_factors(list(truncated_svd(dense.weight, rank)))
     layer = layer.to(device=dense.weight.device, dtype=dense.weight.dtype)
@@ -30,6 +36,13 @@ def reads_weights(config: SVDConfig) -> bool:
 
 
 register_method(
-    Method("svd", SVDConfig, attention_projections, build, accepts=projection_types(), reads_weights=reads_weights,
-           layers=(LowRankLinear,))
+    Method(
+        "svd",
+        SVDConfig,
+        attention_projections,
+        build,
+        accepts=projection_types(),
+        reads_weights=reads_weights,
+        layers=(LowRankLinear,),
+    )
 )

@@ -94,21 +94,42 @@ class LowRankLinear(CompressedLinear):
         return spec
 
     @classmethod
-    def from_spec(cls, spec: dict) -> "LowRankLinear":
+    def from_spec(cls, spec: dict) -> LowRankLinear:
         """The layer as a checkpoint holds it: with ``factor_bits``, the stored (inference-only) form."""
         bits = spec.get("factor_bits")
-        return cls(spec["in_features"], spec["out_features"], spec["rank"], spec["bias"], factor_bits=bits,
-                   factor_group_size=spec.get("factor_group_size"), stored=bits is not None)
+        return cls(
+            spec["in_features"],
+            spec["out_features"],
+            spec["rank"],
+            spec["bias"],
+            factor_bits=bits,
+            factor_group_size=spec.get("factor_group_size"),
+            stored=bits is not None,
+        )
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         """The fp32 form reads low-bit codes too (its own ``state_dict``, e.g. a kept best checkpoint or a Trainer
         resume): the factors become the stored values, which round to themselves."""
         if not self.stored and self.factor_bits is not None:
             dtype = self.factor_out.dtype
-            out_t = read_codes(state_dict, prefix, "stored_out", (self.out_features, self.rank), self.factor_bits,
-                               self.factor_group_size, dtype)
-            in_t = read_codes(state_dict, prefix, "stored_in", (self.rank, self.in_features), self.factor_bits,
-                              self.factor_group_size, dtype)
+            out_t = read_codes(
+                state_dict,
+                prefix,
+                "stored_out",
+                (self.out_features, self.rank),
+                self.factor_bits,
+                self.factor_group_size,
+                dtype,
+            )
+            in_t = read_codes(
+                state_dict,
+                prefix,
+                "stored_in",
+                (self.rank, self.in_features),
+                self.factor_bits,
+                self.factor_group_size,
+                dtype,
+            )
             if out_t is not None and in_t is not None:
                 state_dict[prefix + "factor_out"], state_dict[prefix + "factor_in"] = out_t, in_t.T
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
@@ -127,7 +148,9 @@ class LowRankLinear(CompressedLinear):
         out_t, in_t = self.factor_out, self.factor_in.T
         if self.factor_bits is None:
             return out_t, in_t
-        return rounded(out_t, self.factor_bits, self.factor_group_size), rounded(in_t, self.factor_bits, self.factor_group_size)
+        return rounded(out_t, self.factor_bits, self.factor_group_size), rounded(
+            in_t, self.factor_bits, self.factor_group_size
+        )
 
     @property
     def weight(self) -> torch.Tensor:

@@ -6,6 +6,11 @@
 
 from ...lazy import lazy_exports
 
-_EXPORTS = {"TieredConfig": ".config", "TieredEmbedding": ".layer", "TieredTiedHead": ".layer", "apply_tiered": ".apply"}
+_EXPORTS = {
+    "TieredConfig": ".config",
+    "TieredEmbedding": ".layer",
+    "TieredTiedHead": ".layer",
+    "apply_tiered": ".apply",
+}
 __all__ = list(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)

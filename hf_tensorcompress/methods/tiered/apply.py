@@ -44,13 +44,17 @@ def build(
     weight = embedding.weight.detach().float()
     vocab, hidden = weight.shape
     if sum(config.tier_tokens) >= vocab:
-        raise ValueError(f"tier_tokens={config.tier_tokens} leave no token for the last tier of a {vocab}-token vocabulary")
+        raise ValueError(
+            f"tier_tokens={config.tier_tokens} leave no token for the last tier of a {vocab}-token vocabulary"
+        )
     counts = calibration.counts if calibration is not None else torch.zeros(vocab, dtype=torch.long)
     order = exact_token_ids(counts, vocab, config.tier_order).to(weight.device)
     covariance = calibration.covariance if config.rounding == "output" else None
     sizes = [*config.tier_tokens, vocab - sum(config.tier_tokens)]
-    tiers = [{"rows": n, "bits": b, "group_size": g if b not in (0, 16) else None}
-             for n, b, g in zip(sizes, config.tier_bits, config.group_sizes())]
+    tiers = [
+        {"rows": n, "bits": b, "group_size": g if b not in (0, 16) else None}
+        for n, b, g in zip(sizes, config.tier_bits, config.group_sizes())
+    ]
     layer = TieredEmbedding(vocab, hidden, tiers, config.low_rank, config.low_rank_bits).to(weight.device)
     rows = weight[order]
     if config.low_rank:
@@ -72,8 +76,17 @@ def build(
     return layer.to(embedding.weight.dtype)
 
 
-register_method(Method("tiered", TieredConfig, input_embedding_name, build, accepts=(nn.Embedding,),
-                       prepare=check_calibration, layers=(TieredEmbedding,)))
+register_method(
+    Method(
+        "tiered",
+        TieredConfig,
+        input_embedding_name,
+        build,
+        accepts=(nn.Embedding,),
+        prepare=check_calibration,
+        layers=(TieredEmbedding,),
+    )
+)
 
 
 def apply_tiered(

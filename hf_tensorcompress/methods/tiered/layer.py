@@ -24,7 +24,12 @@ class TieredEmbedding(CompressedLayer):
     layer_type = "tiered_embedding"
 
     def __init__(
-        self, num_embeddings: int, embedding_dim: int, tiers: list[dict], rank: int = 0, rank_bits: int = 8,
+        self,
+        num_embeddings: int,
+        embedding_dim: int,
+        tiers: list[dict],
+        rank: int = 0,
+        rank_bits: int = 8,
         tied_output: str | None = None,
     ) -> None:
         super().__init__()
@@ -36,7 +41,8 @@ class TieredEmbedding(CompressedLayer):
         self.register_buffer("slot", torch.arange(num_embeddings, dtype=torch.int32))
         self.tiers = nn.ModuleList(
             LowBitTensor((tier["rows"], embedding_dim), tier["bits"], tier["group_size"])
-            for tier in tiers if tier["bits"]
+            for tier in tiers
+            if tier["bits"]
         )
         self.low_rank_start = num_embeddings - tiers[-1]["rows"]  # the low-rank part serves the last tier
         if rank:
@@ -49,8 +55,9 @@ class TieredEmbedding(CompressedLayer):
         """Random rows (N(0, 1), like ``nn.Embedding``) in every tier and factor, tokens in id order."""
         self.slot.copy_(torch.arange(self.num_embeddings, dtype=torch.int32))
         for stored in [*self.tiers, *([self.left, self.right] if self.rank else [])]:
-            fresh = LowBitTensor.quantize(torch.randn(stored.shape, device=stored.codes.device), stored.bits,
-                                          stored.group_size)
+            fresh = LowBitTensor.quantize(
+                torch.randn(stored.shape, device=stored.codes.device), stored.bits, stored.group_size
+            )
             for name, buffer in stored.named_buffers():
                 buffer.copy_(fresh.get_buffer(name))
 
@@ -82,11 +89,12 @@ class TieredEmbedding(CompressedLayer):
         parts = []
         stored = iter(self.tiers)
         for tier in self.tier_specs:
-            parts.append(next(stored).matmul_t(hidden) if tier["bits"]
-                         else hidden.new_zeros(*hidden.shape[:-1], tier["rows"]))
+            parts.append(
+                next(stored).matmul_t(hidden) if tier["bits"] else hidden.new_zeros(*hidden.shape[:-1], tier["rows"])
+            )
         scores = torch.cat(parts, dim=-1)
         if self.rank:
-            scores[..., self.low_rank_start:] += self.left.matmul_t(hidden @ self.right.dequantize(hidden.dtype).T)
+            scores[..., self.low_rank_start :] += self.left.matmul_t(hidden @ self.right.dequantize(hidden.dtype).T)
         return scores.index_select(-1, self.slot.long())
 
     @property
@@ -94,7 +102,7 @@ class TieredEmbedding(CompressedLayer):
         """The dense ``(V, d)`` matrix, rebuilt (for code that asks for it; forward and logits never build it)."""
         return self.forward(torch.arange(self.num_embeddings, device=self.slot.device))
 
-    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> "TieredEmbedding":
+    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> TieredEmbedding:
         """``resize_token_embeddings``: the same size is a no-op; another size is refused (rows are packed per tier,
         and a new token's tier and rounding need the calibration the layer was built with)."""
         target = new_num_tokens or self.num_embeddings
@@ -126,14 +134,26 @@ class TieredEmbedding(CompressedLayer):
             model.set_submodule(self.tied_output, head.to_empty(device=self.slot.device).to(self.dtype_probe.dtype))
 
     def spec(self) -> dict:
-        return {"type": self.layer_type, "num_embeddings": self.num_embeddings, "embedding_dim": self.embedding_dim,
-                "tiers": self.tier_specs, "rank": self.rank, "rank_bits": self.rank_bits,
-                "tied_output": self.tied_output}
+        return {
+            "type": self.layer_type,
+            "num_embeddings": self.num_embeddings,
+            "embedding_dim": self.embedding_dim,
+            "tiers": self.tier_specs,
+            "rank": self.rank,
+            "rank_bits": self.rank_bits,
+            "tied_output": self.tied_output,
+        }
 
     @classmethod
-    def from_spec(cls, spec: dict) -> "TieredEmbedding":
-        return cls(spec["num_embeddings"], spec["embedding_dim"], spec["tiers"], spec.get("rank", 0),
-                   spec.get("rank_bits", 8), spec.get("tied_output"))
+    def from_spec(cls, spec: dict) -> TieredEmbedding:
+        return cls(
+            spec["num_embeddings"],
+            spec["embedding_dim"],
+            spec["tiers"],
+            spec.get("rank", 0),
+            spec.get("rank_bits", 8),
+            spec.get("tied_output"),
+        )
 
     def dense_parameters(self) -> int:
         return self.num_embeddings * self.embedding_dim
@@ -146,8 +166,10 @@ class TieredEmbedding(CompressedLayer):
         return tokens * self.rank * self.embedding_dim, "lookup"
 
     def extra_repr(self) -> str:
-        tiers = ", ".join(f"{t['rows']}×int{t['bits']}" + (f"/g{t['group_size']}" if t["bits"] not in (0, 16) else "")
-                          for t in self.tier_specs)
+        tiers = ", ".join(
+            f"{t['rows']}×int{t['bits']}" + (f"/g{t['group_size']}" if t["bits"] not in (0, 16) else "")
+            for t in self.tier_specs
+        )
         return f"{self.num_embeddings}, {self.embedding_dim}, tiers=[{tiers}], rank={self.rank}"
 
 
@@ -171,7 +193,7 @@ class TieredTiedHead(nn.Module):
     def weight(self) -> torch.Tensor:
         return self.embedding.weight
 
-    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> "TieredTiedHead":
+    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> TieredTiedHead:
         """Nothing to do: the head follows the embedding's vocabulary."""
         return self
 

@@ -16,8 +16,8 @@ from ...core.targets import FAMILIES
 from .calibration import TTCalibration, check_calibration, exact_token_ids, output_basis
 from .config import TTConfig
 from .layer import TTEmbedding
-from .solver import balanced_shape
 from .scaled import ScaledTTEmbedding
+from .solver import balanced_shape
 
 DEFAULT_ORDER = 3
 
@@ -76,7 +76,11 @@ def layer_for(name: str, embedding: nn.Module) -> tuple[type[TTEmbedding], dict]
     if type(embedding) is nn.Embedding:
         return TTEmbedding, {}
     scale = getattr(embedding, "embed_scale", None)
-    if isinstance(embedding, nn.Embedding) and type(embedding).__name__.endswith("ScaledWordEmbedding") and scale is not None:
+    if (
+        isinstance(embedding, nn.Embedding)
+        and type(embedding).__name__.endswith("ScaledWordEmbedding")
+        and scale is not None
+    ):
         return ScaledTTEmbedding, {"embed_scale": float(scale)}
     raise ValueError(
         f"method 'tt' replaces nn.Embedding modules (plain, or scaled by a constant embed_scale as in Gemma); {name} "
@@ -104,7 +108,9 @@ def build(
         setattr(layer, key, value)
     if config.tt_exact_tokens:
         # tt_exact_prior="token_id" needs no calibration text
-        counts = calibration.counts if calibration is not None else torch.zeros(embedding.num_embeddings, dtype=torch.long)
+        counts = (
+            calibration.counts if calibration is not None else torch.zeros(embedding.num_embeddings, dtype=torch.long)
+        )
         frequent = exact_token_ids(counts, config.tt_exact_tokens, config.tt_exact_prior)
         layer.keep_exact(frequent, weight[frequent.to(weight.device)])
     if not config.tt_untie_output:
@@ -113,8 +119,15 @@ def build(
 
 
 register_method(
-    Method("tt", TTConfig, input_embedding_name, build, accepts=(nn.Embedding,), prepare=check_calibration,
-           layers=(TTEmbedding, ScaledTTEmbedding))
+    Method(
+        "tt",
+        TTConfig,
+        input_embedding_name,
+        build,
+        accepts=(nn.Embedding,),
+        prepare=check_calibration,
+        layers=(TTEmbedding, ScaledTTEmbedding),
+    )
 )
 
 

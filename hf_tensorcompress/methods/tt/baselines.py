@@ -39,9 +39,7 @@ def frequency_only(model: nn.Module, kept: torch.Tensor) -> int:
 
 
 @torch.no_grad()
-def dense_rows_svd_tail(
-    model: nn.Module, kept: torch.Tensor, rank: int, covariance: torch.Tensor | None = None
-) -> int:
+def dense_rows_svd_tail(model: nn.Module, kept: torch.Tensor, rank: int, covariance: torch.Tensor | None = None) -> int:
     """Tokens ``kept`` keep their rows; the others (the tail) become the rank-``rank`` SVD of the tail rows. With
     ``covariance`` (of the hidden states entering a tied output layer) the SVD is taken of ``W C^{1/2}``, so it
     minimises the expected logit error like ``tt_basis="output"``; the factors absorb ``C^{-1/2}``, so nothing

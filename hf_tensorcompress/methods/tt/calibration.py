@@ -22,7 +22,7 @@ class TTCalibration:
     @classmethod
     def from_ids(
         cls, model: nn.Module, config: TTConfig, calibration_ids: torch.Tensor, covariance_tokens: int = 4096
-    ) -> "TTCalibration":
+    ) -> TTCalibration:
         """Token frequencies over all ``calibration_ids``; the hidden-state covariance (only if the config's basis
         needs it) over the first ``covariance_tokens`` (forward passes are the expensive part)."""
         vocab = model.get_input_embeddings().num_embeddings
@@ -83,7 +83,6 @@ def output_basis(weight: torch.Tensor, covariance: torch.Tensor | None = None) -
         inverse_root = (vectors / values.sqrt()) @ vectors.T
     _, _, vh = torch.linalg.svd(weight @ root, full_matrices=False)
     return vh @ inverse_root
-
 
 
 def exact_token_ids(counts: torch.Tensor | None, number: int, prior: str = "calibration") -> torch.Tensor:

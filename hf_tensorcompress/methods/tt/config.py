@@ -15,8 +15,10 @@ EXACT_PRIORS = ("calibration", "token_id", "mixed")
 
 
 def _positive_ints(value: Any) -> bool:
-    return isinstance(value, (list, tuple)) and bool(value) and all(
-        isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value
+    return (
+        isinstance(value, (list, tuple))
+        and bool(value)
+        and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)
     )
 
 

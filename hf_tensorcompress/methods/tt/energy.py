@@ -72,7 +72,9 @@ def apply_svd_embedding(model: nn.Module, rank: int) -> int:
     return rank * sum(weight.shape)
 
 
-def energy_report(vocab: int, hidden: int, length: int, tt_per_token: float | None = None, svd_rank: int | None = None) -> dict:
+def energy_report(
+    vocab: int, hidden: int, length: int, tt_per_token: float | None = None, svd_rank: int | None = None
+) -> dict:
     """Energies (units of ν) and ratios ω against dense for a query of ``length`` tokens."""
     dense = dense_energy(vocab, hidden, length)
     report = {"dense": asdict(dense) | {"total": dense.total}}

@@ -72,7 +72,7 @@ class TTTiedHead(nn.Linear):
         """Pickled without the cached copy (it holds weak references, and is rebuilt on use)."""
         return {**super().__getstate__(), "_cache": None}
 
-    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> "TTTiedHead":
+    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> TTTiedHead:
         """Nothing to do: the head follows the embedding's vocabulary."""
         return self
 

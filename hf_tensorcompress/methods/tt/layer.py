@@ -51,16 +51,26 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
         dtype: torch.dtype | None = None,
     ) -> None:
         nn.Module.__init__(self)  # not nn.Embedding's: it would allocate the V×d weight
-        self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse = None, None, 2.0, False, False
+        self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse = (
+            None,
+            None,
+            2.0,
+            False,
+            False,
+        )
         shape, ranks = [int(i) for i in shape], [int(r) for r in ranks]
         if len(ranks) != len(shape) - 1 or min(shape) < 1 or (ranks and min(ranks) < 1):
-            raise ValueError(f"a {len(shape)}-core train needs {len(shape) - 1} ranks >= 1; got shape={shape}, ranks={ranks}")
+            raise ValueError(
+                f"a {len(shape)}-core train needs {len(shape) - 1} ranks >= 1; got shape={shape}, ranks={ranks}"
+            )
         self.shape, self.ranks, self.eps, self.tied_output = shape, ranks, eps, tied_output
         size = math.prod(shape)
         # optional output-aware basis P (d×d): vector = train @ P; the trains live in the basis P⁻¹ (see tt_basis)
         self.register_buffer("basis", torch.eye(size, device=device, dtype=dtype) if basis else None)
         # optional exact tokens: their vectors are stored dense (exact_rows[slot]); exact_slot[t] = slot or -1
-        self.exact_rows = nn.Parameter(torch.zeros(exact_tokens, size, device=device, dtype=dtype)) if exact_tokens else None
+        self.exact_rows = (
+            nn.Parameter(torch.zeros(exact_tokens, size, device=device, dtype=dtype)) if exact_tokens else None
+        )
         self.register_buffer(
             "exact_slot",
             torch.full((num_embeddings,), -1, dtype=torch.int32, device=device) if exact_tokens else None,
@@ -102,7 +112,7 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
         eps: float | torch.Tensor | None = None,
         basis: torch.Tensor | None = None,
         solver: str = "auto",
-    ) -> "TTEmbedding":
+    ) -> TTEmbedding:
         """Compress a ``(V, d)`` embedding matrix (training-free). A tensor ``eps`` gives per-token accuracies.
 
         ``basis`` (``(d, d)``, invertible) decomposes the rows of ``W P⁻¹`` instead of ``W`` and stores ``P``:
@@ -228,7 +238,7 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
             self.exact_rows[slot[slot >= 0].long()] = vectors[slot >= 0].to(self.exact_rows)
 
     @torch.no_grad()
-    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> "TTEmbedding":
+    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> TTEmbedding:
         """``resize_token_embeddings`` support, in place: new tokens start at the mean vector, as transformers'
         ``mean_resizing`` does (without its random perturbation, so resizing is deterministic), held exactly as
         dense rows (a train at the layer's ranks would miss the mean by ~1e-3); shrinking drops the last tokens."""
@@ -311,10 +321,16 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
         else:
             cores, vocab = list(self.cores), self.num_embeddings
             ids = torch.arange(vocab, device=cores[0].device)
-            logits = self._exact_logits(raw, torch.cat(
-                [F.linear(projected, tt_reconstruct(cores, ids[start : start + chunk])) for start in range(0, vocab, chunk)],
-                dim=-1,
-            ))
+            logits = self._exact_logits(
+                raw,
+                torch.cat(
+                    [
+                        F.linear(projected, tt_reconstruct(cores, ids[start : start + chunk]))
+                        for start in range(0, vocab, chunk)
+                    ],
+                    dim=-1,
+                ),
+            )
         return logits.reshape(*lead, self.num_embeddings)
 
     def _factored_is_cheaper(self, rows: int) -> bool:
@@ -337,8 +353,9 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
         logits = raw.new_empty(raw.shape[0], self.num_embeddings)
         logits.index_copy_(1, by_slot, F.linear(raw, self.exact_rows))
         if train_ids.numel():
-            logits.index_copy_(1, train_ids, factored_logits(projected, cores, train_ids,
-                                                             blocks=self._decode_blocks(train_ids)))
+            logits.index_copy_(
+                1, train_ids, factored_logits(projected, cores, train_ids, blocks=self._decode_blocks(train_ids))
+            )
         return logits
 
     def __getstate__(self) -> dict:
@@ -396,10 +413,15 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
         }
 
     @classmethod
-    def from_spec(cls, spec: dict) -> "TTEmbedding":
+    def from_spec(cls, spec: dict) -> TTEmbedding:
         return cls(
-            spec["num_embeddings"], spec["shape"], spec["ranks"], spec.get("eps"), spec.get("tied_output"),
-            spec.get("basis", False), spec.get("exact_tokens", 0),
+            spec["num_embeddings"],
+            spec["shape"],
+            spec["ranks"],
+            spec.get("eps"),
+            spec.get("tied_output"),
+            spec.get("basis", False),
+            spec.get("exact_tokens", 0),
         )
 
     # ------------------------------------------------------------------ size and cost

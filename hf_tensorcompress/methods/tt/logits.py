@@ -96,7 +96,10 @@ def token_minor_blocks(cores: list[torch.Tensor], ids: torch.Tensor | None = Non
 
 
 def factored_logits(
-    hidden: torch.Tensor, cores: list[torch.Tensor], ids: torch.Tensor | None = None, cut: int | None = None,
+    hidden: torch.Tensor,
+    cores: list[torch.Tensor],
+    ids: torch.Tensor | None = None,
+    cut: int | None = None,
     blocks: list[list[torch.Tensor]] | None = None,
 ) -> torch.Tensor:
     """``hidden @ Wᵀ`` ``(m, n)`` for the trains of tokens ``ids`` (all if None) without building ``W`` (n × d).

@@ -29,7 +29,7 @@ class ScaledTTEmbedding(TTEmbedding):
         return {**super().spec(), "type": self.layer_type, "embed_scale": self.embed_scale}
 
     @classmethod
-    def from_spec(cls, spec: dict) -> "ScaledTTEmbedding":
+    def from_spec(cls, spec: dict) -> ScaledTTEmbedding:
         layer = super().from_spec(spec)
         layer.embed_scale = float(spec["embed_scale"])
         return layer

@@ -7,11 +7,12 @@ own (batched over blocks of rows, spread over threads), so tokens can be compres
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
+
 
 def balanced_shape(size: int, order: int) -> list[int]:
     """The ``order`` factors (ascending) of ``size`` closest to each other (smallest max/min spread)."""
@@ -28,7 +29,7 @@ def balanced_shape(size: int, order: int) -> list[int]:
                     best = candidate
             return
         factor = smallest
-        while factor ** slots <= rest:
+        while factor**slots <= rest:
             if rest % factor == 0:
                 search(rest // factor, factor, slots - 1, prefix + [factor])
             factor += 1
@@ -274,10 +275,14 @@ def _join_blocks(parts: list, order: int, dtype: torch.dtype) -> tuple[list[torc
     cores = []
     for k in range(order):
         rank_in, rank_out = (max(part[0][k].shape[dim] for part in parts) for dim in (1, 3))
-        cores.append(torch.cat([
-            F.pad(part[0][k], (0, rank_out - part[0][k].shape[3], 0, 0, 0, rank_in - part[0][k].shape[1]))
-            for part in parts
-        ]).to(dtype))
+        cores.append(
+            torch.cat(
+                [
+                    F.pad(part[0][k], (0, rank_out - part[0][k].shape[3], 0, 0, 0, rank_in - part[0][k].shape[1]))
+                    for part in parts
+                ]
+            ).to(dtype)
+        )
     return cores, torch.cat([part[1] for part in parts])
 
 

@@ -30,8 +30,12 @@ class Mae(evaluate.Metric):
             citation="",
             inputs_description=_KWARGS_DESCRIPTION,
             features=[
-                datasets.Features({"predictions": datasets.Sequence(datasets.Value("float32")),
-                                   "references": datasets.Sequence(datasets.Value("float32"))}),
+                datasets.Features(
+                    {
+                        "predictions": datasets.Sequence(datasets.Value("float32")),
+                        "references": datasets.Sequence(datasets.Value("float32")),
+                    }
+                ),
                 datasets.Features({"predictions": datasets.Value("float32"), "references": datasets.Value("float32")}),
             ],
         )
