@@ -63,6 +63,8 @@ class CompressionConfig(QuantizationConfigMixin):
 
     #: The method this class configures (set by each subclass).
     method_name: ClassVar[str] = ""
+    #: Fields of this config that a version-1 dict (one flat config for every method) held for another method.
+    version_1_foreign: ClassVar[tuple[str, ...]] = ()
     #: What transformers dispatches ``quantization_config`` on (not a field: never written to compression_config).
     quant_method: ClassVar[str] = QUANT_METHOD
 
@@ -148,7 +150,8 @@ class CompressionConfig(QuantizationConfigMixin):
         if isinstance(version, bool) or not isinstance(version, int):
             raise ValueError(f"version must be an int (this library writes {CONFIG_VERSION}), got {version!r}")
         if version < 2:
-            data = {key: value for key, value in data.items() if key in target.field_names() or not _owner_of(key)}
+            own = target.field_names() - set(target.version_1_foreign)
+            data = {key: value for key, value in data.items() if key in own or not _owner_of(key)}
         return target(**data)
 
     def to_json_string(self, use_diff: bool = True) -> str:

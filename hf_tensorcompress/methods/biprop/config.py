@@ -36,6 +36,8 @@ class BipropConfig(CompressionConfig):
         attention_length: ``qkv_mask``: the sequence length the masks cover; ``None`` derives it from the model
             config where it can (PatchTST: number of patches).
         attention_modules: filled by ``apply_compression``: the attention modules the option applies to.
+        init: ``"random"``, the only value: the frozen weights are always drawn from ``weight_seed``. Accepted so that
+            code passing ``init="random"`` to every method (e.g. to build on the meta device) works for biprop too.
     """
 
     method: str = "biprop"
@@ -47,8 +49,11 @@ class BipropConfig(CompressionConfig):
     attention_keep_ratio: float | None = None
     attention_length: int | None = None
     attention_modules: list[str] = field(default_factory=list)
+    init: str = "random"
 
     method_name: ClassVar[str] = "biprop"
+    #: Version-1 dicts held every method's fields: their ``init`` was cp/svd's (``"decompose"``), not this one.
+    version_1_foreign: ClassVar[tuple[str, ...]] = ("init",)
 
     def validate(self) -> None:
         super().validate()
@@ -57,6 +62,11 @@ class BipropConfig(CompressionConfig):
         if self.attention_keep_ratio is not None:
             check_fraction(self.attention_keep_ratio, "attention_keep_ratio", meaning)
         check_choice(self.weight_init, "weight_init", WEIGHT_INITS)
+        if self.init != "random":
+            raise ValueError(
+                f"init={self.init!r}: biprop's frozen weights are always drawn at random from weight_seed, so init "
+                "can only be 'random' ('decompose' computes cp/svd factors from the dense weights)"
+            )
         check_int(self.weight_seed, "weight_seed", 0)
         if not isinstance(self.save_scores, bool):
             raise ValueError(f"save_scores must be True or False, got {self.save_scores!r}")
