@@ -116,6 +116,36 @@ class CompressedLayer(nn.Module):
         base class on the meta device, from which modules ``bind`` replaced can be taken."""
 
 
+class TiedHead(nn.Linear):
+    """The output layer of a tied model whose token embedding is a compressed layer: ``logits = h Wᵀ`` read from
+    that embedding, which stores the matrix once. An ``nn.Linear`` to transformers (``get_output_embeddings()``
+    returns one) whose ``weight`` is the embedding's; ``nn.Linear.__init__`` is not run, so it owns no tensors."""
+
+    def __init__(self, embedding: nn.Module) -> None:
+        nn.Module.__init__(self)
+        self.register_parameter("bias", None)
+        object.__setattr__(self, "embedding", embedding)  # a reference, not a submodule: no duplicate state
+
+    @property
+    def in_features(self) -> int:
+        return self.embedding.embedding_dim
+
+    @property
+    def out_features(self) -> int:
+        return self.embedding.num_embeddings
+
+    @property
+    def weight(self) -> torch.Tensor:
+        return self.embedding.weight
+
+    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> TiedHead:
+        """Nothing to do: the head follows the embedding's vocabulary."""
+        return self
+
+    def extra_repr(self) -> str:
+        return f"tied to {type(self.embedding).__name__}({self.out_features}, {self.in_features})"
+
+
 class ModelOption:
     """Model-level behaviour a method records in ``compression_config`` beside its layers (e.g. biprop's SBT attention
     masks): re-installed on load, initialised where a checkpoint lacks its tensors. Defining a subclass with a ``key``

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...core.contract import CompressedLayer
+from ...core.contract import CompressedLayer, TiedHead
 from ...core.lowbit import LowBitTensor
 
 
@@ -173,32 +173,9 @@ class TieredEmbedding(CompressedLayer):
         return f"{self.num_embeddings}, {self.embedding_dim}, tiers=[{tiers}], rank={self.rank}"
 
 
-class TieredTiedHead(nn.Module):
+class TieredTiedHead(TiedHead):
     """The tied output layer of a model whose embedding is a ``TieredEmbedding``: ``logits = h Wᵀ`` decoded chunk
-    by chunk from the low-bit rows. It owns no tensors (the matrix is stored once, in the embedding)."""
-
-    def __init__(self, embedding: TieredEmbedding) -> None:
-        super().__init__()
-        object.__setattr__(self, "embedding", embedding)  # a reference, not a submodule: no duplicate state
-
-    @property
-    def in_features(self) -> int:
-        return self.embedding.embedding_dim
-
-    @property
-    def out_features(self) -> int:
-        return self.embedding.num_embeddings
-
-    @property
-    def weight(self) -> torch.Tensor:
-        return self.embedding.weight
-
-    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> TieredTiedHead:
-        """Nothing to do: the head follows the embedding's vocabulary."""
-        return self
+    by chunk from the low-bit rows."""
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.embedding.logits(hidden)
-
-    def extra_repr(self) -> str:
-        return f"tied to TieredEmbedding({self.out_features}, {self.in_features})"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ...core.contract import TiedHead
 from .logits import LOGIT_PATHS, TensorsState
 from .solver import tt_reconstruct
 
@@ -15,7 +16,7 @@ from .solver import tt_reconstruct
 HEAD_MODES = (*LOGIT_PATHS, "cached")
 
 
-class TTTiedHead(nn.Linear):
+class TTTiedHead(TiedHead):
     """The output layer of a tied model: ``logits = h Wᵀ`` read from the TT embedding's cores.
 
     It owns no tensors (the tied matrix is counted once, in the embedding). ``mode`` (default ``"auto"``):
@@ -28,11 +29,8 @@ class TTTiedHead(nn.Linear):
     """
 
     def __init__(self, embedding: nn.Module) -> None:
-        """``embedding``: the ``TTEmbedding`` whose cores hold the tied matrix. An ``nn.Linear`` to transformers
-        (``get_output_embeddings()`` returns one) whose weight is the embedding's: ``nn.Linear.__init__`` is not run."""
-        nn.Module.__init__(self)
-        self.register_parameter("bias", None)
-        object.__setattr__(self, "embedding", embedding)  # a reference, not a submodule: no duplicate state
+        """``embedding``: the ``TTEmbedding`` whose cores hold the tied matrix."""
+        super().__init__(embedding)
         self.mode = "auto"
         self._cache: tuple[tuple, torch.Tensor] | None = None
 
@@ -43,18 +41,6 @@ class TTTiedHead(nn.Linear):
     @cache_weight.setter
     def cache_weight(self, value: bool) -> None:
         self.mode = "cached" if value else "auto"
-
-    @property
-    def in_features(self) -> int:
-        return self.embedding.embedding_dim
-
-    @property
-    def out_features(self) -> int:
-        return self.embedding.num_embeddings
-
-    @property
-    def weight(self) -> torch.Tensor:
-        return self.embedding.weight
 
     def _cached_trains(self) -> torch.Tensor | None:
         """The rebuilt ``(V, d)`` trains in the cached mode while nothing needs gradients, else None (and the
@@ -72,10 +58,6 @@ class TTTiedHead(nn.Linear):
         """Pickled without the cached copy (it holds weak references, and is rebuilt on use)."""
         return {**super().__getstate__(), "_cache": None}
 
-    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> TTTiedHead:
-        """Nothing to do: the head follows the embedding's vocabulary."""
-        return self
-
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         if self.mode not in HEAD_MODES:
             raise ValueError(f"TTTiedHead.mode={self.mode!r}; choose one of {list(HEAD_MODES)}")
@@ -83,4 +65,4 @@ class TTTiedHead(nn.Linear):
         return self.embedding.logits(hidden, trains, path="rebuild" if self.mode == "cached" else self.mode)
 
     def extra_repr(self) -> str:
-        return f"tied to TTEmbedding({self.out_features}, {self.in_features}), mode={self.mode}"
+        return f"{super().extra_repr()}, mode={self.mode}"
