@@ -7,8 +7,8 @@ import json
 
 import pytest
 import torch
-from helpers import run_without_library, tiny_patchtst_config
-from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, PatchTSTForPrediction
+from helpers import run_without_library, tiny_causal_lm, tiny_patchtst_config
+from transformers import PatchTSTForPrediction
 
 from hf_tensorcompress import CompressionConfig, apply_compression, decompress
 
@@ -63,21 +63,7 @@ def test_time_series_methods_decompress_to_the_same_outputs_and_a_plain_checkpoi
 
 @pytest.mark.parametrize("family", ["llama", "gpt2"])
 def test_tt_decompresses_to_a_tied_dense_model(family, tmp_path):
-    torch.manual_seed(0)
-    if family == "llama":
-        model = LlamaForCausalLM(
-            LlamaConfig(
-                vocab_size=96,
-                hidden_size=24,
-                intermediate_size=32,
-                num_hidden_layers=1,
-                num_attention_heads=2,
-                num_key_value_heads=1,
-                tie_word_embeddings=True,
-            )
-        )
-    else:
-        model = GPT2LMHeadModel(GPT2Config(vocab_size=96, n_embd=24, n_layer=1, n_head=2, n_positions=32))
+    model = tiny_causal_lm(family)
     model = apply_compression(model.eval(), CompressionConfig(method="tt", tt_shape=[2, 3, 4], tt_ranks=2))
     prompt = torch.tensor([[1, 5, 9, 17, 33]])
     with torch.no_grad():

@@ -11,8 +11,8 @@ import copy
 
 import pytest
 import torch
-from helpers import tiny_patchtst_config
-from transformers import LlamaConfig, LlamaForCausalLM, PatchTSTForPrediction
+from helpers import tiny_causal_lm, tiny_patchtst_config
+from transformers import PatchTSTForPrediction
 
 from hf_tensorcompress import CompressedLayer, CompressionConfig, apply_compression
 
@@ -37,20 +37,6 @@ TIME_SERIES = {
 def patchtst() -> PatchTSTForPrediction:
     torch.manual_seed(0)
     return PatchTSTForPrediction(tiny_patchtst_config()).eval()
-
-
-def llama() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=96,
-        hidden_size=24,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=True,
-    )
-    return LlamaForCausalLM(config).eval()
 
 
 def tensors_on(model: torch.nn.Module, device: str, dtype: torch.dtype) -> list[str]:
@@ -101,12 +87,14 @@ def test_time_series_methods_on_each_device_and_dtype(method, dtype, device, tmp
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_tt_compresses_and_generates_on_each_device_and_dtype(dtype, device, tmp_path):
     config = CompressionConfig(method="tt", tt_shape=[2, 3, 4], tt_ranks=2)
-    reference = apply_compression(llama(), config)
+    reference = apply_compression(tiny_causal_lm("llama"), config)
     prompt = torch.tensor([[1, 5, 9, 17, 33]])
     with torch.no_grad():
         expected = reference(prompt).logits
 
-    model = apply_compression(llama().to(device=device, dtype=dtype), config)  # the decomposition runs there too
+    model = apply_compression(
+        tiny_causal_lm("llama").to(device=device, dtype=dtype), config
+    )  # the decomposition runs there too
     assert not tensors_on(model, device, dtype)
     with torch.no_grad():
         logits = model(prompt.to(device)).logits
