@@ -1,6 +1,7 @@
 """Biprop layer speed, on-disk size and resident memory, measured side by side in one run.
 
     OMP_NUM_THREADS=1 python benchmarks/biprop.py [--features 512 --tokens 4096 --repeats 20 --batch 4]
+    python benchmarks/biprop.py --device cuda --dtype bf16   # CUDA events; GPU memory instead of RSS
 
 1. Forward time of ``BipropLinear`` in training mode (top-k mask + α every call), the trainable form in eval mode
    (mask and signs folded into one cached weight) and the inference-only form (packed bits, unpacked a block at a
@@ -23,11 +24,11 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
+from timing import add_device_arguments, device_and_dtype, seconds
 from torch import nn
 from transformers import PatchTSTConfig, PatchTSTForClassification
 
@@ -35,30 +36,27 @@ from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.methods.biprop.layer import BipropLinear
 
 
-def best_time(function, repeats: int) -> float:
-    """Best of ``repeats`` wall-clock seconds (after one warm-up call)."""
+def best_time(function, repeats: int, device: torch.device) -> float:
+    """Best of ``repeats`` times (after one warm-up call): CUDA events on a GPU, wall clock on the CPU."""
     function()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    return min(seconds(function, device) for _ in range(repeats))
 
 
-def layer_times(features: int, tokens: int, keep_ratio: float, repeats: int) -> dict:
+def layer_times(
+    features: int, tokens: int, keep_ratio: float, repeats: int, device: torch.device, dtype: torch.dtype
+) -> dict:
     torch.manual_seed(0)
-    x = torch.randn(tokens, features)
-    dense = nn.Linear(features, features)
-    layer = BipropLinear(features, features, keep_ratio=keep_ratio)
+    x = torch.randn(tokens, features, device=device, dtype=dtype)
+    dense = nn.Linear(features, features).to(device, dtype)
+    layer = BipropLinear(features, features, keep_ratio=keep_ratio).to(device, dtype)
     layer.train()
-    train = best_time(lambda: layer(x), repeats)  # grad enabled: the training path
+    train = best_time(lambda: layer(x), repeats, device)  # grad enabled: the training path
     layer.eval()
-    packed = BipropLinear(features, features, keep_ratio=keep_ratio, trainable=False)
+    packed = BipropLinear(features, features, keep_ratio=keep_ratio, trainable=False).to(device, dtype)
     with torch.no_grad():
-        folded = best_time(lambda: layer(x), repeats)
-        dense_time = best_time(lambda: dense(x), repeats)
-        packed_time = best_time(lambda: packed(x), repeats)
+        folded = best_time(lambda: layer(x), repeats, device)
+        dense_time = best_time(lambda: dense(x), repeats, device)
+        packed_time = best_time(lambda: packed(x), repeats, device)
     return {
         "dense_ms": dense_time * 1e3,
         "biprop_train_ms": train * 1e3,
@@ -138,26 +136,30 @@ def held_bytes(module: nn.Module) -> int:
     return total
 
 
-def measure_loaded(path: str, batch: int, repeats: int) -> dict:
-    """In this (fresh) process: RSS growth of loading ``path`` and one forward, Linear-layer bytes, best time."""
+def measure_loaded(path: str, batch: int, repeats: int, device: torch.device, dtype: torch.dtype) -> dict:
+    """In this (fresh) process: memory growth of loading ``path`` and one forward (RSS on the CPU, allocated GPU
+    memory on a GPU), Linear-layer bytes, best time."""
     from transformers import AutoModel  # imported before the baseline RSS: only the model's own memory counts
 
     import hf_tensorcompress  # noqa: F401  (registers the loader for compressed checkpoints)
 
     torch.manual_seed(0)
-    before = rss_bytes()
-    model = AutoModel.from_pretrained(path).eval()
+    used = (lambda: torch.cuda.memory_allocated(device)) if device.type == "cuda" else rss_bytes
+    before = used()
+    model = AutoModel.from_pretrained(path).to(device, dtype).eval()
     config = model.config
-    x = torch.randn(batch, config.context_length, config.num_input_channels)
+    x = torch.randn(batch, config.context_length, config.num_input_channels, device=device, dtype=dtype)
     with torch.no_grad():
         model(past_values=x)
-        after = rss_bytes()
-        seconds = best_time(lambda: model(past_values=x), repeats)
+        after = used()
+        forward = best_time(lambda: model(past_values=x), repeats, device)
     layers = [m for m in model.modules() if isinstance(m, (nn.Linear, BipropLinear))]
-    return {"rss_growth": after - before, "linear_bytes": sum(held_bytes(m) for m in layers), "forward_s": seconds}
+    return {"rss_growth": after - before, "linear_bytes": sum(held_bytes(m) for m in layers), "forward_s": forward}
 
 
-def loaded_models(layers: int, d_model: int, keep_ratio: float, batch: int, repeats: int) -> dict:
+def loaded_models(
+    layers: int, d_model: int, keep_ratio: float, batch: int, repeats: int, device_args: list[str]
+) -> dict:
     """Dense and biprop PatchTST, each saved and then loaded in fresh processes (two alternating rounds)."""
     config = PatchTSTConfig(
         num_input_channels=12,
@@ -188,6 +190,7 @@ def loaded_models(layers: int, d_model: int, keep_ratio: float, batch: int, repe
                     str(batch),
                     "--repeats",
                     str(repeats),
+                    *device_args,
                 ]
                 output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
                 runs[label].append(json.loads(output.strip().splitlines()[-1]))
@@ -221,11 +224,13 @@ def main() -> None:
     )
     parser.add_argument("--loaded_repeats", type=int, default=5, help="loaded-model test: timed forwards per process")
     parser.add_argument("--measure", default=None, help=argparse.SUPPRESS)  # the fresh process of one loaded model
+    add_device_arguments(parser)
     args = parser.parse_args()
+    device, dtype = device_and_dtype(args)
     if args.measure:
-        print(json.dumps(measure_loaded(args.measure, args.batch, args.repeats)))
+        print(json.dumps(measure_loaded(args.measure, args.batch, args.repeats, device, dtype)))
         return
-    times = layer_times(args.features, args.tokens, args.keep_ratio, args.repeats)
+    times = layer_times(args.features, args.tokens, args.keep_ratio, args.repeats, device, dtype)
     print(
         f"forward {args.tokens}x{args.features} -> {args.features}: dense {times['dense_ms']:.2f} ms, "
         f"biprop train {times['biprop_train_ms']:.2f} ms (x{times['train_over_dense']:.2f}), "
@@ -238,7 +243,10 @@ def main() -> None:
         f"{sizes['biprop_file_bytes']} bytes (x{sizes['file_bytes_ratio']:.1f}); biprop layers "
         f"{sizes['dense_layer_bytes']} -> {sizes['biprop_layer_bytes']} bytes (x{sizes['layer_bytes_ratio']:.1f})"
     )
-    loaded = loaded_models(args.layers, args.loaded_d_model, args.keep_ratio, args.batch, args.loaded_repeats)
+    device_args = ["--device", args.device, "--dtype", args.dtype]
+    loaded = loaded_models(
+        args.layers, args.loaded_d_model, args.keep_ratio, args.batch, args.loaded_repeats, device_args
+    )
     print(
         f"loaded PatchTST ({args.layers} layers, d_model {args.loaded_d_model}, FFN {4 * args.loaded_d_model}), fresh "
         f"process each: Linear layers hold {loaded['dense_linear_bytes']:,} -> {loaded['biprop_linear_bytes']:,} bytes "
@@ -253,6 +261,8 @@ def main() -> None:
                 "features": args.features,
                 "tokens": args.tokens,
                 "keep_ratio": args.keep_ratio,
+                "device": str(device),
+                "dtype": args.dtype,
                 **times,
                 **sizes,
                 **loaded,
