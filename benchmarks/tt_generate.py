@@ -1,6 +1,7 @@
 """Greedy ``generate()`` with a TT-compressed SmolLM2-135M, saved and loaded back as a user would, against dense.
 
     OMP_NUM_THREADS=1 python benchmarks/tt_generate.py [--threads 1] [--new-tokens 48] [--repeats 3]
+    python benchmarks/tt_generate.py --device cuda --dtype bf16   # on a GPU: peak is max_memory_allocated
 
 The TT checkpoint is the best training-free 2× option: output-aware basis, ranks 1,1 (8×8×9), the 21,500 most
 frequent calibration tokens dense, calibrated on the first 75 % of Moby Dick. Both folders load with
@@ -16,7 +17,8 @@ the folder). Printed side by side:
    per call (transformers' ``logits_to_keep=1``).
 3. peak RSS (VmHWM) of load + generate (batch 1 then 8), each arm in its own fresh process: dense, TT
    (default), TT cached.
-The last line printed is one JSON object with all figures.
+The last line printed is one JSON object with all figures (``peak_mb``: VmHWM on the CPU,
+``torch.cuda.max_memory_allocated`` on a GPU).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from timing import add_device_arguments
 
 PROMPTS = [
     "The whale swam slowly toward the ship, and Ahab",
@@ -74,10 +78,11 @@ def build_checkpoint(folder: Path) -> dict:
     }
 
 
-def load(folder: str):
+def load(folder: str, device: str = "cpu", dtype: str = "fp32"):
+    from timing import DTYPES
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).eval()
+    model = AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).to(device, DTYPES[dtype]).eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
@@ -86,7 +91,7 @@ def load(folder: str):
 
 
 def generate(model, tokenizer, batch: int, new_tokens: int):
-    inputs = tokenizer(PROMPTS[:batch], return_tensors="pt", padding=True)
+    inputs = tokenizer(PROMPTS[:batch], return_tensors="pt", padding=True).to(model.device)
     return model.generate(
         **inputs,
         max_new_tokens=new_tokens,
@@ -96,9 +101,18 @@ def generate(model, tokenizer, batch: int, new_tokens: int):
     )
 
 
+def synchronize() -> None:
+    """Wait for queued GPU work (a no-op on the CPU), so wall times cover it."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def timed(fn) -> float:
     start = time.perf_counter()
     fn()
+    synchronize()
     return time.perf_counter() - start
 
 
@@ -107,23 +121,29 @@ def timed_both(fn) -> tuple[float, float]:
     steadier measure of the work done, the wall time what a user waits."""
     wall, cpu = time.perf_counter(), time.process_time()
     fn()
+    synchronize()
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def memory_status() -> dict:
-    """VmHWM (peak RSS), RssAnon and RssFile in MB from /proc/self/status."""
+def memory_status(device: str = "cpu") -> dict:
+    """VmHWM (peak RSS), RssAnon and RssFile in MB from /proc/self/status, and ``peak_mb``: VmHWM on the CPU, the
+    peak allocated GPU memory on a GPU."""
+    import torch
+
     fields = {}
     for line in Path("/proc/self/status").read_text().splitlines():
         key, _, value = line.partition(":")
         if key in ("VmHWM", "RssAnon", "RssFile"):
             fields[key] = int(value.split()[0]) / 1024
+    on_gpu = device.startswith("cuda")
+    fields["peak_mb"] = torch.cuda.max_memory_allocated() / 2**20 if on_gpu else fields["VmHWM"]
     return fields
 
 
-def memory_arm(folder: str, mode: str | None, new_tokens: int) -> dict:
-    """Run in a fresh process: load, generate at batch 1 and 8, report the peak RSS."""
-    model, tokenizer = load(folder)
-    after_load = memory_status()
+def memory_arm(folder: str, mode: str | None, new_tokens: int, device: str, dtype: str) -> dict:
+    """Run in a fresh process: load, generate at batch 1 and 8, report the peak memory."""
+    model, tokenizer = load(folder, device, dtype)
+    after_load = memory_status(device)
     if mode is not None:
         model.get_output_embeddings().mode = mode
     for batch in (1, 8):
@@ -133,15 +153,15 @@ def memory_arm(folder: str, mode: str | None, new_tokens: int) -> dict:
         for name, tensor in list(model.named_parameters()) + list(model.named_buffers())
         if tensor.numel() >= model.config.vocab_size * model.config.hidden_size
     ]
-    return {"after_load": after_load, "after_generate": memory_status(), "vocab_by_hidden_tensors": large}
+    return {"after_load": after_load, "after_generate": memory_status(device), "vocab_by_hidden_tensors": large}
 
 
-def timing(dense_dir: str, tt_dir: str, new_tokens: int, repeats: int) -> dict:
+def timing(dense_dir: str, tt_dir: str, new_tokens: int, repeats: int, device: str, dtype: str) -> dict:
     """Both models in one process, arms alternating per repeat (see the module docstring)."""
     import torch
 
-    dense, tokenizer = load(dense_dir)
-    tt, _ = load(tt_dir)
+    dense, tokenizer = load(dense_dir, device, dtype)
+    tt, _ = load(tt_dir, device, dtype)
     head = tt.get_output_embeddings()
     rows = []
     head.register_forward_hook(lambda module, args, out: rows.append(tuple(args[0].shape)))
@@ -198,17 +218,29 @@ def main() -> None:
     parser.add_argument("--child", choices=["memory", "timing"])
     parser.add_argument("--folder", nargs="*")
     parser.add_argument("--mode", default=None)
+    add_device_arguments(parser)
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(args.threads)
     if args.child == "memory":
-        print(json.dumps(memory_arm(args.folder[0], args.mode, args.new_tokens)))
+        print(json.dumps(memory_arm(args.folder[0], args.mode, args.new_tokens, args.device, args.dtype)))
         return
     if args.child == "timing":
-        print(json.dumps(timing(args.folder[0], args.folder[1], args.new_tokens, args.repeats)))
+        print(
+            json.dumps(timing(args.folder[0], args.folder[1], args.new_tokens, args.repeats, args.device, args.dtype))
+        )
         return
-    common = ["--threads", str(args.threads), "--new-tokens", str(args.new_tokens)]
+    common = [
+        "--threads",
+        str(args.threads),
+        "--new-tokens",
+        str(args.new_tokens),
+        "--device",
+        args.device,
+        "--dtype",
+        args.dtype,
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         built = build_checkpoint(Path(tmp))
         dense_dir, tt_dir = built["dense_dir"], tmp
@@ -218,7 +250,7 @@ def main() -> None:
                 ["--child", "memory", "--folder", folder, *common] + ([] if mode is None else ["--mode", mode])
             )
         speed = run_child(["--child", "timing", "--folder", dense_dir, tt_dir, "--repeats", str(args.repeats), *common])
-    peak = {name: arm["after_generate"]["VmHWM"] for name, arm in memory.items()}
+    peak = {name: arm["after_generate"]["peak_mb"] for name, arm in memory.items()}
     embedding_mb = 49152 * 576 * 4 / 2**20
     print(
         f"SmolLM2-135M, {args.threads} thread(s), {args.new_tokens} new tokens, greedy; TT: ranks {RANKS}, "
@@ -236,13 +268,15 @@ def main() -> None:
         )
     for name, value in peak.items():
         print(
-            f"peak RSS load+generate {name}: {value:.0f} MB (dense - this: {peak['dense'] - value:+.0f} MB; "
+            f"peak memory load+generate {name}: {value:.0f} MB (dense - this: {peak['dense'] - value:+.0f} MB; "
             f"V x d tensors held: {memory[name]['vocab_by_hidden_tensors']})"
         )
     print(
         json.dumps(
             {
                 "threads": args.threads,
+                "device": args.device,
+                "dtype": args.dtype,
                 "new_tokens": args.new_tokens,
                 "tt_over_dense_batch1": speed["batch1"]["tt_over_dense"],
                 "tt_over_dense_batch8": speed["batch8"]["tt_over_dense"],
@@ -252,7 +286,7 @@ def main() -> None:
                 "tt_reference_over_dense_batch1": speed["batch1"]["tt_reference_over_dense"],
                 "greedy_equal_batch1": speed["batch1"]["greedy_tokens_equal_to_reference"],
                 "greedy_equal_batch8": speed["batch8"]["greedy_tokens_equal_to_reference"],
-                "peak_rss_mb": peak,
+                "peak_mb": peak,
                 "peak_saving_mb": peak["dense"] - peak["tt"],
                 "peak_saving_over_embedding": (peak["dense"] - peak["tt"]) / embedding_mb,
                 "cached_extra_mb": peak["tt_cached"] - peak["tt"],
