@@ -33,6 +33,7 @@ from torch import nn
 from transformers import PatchTSTConfig, PatchTSTForClassification
 
 from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress.core.metrics import resident_bytes
 from hf_tensorcompress.methods.biprop.layer import BipropLinear
 
 
@@ -115,27 +116,6 @@ def rss_bytes() -> int:
         return int(handle.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def held_bytes(module: nn.Module) -> int:
-    """Bytes a layer holds: its parameters and buffers, and tensors it caches in attributes (dicts/tuples too)."""
-    seen, total = set(), 0
-
-    def count(value) -> None:
-        nonlocal total
-        if isinstance(value, torch.Tensor) and id(value) not in seen and not value.is_meta:
-            seen.add(id(value))
-            total += value.numel() * value.element_size()
-        elif isinstance(value, dict):
-            for item in value.values():
-                count(item)
-        elif isinstance(value, (tuple, list)):
-            for item in value:
-                count(item)
-
-    for value in [*module.parameters(), *module.buffers(), *vars(module).values()]:
-        count(value)
-    return total
-
-
 def measure_loaded(path: str, batch: int, repeats: int, device: torch.device, dtype: torch.dtype) -> dict:
     """In this (fresh) process: memory growth of loading ``path`` and one forward (RSS on the CPU, allocated GPU
     memory on a GPU), Linear-layer bytes, best time."""
@@ -154,7 +134,7 @@ def measure_loaded(path: str, batch: int, repeats: int, device: torch.device, dt
         after = used()
         forward = best_time(lambda: model(past_values=x), repeats, device)
     layers = [m for m in model.modules() if isinstance(m, (nn.Linear, BipropLinear))]
-    return {"rss_growth": after - before, "linear_bytes": sum(held_bytes(m) for m in layers), "forward_s": forward}
+    return {"rss_growth": after - before, "linear_bytes": sum(resident_bytes(m) for m in layers), "forward_s": forward}
 
 
 def loaded_models(

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tt_generate import generate, load, memory_status, timed_both  # noqa: E402  (shared benchmark helpers)
+from tt_generate import generate, load, memory_status, run_child, timed_both  # noqa: E402  (shared benchmark helpers)
 
 OPTIONS = dict(tier_tokens=[20000], tier_bits=[4, 3], tier_group_size=64, rounding="output")
 
@@ -91,14 +89,6 @@ def timing(dense_dir: str, tiered_dir: str, new_tokens: int, repeats: int) -> di
     }
 
 
-def run_child(args: list[str]) -> dict:
-    """This script in a fresh process; its last stdout line is JSON."""
-    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=os.environ)
-    if out.returncode:
-        raise RuntimeError(out.stderr[-3000:])
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=1)
@@ -120,11 +110,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         built = build_checkpoint(Path(tmp))
         memory = {
-            name: run_child(["--child", "memory", "--folder", folder, *common])
+            name: run_child(["--child", "memory", "--folder", folder, *common], __file__)
             for name, folder in (("dense", built["dense_dir"]), ("tiered", tmp))
         }
         speed = run_child(
-            ["--child", "timing", "--folder", built["dense_dir"], tmp, "--repeats", str(args.repeats), *common]
+            ["--child", "timing", "--folder", built["dense_dir"], tmp, "--repeats", str(args.repeats), *common],
+            __file__,
         )
     peak = {name: arm["after_generate"]["VmHWM"] for name, arm in memory.items()}
     embedding_fp32_mb = 49152 * 576 * 4 / 2**20

@@ -202,9 +202,9 @@ def timing(dense_dir: str, tt_dir: str, new_tokens: int, repeats: int, device: s
     return results
 
 
-def run_child(args: list[str]) -> dict:
-    """This script in a fresh process; its last stdout line is JSON."""
-    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True, env=os.environ)
+def run_child(args: list[str], script: str = __file__) -> dict:
+    """``script`` (this one by default) in a fresh process; its last stdout line is JSON."""
+    out = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=os.environ)
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -194,3 +194,26 @@ def train_a_few_steps(model, steps: int = 6, lr: float = 1e-2, **inputs) -> list
         optimizer.zero_grad()
         losses.append(loss.item())
     return losses
+
+
+def save_word_level_lm(folder: Path, vocab: int, hidden: int) -> Path:
+    """A tiny tied Llama and a whitespace word-level tokenizer (``w1 … w{vocab-1}``) saved in ``folder``: a causal LM
+    folder the LM recipes read like SmolLM2's."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    backend = Tokenizer(models.WordLevel({"[UNK]": 0} | {f"w{i}": i for i in range(1, vocab)}, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]").save_pretrained(folder)
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=True,
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+    return folder

@@ -8,29 +8,9 @@ import torch.nn.functional as F
 from transformers import PatchTSTConfig, PatchTSTForClassification
 
 from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress.core.metrics import resident_bytes
 from hf_tensorcompress.methods.biprop import layer as biprop_layer
 from hf_tensorcompress.methods.biprop.layer import BipropLinear
-
-
-def held_bytes(module: torch.nn.Module) -> int:
-    """Parameters, buffers and every tensor cached in the module's attributes (dicts and tuples too)."""
-    total, seen = 0, set()
-
-    def count(value) -> None:
-        nonlocal total
-        if isinstance(value, torch.Tensor) and id(value) not in seen:
-            seen.add(id(value))
-            total += value.numel() * value.element_size()
-        elif isinstance(value, dict):
-            for item in value.values():
-                count(item)
-        elif isinstance(value, (tuple, list)):
-            for item in value:
-                count(item)
-
-    for value in [*module.parameters(), *module.buffers(), *vars(module).values()]:
-        count(value)
-    return total
 
 
 @pytest.mark.parametrize("shape", [(16, 24), (37, 13), (5, 3), (300, 9)])
@@ -71,7 +51,7 @@ def test_loaded_model_keeps_two_bits_per_weight_in_ram(tmp_path):
     assert layers and all(not layer.trainable for layer in layers)
     for layer in layers:
         dense_fp32 = layer.in_features * layer.out_features * 4
-        assert held_bytes(layer) <= dense_fp32 / 8, f"{layer} holds {held_bytes(layer)} bytes"
+        assert resident_bytes(layer) <= dense_fp32 / 8, f"{layer} holds {resident_bytes(layer)} bytes"
         assert layer._cache is None and not layer._signs  # no folded float copy, no int8 signs
 
 

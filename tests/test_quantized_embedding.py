@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from helpers import save_word_level_lm
 from test_tt_domains import load_recipe
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -72,25 +73,7 @@ def test_quantize_embedding_writes_the_values_back_and_names_the_arms():
 
 
 def test_the_domains_recipe_compares_every_arm_in_bytes_with_a_pareto_front(tmp_path):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    backend = Tokenizer(models.WordLevel({"[UNK]": 0} | {f"w{i}": i for i in range(1, 400)}, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    model_dir = tmp_path / "model"
-    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]").save_pretrained(model_dir)
-    torch.manual_seed(0)
-    LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=400,
-            hidden_size=64,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            tie_word_embeddings=True,
-        )
-    ).save_pretrained(model_dir)
+    model_dir = save_word_level_lm(tmp_path / "model", 400, 64)
     generator = torch.Generator().manual_seed(0)
     for name, low, high in (("low", 1, 150), ("high", 200, 400)):
         (tmp_path / name).mkdir()

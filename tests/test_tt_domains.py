@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import save_word_level_lm
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression
@@ -123,26 +124,8 @@ def load_recipe():
 
 def test_domains_recipe_gives_every_arm_at_most_the_tt_budget_and_keeps_text_disjoint(tmp_path):
     """End to end on a tiny Llama and two small corpora of different vocabularies."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
     recipe = load_recipe()
-    backend = Tokenizer(models.WordLevel({"[UNK]": 0} | {f"w{i}": i for i in range(1, 1200)}, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    model_dir = tmp_path / "model"
-    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]").save_pretrained(model_dir)
-    torch.manual_seed(0)
-    LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=1200,
-            hidden_size=24,
-            intermediate_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            tie_word_embeddings=True,
-        )
-    ).save_pretrained(model_dir)
+    model_dir = save_word_level_lm(tmp_path / "model", 1200, 24)
     generator = torch.Generator().manual_seed(0)
     for name, low, high in (("low", 1, 300), ("high", 600, 1200)):
         folder = tmp_path / name

@@ -187,6 +187,28 @@ def tensor_bytes(tensor: torch.Tensor) -> tuple[int, int]:
     return disk, ram
 
 
+def resident_bytes(module: nn.Module) -> int:
+    """Bytes a module holds in memory: its parameters and buffers and the tensors it caches in attributes (dicts,
+    tuples and lists too), each counted once; meta tensors hold none."""
+    seen, total = set(), 0
+
+    def count(value) -> None:
+        nonlocal total
+        if isinstance(value, torch.Tensor) and id(value) not in seen and not value.is_meta:
+            seen.add(id(value))
+            total += value.numel() * value.element_size()
+        elif isinstance(value, dict):
+            for item in value.values():
+                count(item)
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                count(item)
+
+    for value in [*module.parameters(), *module.buffers(), *vars(module).values()]:
+        count(value)
+    return total
+
+
 def linear_modules(model: nn.Module) -> dict[str, nn.Module]:
     """Every ``nn.Linear`` and every compressed layer that replaced one (``in_features``/``out_features``), by name;
     modules inside a compressed layer are part of it."""
