@@ -62,18 +62,27 @@ def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def unpack(packed: torch.Tensor, bits: int, columns: int) -> torch.Tensor:
-    """Inverse of ``pack``: ``(rows, columns)`` codes (uint8 for 2, 4 and 8 bits, which split bytes directly, the
-    fast path of every decoding step; int32 for 3 bits, whose codes straddle bytes)."""
+    """Inverse of ``pack``: ``(rows, columns)`` uint8 codes. Every width splits bytes with scalar shifts on uint8
+    (far faster on CPU than a broadcast shift over wider integers): this runs on every decoding step."""
     rows = packed.shape[0]
     if bits == 8:
         return packed[:, :columns]
-    if bits in (2, 4):  # one scalar shift per code slot: far faster on CPU than a broadcast shift
+    if bits in (2, 4):
         parts = [(packed >> shift) & (2**bits - 1) for shift in range(0, 8, bits)]
-        return torch.stack(parts, dim=-1).reshape(rows, -1)[:, :columns]
-    byte_shifts = torch.arange(bits, device=packed.device, dtype=torch.int32) * 8
-    word = (packed.to(torch.int32).reshape(rows, -1, bits) << byte_shifts).sum(dim=-1, keepdim=True, dtype=torch.int32)
-    shifts = torch.arange(8, device=packed.device, dtype=torch.int32) * bits
-    return ((word >> shifts) & (2**bits - 1)).reshape(rows, -1)[:, :columns]
+    else:  # 3 bits: 8 codes in 3 little-endian bytes, codes 2 and 5 straddle a byte boundary
+        grouped = packed.reshape(rows, -1, 3)
+        low, mid, high = grouped[..., 0], grouped[..., 1], grouped[..., 2]
+        parts = [
+            low & 7,
+            (low >> 3) & 7,
+            (low >> 6) | ((mid & 1) << 2),
+            (mid >> 1) & 7,
+            (mid >> 4) & 7,
+            (mid >> 7) | ((high & 3) << 1),
+            (high >> 2) & 7,
+            high >> 5,
+        ]
+    return torch.stack(parts, dim=-1).reshape(rows, -1)[:, :columns]
 
 
 class LowBitTensor(nn.Module):
@@ -122,26 +131,30 @@ class LowBitTensor(nn.Module):
 
     def rows(self, ids: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The float values of rows ``ids`` (all rows if None); only those rows are decoded."""
-        codes = self.codes if ids is None else self.codes.index_select(0, ids.reshape(-1))
+        return self._decode(slice(None) if ids is None else ids.reshape(-1), dtype)
+
+    def _decode(self, rows: slice | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """Float values of ``rows``: a slice reads views of the buffers, an index tensor gathers copies."""
+
+        def take(buffer: torch.Tensor) -> torch.Tensor:
+            return buffer[rows] if isinstance(rows, slice) else buffer.index_select(0, rows)
+
+        codes = take(self.codes)
         if self.bits == 16:
             return codes.to(dtype)
-        scale = self.scale if ids is None else self.scale.index_select(0, ids.reshape(-1))
-        minimum = self.minimum if ids is None else self.minimum.index_select(0, ids.reshape(-1))
         values = unpack(codes, self.bits, self.shape[1]).to(dtype).reshape(len(codes), -1, self.group_size)
-        return torch.addcmul(minimum.to(dtype)[..., None], values, scale.to(dtype)[..., None]).reshape(len(codes), -1)
+        scale, minimum = take(self.scale).to(dtype), take(self.minimum).to(dtype)
+        return torch.addcmul(minimum[..., None], values, scale[..., None]).reshape(len(codes), -1)
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The whole float matrix (for analysis and tests; layers use ``rows`` and ``matmul_t``)."""
         return self.rows(None, dtype)
 
-    def matmul_t(self, hidden: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
-        """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``), decoding ``chunk`` rows at a time: the transient is
-        one chunk, never the whole float table."""
-        parts = []
-        for start in range(0, self.shape[0], chunk):
-            ids = torch.arange(start, min(start + chunk, self.shape[0]), device=self.codes.device)
-            parts.append(hidden @ self.rows(ids, hidden.dtype).T)
-        return torch.cat(parts, dim=-1)
+    def matmul_t(self, hidden: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+        """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``), decoding ``chunk`` consecutive rows at a time (views
+        of the stored buffers): the transient is one chunk, never the whole float table."""
+        steps = range(0, self.shape[0], chunk)
+        return torch.cat([hidden @ self._decode(slice(s, s + chunk), hidden.dtype).T for s in steps], dim=-1)
 
     def _apply(self, fn, recurse: bool = True) -> LowBitTensor:
         """``.to(device)`` moves the buffers; ``.to(dtype)`` / ``.half()`` (e.g. the model's dtype at load time)
