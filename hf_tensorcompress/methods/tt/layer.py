@@ -203,6 +203,7 @@ class TTEmbedding(TTVocabulary, TTLogits, CompressedLayer, nn.Embedding):
         trains = stored_trains(list(self.cores), bits, group_size)
         basis = None if self.basis is None else stored_matrix(self.basis, bits, group_size)
         exact = None if self.exact_rows is None else stored_matrix(self.exact_rows, bits, group_size)
+        del self.exact_rows  # a Parameter's name takes no module
         self.cores, self.trains, self.basis, self.exact_rows = None, trains, basis, exact
         self.code_bits, self.code_group_size = bits, group_size
         self._split_cache = self._blocks_cache = None
