@@ -25,7 +25,8 @@ row all counted):
 Bytes (``--byte-arms``, ``all`` for every one): weight-only quantization of the same tied embedding through
 maintained libraries (``evaluation.quantized_embedding.QUANT_ARMS``: torchao int8, bitsandbytes int8 / NF4 / FP4,
 gguf Q8_0 / Q5_0 / Q4_1 / Q4_0; hand-written round-to-nearest for int3 / int2, which none of them stores) and the
-``method="tiered"`` settings of ``TIERED_ARMS``; every arm is sized in bytes (bf16 = 1×; parameter-budget arms count
+``method="tiered"`` settings of ``TIERED_ARMS`` and the 2× ``tt-calib`` arm with int8 / int4 storage (``TT_BYTE_ARMS``,
+``tt_storage_bits``); every arm is sized in bytes (bf16 = 1×; parameter-budget arms count
 2 bytes a parameter). ``--ratios`` with no value runs only these.
 
 Arms without calibration are scored once per evaluation corpus. Writes ``results.json``, ``table.md`` (Δ ln PPL,
@@ -82,6 +83,14 @@ TIERED_ARMS: dict[str, dict] = {
     "rows-int4+svd-6k": dict(tier_tokens=[6144], tier_bits=[4, 0], low_rank=64, rounding="output"),
 }
 
+#: The ``tt-calib`` arm at 2× (ranks 1,1, output-aware basis, dense rows by calibration counts) with its trains, dense
+#: rows and basis stored as low-bit codes (``tt_storage_bits``), compared in bytes (``--byte-arms``).
+TT_BYTE_ARMS: dict[str, dict] = {
+    "tt-calib-int8": dict(tt_storage_bits=8),
+    "tt-calib-int4": dict(tt_storage_bits=4, tt_storage_group_size=64),
+}
+BYTE_ARMS = [*QUANT_ARMS, *TIERED_ARMS, *TT_BYTE_ARMS]
+
 
 def train_parameters(hidden: int, ranks: list[int]) -> int:
     """``Σ_k r_{k-1} I_k r_k`` of one token's train of order 3 at ``ranks``."""
@@ -124,7 +133,9 @@ def score(model, ids: torch.Tensor, args) -> float:
     return perplexity(model, ids, window=args.window, stride=args.stride)["ln_perplexity"]
 
 
-def tt_arm(prior: str, exact: int, ranks: list[int]):
+def tt_arm(prior: str, exact: int, ranks: list[int], storage: dict | None = None):
+    """build(model, calibration) → parameters, or stored bytes with low-bit ``storage`` (``TT_BYTE_ARMS``)."""
+
     def build(model, calibration):
         config = CompressionConfig(
             method="tt",
@@ -134,20 +145,27 @@ def tt_arm(prior: str, exact: int, ranks: list[int]):
             tt_exact_tokens=exact,
             tt_exact_prior=prior,
             tt_solver="eigh",
+            **(storage or {}),
         )
         apply_compression(model, config, calibration=calibration)
-        return model.get_input_embeddings().effective_parameters()
+        layer = model.get_input_embeddings()
+        return layer.effective_parameters() if storage is None else layer.storage_bits() // 8
 
     return build
 
 
-def byte_arms(names: list[str]) -> list[tuple[str, bool, object]]:
+def byte_arms(names: list[str], vocab: int, hidden: int) -> list[tuple[str, bool, object]]:
     """(name, needs calibration, build(model, calibration) → stored bytes) of the quantization arms
-    (``QUANT_ARMS``, maintained libraries) and the tiered method's settings (``TIERED_ARMS``)."""
+    (``QUANT_ARMS``, maintained libraries), the tiered method's settings (``TIERED_ARMS``) and TT with low-bit
+    storage (``TT_BYTE_ARMS``)."""
     runs = []
     for name in names:
         if name in QUANT_ARMS:
             runs.append((name, False, lambda model, _, arm=name: quantize_embedding(model, arm)))
+            continue
+        if name in TT_BYTE_ARMS:
+            exact = exact_for_ratio(vocab, hidden, 2)
+            runs.append((name, True, tt_arm("calibration", exact, [1, 1], TT_BYTE_ARMS[name])))
             continue
         config = CompressionConfig(method="tiered", **TIERED_ARMS[name])
 
@@ -240,8 +258,7 @@ def main(argv: list[str] | None = None) -> dict:
         nargs="*",
         default=[],
         metavar="NAME",
-        help="quantization arms and tiered settings, compared in bytes ('all' for every one): "
-        + ", ".join([*QUANT_ARMS, *TIERED_ARMS]),
+        help="quantization arms and tiered settings, compared in bytes ('all' for every one): " + ", ".join(BYTE_ARMS),
     )
     parser.add_argument("--arms", nargs="+", default=None, help="only these arms (default: all)")
     parser.add_argument(
@@ -280,11 +297,10 @@ def main(argv: list[str] | None = None) -> dict:
     known = {name for ratio in args.ratios for name, *_ in arms(vocab, hidden, ratio)}
     if set(args.arms or []) - known:
         raise ValueError(f"--arms {sorted(set(args.arms) - known)}: no such arm; choose from {sorted(known)}")
-    byte_names = [*QUANT_ARMS, *TIERED_ARMS] if args.byte_arms == ["all"] else args.byte_arms
-    if set(byte_names) - {*QUANT_ARMS, *TIERED_ARMS}:
+    byte_names = BYTE_ARMS if args.byte_arms == ["all"] else args.byte_arms
+    if set(byte_names) - set(BYTE_ARMS):
         raise ValueError(
-            f"--byte-arms {sorted(set(byte_names) - {*QUANT_ARMS, *TIERED_ARMS})}: no such arm; choose "
-            f"from {[*QUANT_ARMS, *TIERED_ARMS]} or 'all'"
+            f"--byte-arms {sorted(set(byte_names) - set(BYTE_ARMS))}: no such arm; choose from {BYTE_ARMS} or 'all'"
         )
     held_out = {name: token_ids(tokenizer, split[1], args.eval_tokens) for name, split in texts.items()}
     calibrations = {}
@@ -304,7 +320,9 @@ def main(argv: list[str] | None = None) -> dict:
         for name, calibrated, build in arms(vocab, hidden, ratio)
         if not args.arms or name in args.arms
     ]
-    jobs += [(None, name, calibrated, build, "bytes") for name, calibrated, build in byte_arms(byte_names)]
+    jobs += [
+        (None, name, calibrated, build, "bytes") for name, calibrated, build in byte_arms(byte_names, vocab, hidden)
+    ]
     runs = []
     for ratio, name, calibrated, build, unit in tqdm(jobs, desc="arms", disable=not accelerator.is_main_process):
         for source in calibrations if calibrated else [None]:

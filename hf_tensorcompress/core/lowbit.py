@@ -129,6 +129,33 @@ class LowBitTensor(nn.Module):
     def from_spec(cls, spec: dict) -> LowBitTensor:
         return cls(spec["shape"], spec["bits"], spec["group_size"])
 
+    def select(self, ids: torch.Tensor) -> LowBitTensor:
+        """Rows ``ids`` (in that order) as a new ``LowBitTensor``; exact, since every row is stored on its own."""
+        ids = ids.reshape(-1).to(self.codes.device)
+        picked = LowBitTensor((0, self.shape[1]), self.bits, self.group_size)
+        picked.shape = (len(ids), self.shape[1])
+        for name, buffer in self.named_buffers():
+            picked._buffers[name] = buffer.index_select(0, ids)
+        return picked
+
+    def cat(self, other: LowBitTensor) -> LowBitTensor:
+        """This tensor's rows followed by ``other``'s (stored alike: same width, columns and group size)."""
+        if (other.bits, other.shape[1], other.group_size) != (self.bits, self.shape[1], self.group_size):
+            raise ValueError(f"cannot append rows stored as {other.extra_repr()} to {self.extra_repr()}")
+        joined = LowBitTensor((0, self.shape[1]), self.bits, self.group_size)
+        joined.shape = (self.shape[0] + other.shape[0], self.shape[1])
+        for name, buffer in self.named_buffers():
+            joined._buffers[name] = torch.cat([buffer, other.get_buffer(name).to(buffer.device)])
+        return joined
+
+    @torch.no_grad()
+    def set_rows(self, ids: torch.Tensor, values: torch.Tensor) -> None:
+        """Re-encode rows ``ids`` to ``values`` (round-to-nearest), in place."""
+        fresh = LowBitTensor.quantize(values.detach().to(self.codes.device), self.bits, self.group_size)
+        ids = ids.reshape(-1).to(self.codes.device)
+        for name, buffer in self.named_buffers():
+            buffer[ids] = fresh.get_buffer(name)
+
     def rows(self, ids: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The float values of rows ``ids`` (all rows if None); only those rows are decoded."""
         return self._decode(slice(None) if ids is None else ids.reshape(-1), dtype)

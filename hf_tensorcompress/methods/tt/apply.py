@@ -18,6 +18,7 @@ from .config import TTConfig
 from .layer import TTEmbedding
 from .scaled import ScaledTTEmbedding
 from .solver import balanced_shape
+from .storage import check_code_storage
 
 DEFAULT_ORDER = 3
 
@@ -95,6 +96,8 @@ def build(
 ) -> TTEmbedding:
     layer_class, options = layer_for(name, embedding)
     shape, ranks = tt_settings(config, embedding.embedding_dim)
+    if config.tt_storage_bits is not None:  # before the decomposition: a bad group size fails at once
+        check_code_storage(config.tt_storage_bits, config.tt_storage_group_size, embedding.embedding_dim)
     basis = None
     if config.tt_basis == "output":
         basis = output_basis(embedding.weight, calibration.covariance)
@@ -113,6 +116,8 @@ def build(
         )
         frequent = exact_token_ids(counts, config.tt_exact_tokens, config.tt_exact_prior)
         layer.keep_exact(frequent, weight[frequent.to(weight.device)])
+    if config.tt_storage_bits is not None:
+        layer.store_codes(config.tt_storage_bits, config.tt_storage_group_size)
     if not config.tt_untie_output:
         layer.tied_output = tied_output_name(model, embedding)
     return layer

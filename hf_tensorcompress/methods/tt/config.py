@@ -48,6 +48,12 @@ class TTConfig(CompressionConfig):
             text's most frequent half, then lowest ids).
         tt_untie_output: on a model with a tied output layer, keep a dense copy of the output matrix (the untied
             variant) instead of reading logits from the TT cores.
+        tt_storage_bits: store the trains, exact rows and basis as packed integer codes of this many bits (2, 3, 4
+            or 8; ``core/lowbit``: an fp16 scale and minimum per group), on disk and in memory; None keeps floats.
+            All cores of a token are one row of codes, rebalanced so that they share one range.
+        tt_storage_group_size: values per scale group: must divide the hidden size (exact rows and the basis are
+            grouped along it); a token's train row uses it where it divides that row, else one group per token.
+            None: one group per row.
     """
 
     method: str = "tt"
@@ -60,6 +66,8 @@ class TTConfig(CompressionConfig):
     tt_exact_tokens: int = 0
     tt_exact_prior: str = "calibration"
     tt_untie_output: bool = False
+    tt_storage_bits: int | None = None
+    tt_storage_group_size: int | None = None
 
     method_name: ClassVar[str] = "tt"
 
@@ -84,8 +92,20 @@ class TTConfig(CompressionConfig):
         check_choice(self.tt_exact_prior, "tt_exact_prior", EXACT_PRIORS)
         if not isinstance(self.tt_untie_output, bool):
             raise ValueError(f"tt_untie_output must be True or False, got {self.tt_untie_output!r}")
+        self._validate_storage()
         if self.tt_ranks is None and self.tt_eps is None:
             raise ValueError("method='tt' needs tt_ranks (max TT ranks), tt_eps (accuracy), or both")
+
+    def _validate_storage(self) -> None:
+        from ...core.factor_storage import FACTOR_BITS  # imports torch: only when validating
+
+        bits, group = self.tt_storage_bits, self.tt_storage_group_size
+        if bits is not None and (isinstance(bits, bool) or bits not in FACTOR_BITS):
+            raise ValueError(f"tt_storage_bits={bits!r}: choose one of {list(FACTOR_BITS)}, or None for float storage")
+        if group is not None:
+            check_int(group, "tt_storage_group_size", 1, " (values per scale group, or None: one group per row)")
+            if bits is None:
+                raise ValueError("tt_storage_group_size groups low-bit codes: give tt_storage_bits too (e.g. 4)")
 
     def _validate_shape(self) -> None:
         if self.tt_shape is not None:

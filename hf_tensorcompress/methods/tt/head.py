@@ -10,7 +10,6 @@ from torch import nn
 
 from ...core.contract import TiedHead
 from .logits import LOGIT_PATHS, TensorsState
-from .solver import tt_reconstruct
 
 #: ``TTTiedHead.mode`` values: a ``LOGIT_PATHS`` entry, or ``"cached"`` (one rebuilt ``V×d`` copy kept).
 HEAD_MODES = (*LOGIT_PATHS, "cached")
@@ -25,7 +24,8 @@ class TTTiedHead(TiedHead):
     factored trains, never building the ``V×d`` matrix, so decoding costs no more than the dense head and holds no
     dense copy; for long inputs it rebuilds the matrix ``chunk`` tokens at a time (a transient of one chunk).
     ``"cached"`` keeps one rebuilt ``V×d`` copy while the cores are unchanged (dense memory, dense speed, for
-    evaluation loops over long windows); ``cache_weight = True`` is the older spelling of it.
+    evaluation loops over long windows, also of a low-bit embedding); ``cache_weight = True`` is the older spelling
+    of it.
     """
 
     def __init__(self, embedding: nn.Module) -> None:
@@ -48,10 +48,10 @@ class TTTiedHead(TiedHead):
         if self.mode != "cached" or torch.is_grad_enabled():
             self._cache = None
             return None
-        cores = list(self.embedding.cores)
-        if self._cache is None or not self._cache[0].matches(cores):
+        sources = self.embedding.stored_tensors()
+        if self._cache is None or not self._cache[0].matches(sources):
             self._cache = None  # free the old copy before building the new one
-            self._cache = (TensorsState(cores), tt_reconstruct(cores))
+            self._cache = (TensorsState(sources), self.embedding._train_vectors())
         return self._cache[1]
 
     def __getstate__(self) -> dict:

@@ -60,6 +60,11 @@ def heal_tt_embedding(
             f"input {type(layer).__name__}, output {type(head).__name__} (tt_untie_output=True keeps a dense head: "
             "nothing to heal there)"
         )
+    if layer.code_bits is not None:
+        raise ValueError(
+            f"heal_tt_embedding trains float cores; this embedding stores {layer.code_bits}-bit codes. Compress without "
+            "tt_storage_bits, heal, then call get_input_embeddings().store_codes(bits, group_size)"
+        )
     if steps < 1 or tokens_per_step < 1:
         raise ValueError(f"steps and tokens_per_step must be >= 1, got {steps} and {tokens_per_step}")
     hidden = final_hidden_states(teacher, token_ids.reshape(-1))

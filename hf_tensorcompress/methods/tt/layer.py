@@ -8,7 +8,11 @@ weighted per-token budgets), each token's train is zero-padded up to ``R_k``: th
 so reconstruction is unaffected, and the per-token ranks are kept in the ``token_ranks`` buffer. Parameter
 counts are therefore reported twice: ``stored_parameters()`` (what this padded layout holds) and
 ``effective_parameters()`` (Σ over tokens of Σ_k r_{k-1} I_k r_k, what a ragged layout would hold).
-The vocabulary axis is never factorized, so single tokens can be added, replaced or removed.
+The vocabulary axis is never factorized, so single tokens can be added, replaced or removed (``vocabulary.py``).
+
+Low-bit storage (``code_bits``, see ``storage.py``): the trains are one ``(V, P)`` ``LowBitTensor``, the exact rows
+and the basis are ``LowBitTensor`` matrices, and that packed form is what the layer holds in memory; lookups decode
+the requested tokens' rows, the tied output layer one block of tokens at a time (``logits.py``).
 """
 
 from __future__ import annotations
@@ -21,11 +25,21 @@ from torch import nn
 
 from ...core.contract import CompressedLayer
 from .head import TTTiedHead
-from .logits import LOGIT_PATHS, TensorsState, best_cut, factored_logits, token_minor_blocks
-from .solver import tt_reconstruct, tt_svd
+from .logits import FACTORED_BLOCK, TensorsState, TTLogits, token_minor_blocks
+from .solver import RECONSTRUCT_BLOCK, tt_reconstruct, tt_svd
+from .storage import (
+    check_code_storage,
+    core_sizes,
+    matrix_form,
+    stored_matrix,
+    stored_trains,
+    trains_form,
+    unpack_rows,
+)
+from .vocabulary import TTVocabulary
 
 
-class TTEmbedding(CompressedLayer, nn.Embedding):
+class TTEmbedding(TTVocabulary, TTLogits, CompressedLayer, nn.Embedding):
     """Drop-in for ``nn.Embedding``: token ``t``'s vector is the tensor train ``G_1[t] G_2[t] … G_N[t]``.
 
     It is an ``nn.Embedding`` to transformers (``get_input_embeddings()`` returns one, as its model contract asks)
@@ -34,6 +48,8 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
     ``forward(ids)`` reconstructs only the requested tokens. ``weight`` reconstructs the whole ``(V, d)`` matrix
     (used by ``resize_token_embeddings`` and by the tied output head). ``eps`` and ``max_ranks`` are kept so that
     tokens added later are compressed the same way; a new token never gets ranks above the stored ones.
+    ``code_bits`` (2, 3, 4 or 8) builds the low-bit form (codes, no float trains; ``store_codes`` turns a float
+    layer into it), ``code_group_size`` its scale groups (``storage.py``).
     """
 
     layer_type = "tt_embedding"
@@ -49,6 +65,8 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
         exact_tokens: int = 0,
         device: torch.device | None = None,
         dtype: torch.dtype | None = None,
+        code_bits: int | None = None,
+        code_group_size: int | None = None,
     ) -> None:
         nn.Module.__init__(self)  # not nn.Embedding's: it would allocate the V×d weight
         self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse = (
@@ -65,26 +83,41 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
             )
         self.shape, self.ranks, self.eps, self.tied_output = shape, ranks, eps, tied_output
         size = math.prod(shape)
-        # optional output-aware basis P (d×d): vector = train @ P; the trains live in the basis P⁻¹ (see tt_basis)
-        self.register_buffer("basis", torch.eye(size, device=device, dtype=dtype) if basis else None)
-        # optional exact tokens: their vectors are stored dense (exact_rows[slot]); exact_slot[t] = slot or -1
-        self.exact_rows = (
-            nn.Parameter(torch.zeros(exact_tokens, size, device=device, dtype=dtype)) if exact_tokens else None
-        )
+        if code_bits is not None:
+            check_code_storage(code_bits, code_group_size, size)
+        self.code_bits, self.code_group_size = code_bits, code_group_size
         self.register_buffer(
             "exact_slot",
             torch.full((num_embeddings,), -1, dtype=torch.int32, device=device) if exact_tokens else None,
         )
-        bounds = [1, *ranks, 1]
-        self.cores = nn.ParameterList(
-            nn.Parameter(torch.zeros(num_embeddings, bounds[k], shape[k], bounds[k + 1], device=device, dtype=dtype))
-            for k in range(len(shape))
-        )
         self.register_buffer(
             "token_ranks", torch.tensor(ranks, dtype=torch.int32, device=device).repeat(num_embeddings, 1)
         )
+        # the model's dtype (outputs of the low-bit form, whose codes keep their own dtypes; reference for reports)
+        self.register_buffer("dtype_probe", torch.zeros(0, device=device, dtype=dtype), persistent=False)
+        if code_bits is not None:
+            self.cores = None
+            self.trains = trains_form(num_embeddings, shape, ranks, code_bits, code_group_size).to(device)
+            self.basis = matrix_form(size, size, code_bits, code_group_size).to(device) if basis else None
+            self.exact_rows = (
+                matrix_form(exact_tokens, size, code_bits, code_group_size).to(device) if exact_tokens else None
+            )
+        else:
+            # optional output-aware basis P (d×d): vector = train @ P; the trains live in the basis P⁻¹ (see tt_basis)
+            self.register_buffer("basis", torch.eye(size, device=device, dtype=dtype) if basis else None)
+            # optional exact tokens: their vectors are stored dense (exact_rows[slot]); exact_slot[t] = slot or -1
+            self.exact_rows = (
+                nn.Parameter(torch.zeros(exact_tokens, size, device=device, dtype=dtype)) if exact_tokens else None
+            )
+            bounds = [1, *ranks, 1]
+            self.cores = nn.ParameterList(
+                nn.Parameter(
+                    torch.zeros(num_embeddings, bounds[k], shape[k], bounds[k + 1], device=device, dtype=dtype)
+                )
+                for k in range(len(shape))
+            )
         self._split_cache: tuple | None = None  # see _token_split
-        self._blocks_cache: tuple | None = None  # see _decode_blocks
+        self._blocks_cache: tuple | None = None  # see _token_blocks
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -93,14 +126,32 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
         unit variance like ``nn.Embedding``'s N(0, 1) rows."""
         order = len(self.shape)
         std = math.prod(self.ranks) ** (-1.0 / (2 * order))
-        for core in self.cores:
-            nn.init.normal_(core, 0.0, std)
         self.token_ranks.copy_(torch.tensor(self.ranks, dtype=torch.int32).expand_as(self.token_ranks))
-        if self.basis is not None:
-            self.basis.copy_(torch.eye(self.embedding_dim))
         if self.exact_rows is not None:
-            nn.init.zeros_(self.exact_rows)
             self.exact_slot.fill_(-1)
+        if self.code_bits is None:
+            for core in self.cores:
+                nn.init.normal_(core, 0.0, std)
+            if self.basis is not None:
+                self.basis.copy_(torch.eye(self.embedding_dim))
+            if self.exact_rows is not None:
+                nn.init.zeros_(self.exact_rows)
+            return
+        device, bounds = self.token_ranks.device, [1, *self.ranks, 1]
+        cores = [
+            torch.randn(self.num_embeddings, bounds[k], size, bounds[k + 1], device=device) * std
+            for k, size in enumerate(self.shape)
+        ]
+        fresh = [(self.trains, stored_trains(cores, self.code_bits, self.code_group_size))]
+        if self.basis is not None:
+            eye = torch.eye(self.embedding_dim, device=device)
+            fresh.append((self.basis, stored_matrix(eye, self.code_bits, self.code_group_size)))
+        if self.exact_rows is not None:
+            zeros = torch.zeros(self.exact_rows.shape, device=device)
+            fresh.append((self.exact_rows, stored_matrix(zeros, self.code_bits, self.code_group_size)))
+        for stored, new in fresh:
+            for name, buffer in stored.named_buffers():
+                buffer.copy_(new.get_buffer(name))
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -142,120 +193,67 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
         return layer
 
     @torch.no_grad()
-    def keep_exact(self, ids: torch.Tensor, vectors: torch.Tensor) -> None:
-        """Serve tokens ``ids`` from dense rows ``vectors`` (e.g. the most frequent tokens), the rest from trains."""
-        ids, order = torch.as_tensor(ids, dtype=torch.long).sort()
-        rows = vectors[order].detach().to(self.cores[0])
-        old = self.exact_rows
-        self.exact_rows = nn.Parameter(rows.clone(), True if old is None else old.requires_grad)
-        slot = torch.full((self.num_embeddings,), -1, dtype=torch.int32, device=self.cores[0].device)
-        slot[ids.to(slot.device)] = torch.arange(len(ids), dtype=torch.int32, device=slot.device)
-        self.exact_slot = slot
-
-    def _exact(self) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """(token ids, their dense rows) of the exact tokens, or None."""
-        if self.exact_rows is None:
-            return None
-        ids = (self.exact_slot >= 0).nonzero().squeeze(1)
-        return ids, self.exact_rows.index_select(0, self.exact_slot[ids].long())
-
-    def _load(self, cores: list[torch.Tensor], token_ranks: torch.Tensor) -> dict[nn.Parameter, nn.Parameter]:
-        """Replace all cores (new Parameters); returns ``{old: new}`` for ``replace_parameters_in_optimizer``."""
-        mapping = {}
-        for k, core in enumerate(cores):
-            old = self.cores[k]
-            new = nn.Parameter(core.detach().to(old.device, old.dtype).contiguous(), old.requires_grad)
-            self.cores[k] = new
-            mapping[old] = new
-        self.token_ranks = token_ranks.to(self.token_ranks.device, torch.int32)
-        return mapping
-
-    def _compress(self, vectors: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """New vectors compressed like this layer's tokens, padded to the stored ranks."""
-        vectors = vectors.to(self.cores[0])
-        if self.basis is not None:
-            vectors = torch.linalg.solve(self.basis.double().T, vectors.double().T).T.to(vectors.dtype)
-        cores, token_ranks = tt_svd(vectors, self.shape, self.ranks, self.eps, solver="eigh")
-        bounds = [1, *self.ranks, 1]
-        padded = [
-            F.pad(core, (0, bounds[k + 1] - core.shape[-1], 0, 0, 0, bounds[k] - core.shape[1]))
-            for k, core in enumerate(cores)
-        ]
-        return padded, token_ranks
-
-    # ------------------------------------------------------------------ adaptive vocabulary (paper §2.1)
-    @torch.no_grad()
-    def add_tokens(self, vectors: torch.Tensor) -> tuple[torch.Tensor, dict[nn.Parameter, nn.Parameter]]:
-        """Append tokens whose vectors are ``vectors`` ``(n, d)``, compressed on the fly.
-
-        Returns the new token ids and ``{old: new}`` parameters (for an optimizer holding the cores).
-        """
-        vectors = torch.as_tensor(vectors).reshape(-1, self.embedding_dim)
-        new_cores, new_ranks = self._compress(vectors)
-        start = self.num_embeddings
-        mapping = self._load(
-            [torch.cat([old.detach(), new]) for old, new in zip(self.cores, new_cores)],
-            torch.cat([self.token_ranks, new_ranks.to(self.token_ranks.device)]),
-        )
-        if self.exact_slot is not None:
-            self.exact_slot = torch.cat([self.exact_slot, self.exact_slot.new_full((vectors.shape[0],), -1)])
-        return torch.arange(start, start + vectors.shape[0]), mapping
-
-    @torch.no_grad()
-    def remove_tokens(self, ids: torch.Tensor | list[int]) -> dict[nn.Parameter, nn.Parameter]:
-        """Drop tokens ``ids``; the tokens after them move down (like removing rows of the embedding matrix)."""
-        ids = torch.as_tensor(ids, dtype=torch.long).reshape(-1)
-        if ids.numel() and (ids.min() < 0 or ids.max() >= self.num_embeddings):
-            raise IndexError(f"token ids must lie in [0, {self.num_embeddings}), got {ids.min()}..{ids.max()}")
-        keep = torch.ones(self.num_embeddings, dtype=torch.bool)
-        keep[ids] = False
-        kept = keep.nonzero().squeeze(1).to(self.token_ranks.device)
-        mapping = self._load([core.detach().index_select(0, kept) for core in self.cores], self.token_ranks[kept])
-        if self.exact_slot is not None:
-            slot = self.exact_slot[kept].clone()
-            alive = slot >= 0
-            if not alive.any():  # no exact token left (e.g. a resize undone): back to the plain layout
-                self.exact_rows, self.exact_slot = None, None
-                return mapping
-            old = self.exact_rows
-            self.exact_rows = nn.Parameter(old.detach()[slot[alive].long()], old.requires_grad)
-            slot[alive] = torch.arange(int(alive.sum()), dtype=slot.dtype, device=slot.device)
-            self.exact_slot = slot
-            mapping[old] = self.exact_rows
-        return mapping
-
-    @torch.no_grad()
-    def set_vectors(self, ids: torch.Tensor | list[int], vectors: torch.Tensor) -> None:
-        """Re-compress tokens ``ids`` to new vectors in place (e.g. after ``resize_token_embeddings``)."""
-        ids = torch.as_tensor(ids, dtype=torch.long, device=self.token_ranks.device).reshape(-1)
-        vectors = torch.as_tensor(vectors).reshape(ids.numel(), self.embedding_dim)
-        new_cores, new_ranks = self._compress(vectors)
-        for core, new in zip(self.cores, new_cores):
-            core[ids] = new  # through the Parameter, not .data: bumps _version, so caches see the change
-        self.token_ranks[ids] = new_ranks.to(self.token_ranks.device)
-        if self.exact_slot is not None:
-            slot = self.exact_slot[ids]
-            self.exact_rows[slot[slot >= 0].long()] = vectors[slot >= 0].to(self.exact_rows)
-
-    @torch.no_grad()
-    def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> TTEmbedding:
-        """``resize_token_embeddings`` support, in place: new tokens start at the mean vector, as transformers'
-        ``mean_resizing`` does (without its random perturbation, so resizing is deterministic), held exactly as
-        dense rows (a train at the layer's ranks would miss the mean by ~1e-3); shrinking drops the last tokens."""
-        target = self.num_embeddings if new_num_tokens is None else int(new_num_tokens)
-        if pad_to_multiple_of:
-            target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
-        if target > self.num_embeddings:
-            mean = self.weight.detach().mean(dim=0, keepdim=True)
-            kept = self._exact()
-            new_ids, _ = self.add_tokens(mean.expand(target - self.num_embeddings, -1))
-            rows = mean.expand(len(new_ids), -1)
-            if kept is not None:
-                new_ids, rows = torch.cat([kept[0].cpu(), new_ids]), torch.cat([kept[1].detach(), rows.to(kept[1])])
-            self.keep_exact(new_ids, rows)
-        elif target < self.num_embeddings:
-            self.remove_tokens(torch.arange(target, self.num_embeddings))
+    def store_codes(self, bits: int, group_size: int | None = None) -> TTEmbedding:
+        """Hold the trains, exact rows and basis as ``bits``-bit codes from now on (in memory and in checkpoints),
+        in place; e.g. after ``heal_tt_embedding``, which trains float cores. Everything is encoded before anything
+        is replaced, so a bad setting leaves the layer as it was."""
+        if self.code_bits is not None:
+            raise ValueError(f"this TT layer already stores {self.code_bits}-bit codes; build it from float storage")
+        check_code_storage(bits, group_size, self.embedding_dim)
+        trains = stored_trains(list(self.cores), bits, group_size)
+        basis = None if self.basis is None else stored_matrix(self.basis, bits, group_size)
+        exact = None if self.exact_rows is None else stored_matrix(self.exact_rows, bits, group_size)
+        del self.exact_rows  # a Parameter's name takes no module
+        self.cores, self.trains, self.basis, self.exact_rows = None, trains, basis, exact
+        self.code_bits, self.code_group_size = bits, group_size
+        self._split_cache = self._blocks_cache = None
         return self
+
+    # ------------------------------------------------------------------ stored form → float values
+    def _dtype(self) -> torch.dtype:
+        return self.dtype_probe.dtype
+
+    def _token_cores(self, ids: torch.Tensor) -> list[torch.Tensor]:
+        """The cores ``(n, R_{k-1}, I_k, R_k)`` of tokens ``ids``: gathered, or decoded from their codes."""
+        if self.code_bits is None:
+            return [core.index_select(0, ids) for core in self.cores]
+        return unpack_rows(self.trains.rows(ids, self._dtype()), self.shape, self.ranks)
+
+    def _train_vectors(self, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """The ``(n, d)`` trains of tokens ``ids`` (all if None) before the basis; low-bit storage decodes them a
+        block of tokens at a time."""
+        if self.code_bits is None:
+            return tt_reconstruct(list(self.cores), ids)
+        if ids is None:
+            ids = torch.arange(self.num_embeddings, device=self.token_ranks.device)
+        if len(ids) <= RECONSTRUCT_BLOCK:
+            return tt_reconstruct(self._token_cores(ids))
+        out = self.dtype_probe.new_empty(len(ids), self.embedding_dim)
+        for start in range(0, len(ids), RECONSTRUCT_BLOCK):
+            block = slice(start, start + RECONSTRUCT_BLOCK)
+            out[block] = tt_reconstruct(self._token_cores(ids[block]))
+        return out
+
+    def _basis_matrix(self) -> torch.Tensor | None:
+        """``P`` (``d×d``, decoded whole in low-bit storage: a transient of ``d²`` values), or None."""
+        if self.basis is None or self.code_bits is None:
+            return self.basis
+        return self.basis.dequantize(self._dtype())
+
+    def _exact_lookup(self, slots: torch.Tensor) -> torch.Tensor:
+        """Exact rows at ``slots``."""
+        if self.code_bits is None:
+            return self.exact_rows.index_select(0, slots)
+        return self.exact_rows.rows(slots, self._dtype())
+
+    def _exact_linear(self, raw: torch.Tensor) -> torch.Tensor:
+        """``raw @ exact_rowsᵀ``, the rows as stored (decoded a chunk at a time in low-bit storage)."""
+        return F.linear(raw, self.exact_rows) if self.code_bits is None else self.exact_rows.matmul_t(raw)
+
+    def stored_tensors(self) -> list[torch.Tensor]:
+        """The tensors holding the trains (cores, or codes, scales and minima): a derived copy is valid while these
+        are unchanged (``TensorsState``)."""
+        return list(self.cores) if self.code_bits is None else list(self.trains.buffers())
 
     # ------------------------------------------------------------------ model integration
     def bind(self, model: nn.Module) -> None:
@@ -282,103 +280,39 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
         vars(model).pop("_tied_weights_keys", None)
         if self.tied_output is not None:
             head = reference.get_submodule(self.tied_output)
-            model.set_submodule(self.tied_output, head.to_empty(device=self.cores[0].device).to(self.cores[0].dtype))
+            model.set_submodule(self.tied_output, head.to_empty(device=self.token_ranks.device).to(self._dtype()))
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         flat = input_ids.reshape(-1)
-        vectors = self._apply_basis(tt_reconstruct(list(self.cores), flat))
+        vectors = self._apply_basis(self._train_vectors(flat))
         if self.exact_rows is not None:
             slot = self.exact_slot[flat].long()
-            exact = self.exact_rows.index_select(0, slot.clamp(min=0))
+            exact = self._exact_lookup(slot.clamp(min=0))
             vectors = torch.where((slot >= 0)[:, None], exact, vectors)
         return vectors.reshape(*input_ids.shape, self.embedding_dim)
 
     def _apply_basis(self, trains: torch.Tensor) -> torch.Tensor:
-        return trains if self.basis is None else trains @ self.basis
-
-    def logits(
-        self, hidden: torch.Tensor, trains: torch.Tensor | None = None, chunk: int = 4096, path: str = "auto"
-    ) -> torch.Tensor:
-        """``hidden @ weightᵀ`` over the whole vocabulary, the basis applied to ``hidden`` (``L·d²``) rather than to
-        all V trains, exact tokens as one dense block.
-
-        ``path``: ``"factored"`` contracts the projected hidden states with the trains of the non-exact tokens
-        (``factored_logits``, no ``V×d`` matrix); ``"rebuild"`` (the reference) rebuilds every train ``chunk``
-        tokens at a time and overwrites the exact tokens; ``"auto"`` takes ``"factored"`` while its estimated cost
-        per token (``best_cut``) is below a dense row's ``d``, i.e. for the few rows of decoding, and
-        ``"rebuild"`` for long inputs, where one rebuilt matrix serves many rows. Precomputed ``trains``
-        (``(V, d)``, the cached mode of ``TTTiedHead``) replace the rebuild."""
-        if path not in LOGIT_PATHS:
-            raise ValueError(f"path={path!r}; choose one of {list(LOGIT_PATHS)}")
-        lead, raw = hidden.shape[:-1], hidden.reshape(-1, hidden.shape[-1])
-        projected = raw if self.basis is None else F.linear(raw, self.basis)
-        if path == "auto":
-            path = "factored" if self._factored_is_cheaper(raw.shape[0]) else "rebuild"
-        if trains is not None:
-            logits = self._exact_logits(raw, F.linear(projected, trains))
-        elif path == "factored":
-            logits = self._factored(raw, projected)
-        else:
-            cores, vocab = list(self.cores), self.num_embeddings
-            ids = torch.arange(vocab, device=cores[0].device)
-            logits = self._exact_logits(
-                raw,
-                torch.cat(
-                    [
-                        F.linear(projected, tt_reconstruct(cores, ids[start : start + chunk]))
-                        for start in range(0, vocab, chunk)
-                    ],
-                    dim=-1,
-                ),
-            )
-        return logits.reshape(*lead, self.num_embeddings)
-
-    def _factored_is_cheaper(self, rows: int) -> bool:
-        """Whether ``factored_logits`` touches fewer floats per token than a (rebuilt or dense) row of ``d``."""
-        return best_cut(self.shape, [core.shape[-1] for core in self.cores[:-1]], rows)[1] < self.embedding_dim
-
-    def _exact_logits(self, raw: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        """``logits`` with the exact tokens' columns replaced by ``raw @ exact_rowsᵀ`` (the rows as stored, no gather)."""
-        if self.exact_rows is None:
-            return logits
-        return logits.index_copy(-1, self._token_split()[0], F.linear(raw, self.exact_rows))
-
-    def _factored(self, raw: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
-        """Logits without a ``V×d`` matrix: exact tokens as one dense GEMM over ``exact_rows`` as stored (no
-        gather), the other tokens by ``factored_logits`` over their trains only."""
-        cores = list(self.cores)
-        if self.exact_rows is None:
-            return factored_logits(projected, cores, blocks=self._decode_blocks(None))
-        by_slot, train_ids = self._token_split()
-        logits = raw.new_empty(raw.shape[0], self.num_embeddings)
-        logits.index_copy_(1, by_slot, F.linear(raw, self.exact_rows))
-        if train_ids.numel():
-            logits.index_copy_(
-                1, train_ids, factored_logits(projected, cores, train_ids, blocks=self._decode_blocks(train_ids))
-            )
-        return logits
+        basis = self._basis_matrix()
+        return trains if basis is None else trains @ basis
 
     def __getstate__(self) -> dict:
         """Pickled without the decoding caches (they hold weak references, and are rebuilt on use)."""
         return {**super().__getstate__(), "_split_cache": None, "_blocks_cache": None}
 
-    def _token_split(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(the token of each exact slot, the tokens served by trains), computed once per ``exact_slot``: every
-        decoding step needs both, and finding them scans the vocabulary."""
-        slot = self.exact_slot
-        if self._split_cache is None or not self._split_cache[0].matches([slot]):
-            exact_ids = (slot >= 0).nonzero().squeeze(1)
-            by_slot = torch.empty_like(exact_ids).index_copy_(0, slot[exact_ids].long(), exact_ids)
-            self._split_cache = (TensorsState([slot]), by_slot, (slot < 0).nonzero().squeeze(1))
-        return self._split_cache[1], self._split_cache[2]
-
-    def _decode_blocks(self, ids: torch.Tensor | None) -> list[list[torch.Tensor]] | None:
-        """The train tokens' cores laid out for ``factored_logits``, kept between decoding steps while the cores
-        and ``ids`` are unchanged (the size of those cores; transposing them per step cost a sixth of a step).
-        None while the cores train: the layout must follow their gradients, so it is built per call."""
+    def _token_blocks(self, ids: torch.Tensor | None) -> list[list[torch.Tensor]] | None:
+        """The train tokens' cores laid out for ``factored_logits``. Float storage keeps them between decoding
+        steps while the cores and ``ids`` are unchanged (the size of those cores; transposing them per step cost a
+        sixth of a step), and builds them per call (None) while the cores train: the layout must follow their
+        gradients. Low-bit storage decodes them a block at a time on every call (a float copy is what it avoids)."""
+        if self.code_bits is not None:
+            ids = torch.arange(self.num_embeddings, device=self.token_ranks.device) if ids is None else ids
+            return (
+                token_minor_blocks(self._token_cores(ids[start : start + FACTORED_BLOCK]))[0]
+                for start in range(0, len(ids), FACTORED_BLOCK)
+            )
         if torch.is_grad_enabled() and any(core.requires_grad for core in self.cores):
             self._blocks_cache = None
-            return None
+            return token_minor_blocks(list(self.cores), ids)
         sources = [*self.cores] + ([] if ids is None else [ids])
         if self._blocks_cache is None or not self._blocks_cache[0].matches(sources):
             self._blocks_cache = None  # free the old layout before building the new one
@@ -388,13 +322,13 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
     @property
     def weight(self) -> torch.Tensor:
         """The whole ``(V, d)`` embedding matrix, reconstructed (differentiable w.r.t. the cores)."""
-        weight = self._apply_basis(tt_reconstruct(list(self.cores)))
+        weight = self._apply_basis(self._train_vectors())
         exact = self._exact()
         return weight if exact is None else weight.index_copy(0, exact[0], exact[1])
 
     @property
     def num_embeddings(self) -> int:
-        return self.cores[0].shape[0]
+        return self.token_ranks.shape[0]
 
     @property
     def embedding_dim(self) -> int:
@@ -410,7 +344,7 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
             "tied_output": self.tied_output,
             "basis": self.basis is not None,
             "exact_tokens": 0 if self.exact_rows is None else self.exact_rows.shape[0],
-        }
+        } | ({} if self.code_bits is None else {"code_bits": self.code_bits, "code_group_size": self.code_group_size})
 
     @classmethod
     def from_spec(cls, spec: dict) -> TTEmbedding:
@@ -422,6 +356,8 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
             spec.get("tied_output"),
             spec.get("basis", False),
             spec.get("exact_tokens", 0),
+            code_bits=spec.get("code_bits"),
+            code_group_size=spec.get("code_group_size"),
         )
 
     # ------------------------------------------------------------------ size and cost
@@ -430,13 +366,13 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
         return self.num_embeddings * self.embedding_dim
 
     def stored_parameters(self) -> int:
-        return sum(core.numel() for core in self.cores) + self._basis_parameters()
+        """Stored values (floats or codes; ``storage_bits`` counts their bytes, scales included)."""
+        return self.num_embeddings * sum(core_sizes(self.shape, self.ranks)) + self._basis_parameters()
 
     def _basis_parameters(self) -> int:
         """The basis matrix and the dense rows of exact tokens (their trains are still stored and counted)."""
-        return (0 if self.basis is None else self.basis.numel()) + (
-            0 if self.exact_rows is None else self.exact_rows.numel()
-        )
+        exact = 0 if self.exact_rows is None else self.exact_rows.shape[0]
+        return (0 if self.basis is None else self.embedding_dim**2) + exact * self.embedding_dim
 
     def effective_parameters(self) -> int:
         """Σ over tokens of Σ_k r_{k-1} I_k r_k with every token's own ranks (what a ragged layout stores)."""
@@ -458,4 +394,7 @@ class TTEmbedding(CompressedLayer, nn.Embedding):
         return tokens * self.reconstruct_multiply_adds(), "tt-reconstruct"
 
     def extra_repr(self) -> str:
-        return f"{self.num_embeddings}, {self.embedding_dim}, shape={self.shape}, ranks={self.ranks}, eps={self.eps}"
+        codes = (
+            "" if self.code_bits is None else f", code_bits={self.code_bits}, code_group_size={self.code_group_size}"
+        )
+        return f"{self.num_embeddings}, {self.embedding_dim}, shape={self.shape}, ranks={self.ranks}, eps={self.eps}{codes}"

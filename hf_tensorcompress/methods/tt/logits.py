@@ -1,7 +1,8 @@
-"""The factored logits kernel: ``hidden @ Wᵀ`` read from a vocabulary's tensor trains without building ``W``.
+"""The tied output layer's logits read from a vocabulary's tensor trains: the factored kernel (``hidden @ Wᵀ``
+without building ``W``) and ``TTLogits``, the ``TTEmbedding`` mixin choosing between it and rebuilding rows.
 
-Ships inside saved checkpoints: torch only. Used by the tied output head while decoding, where a few hidden rows
-meet the whole vocabulary.
+Ships inside saved checkpoints: torch only. The factored kernel serves decoding, where a few hidden rows meet the
+whole vocabulary.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import math
 import weakref
 
 import torch
+import torch.nn.functional as F
 
 #: How ``TTEmbedding.logits`` computes the tied output layer (see there).
 LOGIT_PATHS = ("auto", "factored", "rebuild")
@@ -97,7 +99,7 @@ def token_minor_blocks(cores: list[torch.Tensor], ids: torch.Tensor | None = Non
 
 def factored_logits(
     hidden: torch.Tensor,
-    cores: list[torch.Tensor],
+    cores: list[torch.Tensor] | None,
     ids: torch.Tensor | None = None,
     cut: int | None = None,
     blocks: list[list[torch.Tensor]] | None = None,
@@ -108,7 +110,8 @@ def factored_logits(
     logit is ``Σ_{q,r} right[r, q, t] · Σ_p H[p, q] left[p, r, t]`` (``H`` = a hidden vector folded to
     ``P_l × P_r``). The inner sum for a block of tokens is one GEMM ``(m·P_r, P_l) @ (P_l, R·n)``; the rest is
     one multiply and a sum over contiguous token rows. ``blocks`` (``token_minor_blocks(cores, ids)``, e.g.
-    kept by the caller between decoding steps) saves gathering and transposing the cores per call. Traffic ≈
+    kept by the caller between decoding steps, or decoded block by block from low-bit codes with ``cores`` None and
+    ``cut`` given) saves gathering and transposing the cores per call. Traffic ≈
     ``n·R·(P_l + m·P_r)`` floats against ``n·d`` for a dense matrix: it wins while ``R·m`` is small (decoding),
     and loses to rebuilding the rows for long inputs.
     """
@@ -124,3 +127,75 @@ def factored_logits(
         inner = (folded @ left.reshape(p_left, rank * n)).reshape(m, p_right * rank, n)
         out.append((inner * right.transpose(0, 1).reshape(1, p_right * rank, n)).sum(dim=1))
     return out[0] if len(out) == 1 else torch.cat(out, dim=1)
+
+
+class TTLogits:
+    """The tied output layer of ``TTEmbedding`` (see there for the accessors it reads: ``_train_vectors``,
+    ``_basis_matrix``, ``_exact_linear``, ``_token_blocks``)."""
+
+    def logits(
+        self, hidden: torch.Tensor, trains: torch.Tensor | None = None, chunk: int = 4096, path: str = "auto"
+    ) -> torch.Tensor:
+        """``hidden @ weightᵀ`` over the whole vocabulary, the basis applied to ``hidden`` (``L·d²``) rather than to
+        all V trains, exact tokens as one dense block.
+
+        ``path``: ``"factored"`` contracts the projected hidden states with the trains of the non-exact tokens
+        (``factored_logits``, no ``V×d`` matrix); ``"rebuild"`` (the reference) rebuilds every train ``chunk``
+        tokens at a time and overwrites the exact tokens; ``"auto"`` takes ``"factored"`` while its estimated cost
+        per token (``best_cut``) is below a dense row's ``d``, i.e. for the few rows of decoding, and
+        ``"rebuild"`` for long inputs, where one rebuilt matrix serves many rows. Precomputed ``trains``
+        (``(V, d)``, the cached mode of ``TTTiedHead``) replace the rebuild. Low-bit storage is decoded one block
+        of tokens at a time on every path."""
+        if path not in LOGIT_PATHS:
+            raise ValueError(f"path={path!r}; choose one of {list(LOGIT_PATHS)}")
+        lead, raw = hidden.shape[:-1], hidden.reshape(-1, hidden.shape[-1])
+        basis = self._basis_matrix()
+        projected = raw if basis is None else F.linear(raw, basis)
+        if path == "auto":
+            path = "factored" if self._factored_is_cheaper(raw.shape[0]) else "rebuild"
+        if trains is not None:
+            logits = self._exact_logits(raw, F.linear(projected, trains))
+        elif path == "factored":
+            logits = self._factored(raw, projected)
+        else:
+            ids = torch.arange(self.num_embeddings, device=self.token_ranks.device)
+            parts = [
+                F.linear(projected, self._train_vectors(ids[start : start + chunk]))
+                for start in range(0, self.num_embeddings, chunk)
+            ]
+            logits = self._exact_logits(raw, torch.cat(parts, dim=-1))
+        return logits.reshape(*lead, self.num_embeddings)
+
+    def _factored_is_cheaper(self, rows: int) -> bool:
+        """Whether ``factored_logits`` touches fewer floats per token than a (rebuilt or dense) row of ``d``."""
+        return best_cut(self.shape, self.ranks, rows)[1] < self.embedding_dim
+
+    def _exact_logits(self, raw: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """``logits`` with the exact tokens' columns replaced by ``raw @ exact_rowsᵀ`` (the rows as stored, no gather)."""
+        if self.exact_rows is None:
+            return logits
+        return logits.index_copy(-1, self._token_split()[0], self._exact_linear(raw))
+
+    def _factored(self, raw: torch.Tensor, projected: torch.Tensor) -> torch.Tensor:
+        """Logits without a ``V×d`` matrix: exact tokens as one dense GEMM over ``exact_rows`` as stored (no
+        gather), the other tokens by ``factored_logits`` over their trains only."""
+        cut = best_cut(self.shape, self.ranks, raw.shape[0])[0]
+        if self.exact_rows is None:
+            return factored_logits(projected, None, cut=cut, blocks=self._token_blocks(None))
+        by_slot, train_ids = self._token_split()
+        logits = raw.new_empty(raw.shape[0], self.num_embeddings)
+        logits.index_copy_(1, by_slot, self._exact_linear(raw))
+        if train_ids.numel():
+            blocks = self._token_blocks(train_ids)
+            logits.index_copy_(1, train_ids, factored_logits(projected, None, cut=cut, blocks=blocks))
+        return logits
+
+    def _token_split(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the token of each exact slot, the tokens served by trains), computed once per ``exact_slot``: every
+        decoding step needs both, and finding them scans the vocabulary."""
+        slot = self.exact_slot
+        if self._split_cache is None or not self._split_cache[0].matches([slot]):
+            exact_ids = (slot >= 0).nonzero().squeeze(1)
+            by_slot = torch.empty_like(exact_ids).index_copy_(0, slot[exact_ids].long(), exact_ids)
+            self._split_cache = (TensorsState([slot]), by_slot, (slot < 0).nonzero().squeeze(1))
+        return self._split_cache[1], self._split_cache[2]
