@@ -13,7 +13,10 @@ makes compressed models ordinary transformers models:
 
 Either way the quantizer steps aside once loading is done (``hf_quantizer`` removed, ``is_quantized`` False): the
 layers are ordinary trainable modules, and transformers restricts "quantized" models (``.half()``/``.float()``
-refuse, the Trainer refuses them without adapters). Not shipped in checkpoints: where the library is not installed,
+refuse, the Trainer refuses them without adapters). Except where the checkpoint's other Linear weights are
+torchao-quantized (``quantize_linears``; the marker nests torchao's config, ``core/torchao_linears.py``): then this
+quantizer hands their loading to transformers' ``TorchAoHfQuantizer`` and stays attached, the model being quantized,
+to save them the same way. Not shipped in checkpoints: where the library is not installed,
 ``trust_remote_code=True`` loads through the shipped ``Compressed<Base>`` instead.
 """
 

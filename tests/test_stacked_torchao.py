@@ -66,8 +66,9 @@ def test_int8_linears_stay_close_to_the_float_ones():
     assert 0 < (logits - reference).abs().max() < 0.05 * reference.abs().max()
 
 
-def test_loads_without_the_library_to_equal_outputs(tmp_path):
-    model = stacked("tiered")
+@pytest.mark.parametrize("method", ["tiered", pytest.param("tt", marks=pytest.mark.slow)])  # a fresh Python: ~8 s
+def test_loads_without_the_library_to_equal_outputs(method, tmp_path):
+    model = stacked(method)
     model.save_pretrained(tmp_path / "stacked")
     torch.save({"logits": model(IDS).logits, "generated": model.generate(IDS[:1], **GREEDY)}, tmp_path / "io.pt")
     script = f"""
