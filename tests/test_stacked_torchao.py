@@ -150,3 +150,12 @@ def test_a_checkpoint_needs_torchao_and_a_torchao_nested_config(tmp_path, monkey
     config_file.write_text(json.dumps(config))
     with pytest.raises(CompressedCheckpointError, match="quant_method 'bitsandbytes'.*quantized with torchao"):
         AutoModelForCausalLM.from_pretrained(tmp_path)
+
+
+def test_a_marker_newer_than_the_library_is_refused(tmp_path):
+    stacked("tiered").save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["quantization_config"]["version"] = 3
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CompressedCheckpointError, match="version 3 is newer than this hf_tensorcompress understands"):
+        AutoModelForCausalLM.from_pretrained(tmp_path)
