@@ -38,6 +38,7 @@ _EXPORTS = {
     "CompressedCheckpointError": ".core.structure",
     "UnsupportedModelError": ".core.targets",
     "TensorCompressQuantizer": ".quantizer",
+    "quantize_linears": ".stacking",
     "register_with_transformers": ".registration",
     "replace_parameters_in_optimizer": ".search.optim",
     "CardInfo": ".hub",

@@ -16,6 +16,7 @@ from .core.structure import bind_layers, install_model_options
 from .core.targets import match_targets
 from .methods import get_method
 from .saving import save_extras
+from .stacking import adopted_torchao, attach
 
 
 def resolve_targets(model: nn.Module, config: CompressionConfig) -> list[str]:
@@ -122,13 +123,15 @@ def apply_compression(
     The resolved per-module specs are recorded in ``config.compression_config`` and the class becomes
     ``Compressed<Class>`` so that ``save_pretrained`` writes the self-contained modeling code. ``calibration`` is
     data a method needs beyond the weights (tt: ``TTCalibration``; see ``apply_tt``). ``config`` may also be a dict
-    or its JSON text (read by ``CompressionConfig.from_dict``). A model that is compressed already is refused.
+    or its JSON text (read by ``CompressionConfig.from_dict``). A model that is compressed already is refused; one
+    loaded with ``TorchAoConfig`` keeps its quantized Linears, recorded beside the compression (``stacking``).
     """
     check_not_compressed(model)
     check_model(model)
     config = as_config(config)
     method = get_method(config.method)
     names = resolve_targets(model, config)
+    linears = adopted_torchao(model, names)
     check_ranks(config, names)
     check_weights_loaded(model, config, names)
     options = method.model_options(model, config) if method.model_options else {}
@@ -148,6 +151,8 @@ def apply_compression(
     recorded = type(config).from_dict({**config.to_dict(), **options, "modules": specs})
     mark_compressed(model, recorded.to_dict(), save_hook=save_extras)
     install_model_options(model, model.config.compression_config)
+    if linears is not None:
+        attach(model, linears)
     return model
 
 

@@ -13,7 +13,10 @@ makes compressed models ordinary transformers models:
 
 Either way the quantizer steps aside once loading is done (``hf_quantizer`` removed, ``is_quantized`` False): the
 layers are ordinary trainable modules, and transformers restricts "quantized" models (``.half()``/``.float()``
-refuse, the Trainer refuses them without adapters). Not shipped in checkpoints: where the library is not installed,
+refuse, the Trainer refuses them without adapters). Except where the checkpoint's other Linear weights are
+torchao-quantized (``quantize_linears``; the marker nests torchao's config, ``core/torchao_linears.py``): then this
+quantizer hands their loading to transformers' ``TorchAoHfQuantizer`` and stays attached, the model being quantized,
+to save them the same way. Not shipped in checkpoints: where the library is not installed,
 ``trust_remote_code=True`` loads through the shipped ``Compressed<Base>`` instead.
 """
 
@@ -32,23 +35,34 @@ from transformers.quantizers.base import HfQuantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from .config import CompressionConfig
-from .core.contract import QUANT_METHOD, QUANTIZATION_MARKER
+from .core.contract import LINEARS_KEY, QUANT_METHOD, QUANTIZATION_MARKER, STACKED_VERSION
+from .core.torchao_linears import TorchAoLinears, keep_saveable, linear_quantizer
 from .methods import get_method
 
 
 class CompressedCheckpointConfig(QuantizationConfigMixin):
-    """What a checkpoint's ``quantization_config`` parses to: "the layers are described by ``compression_config``"."""
+    """What a checkpoint's ``quantization_config`` parses to: "the layers are described by ``compression_config``";
+    ``linears``: the ``TorchAoConfig.to_dict()`` of the model's other Linear weights, where torchao quantized them."""
 
-    def __init__(self, quant_method: str = QUANT_METHOD, version: int = 1, **_: Any) -> None:
-        if version > QUANTIZATION_MARKER["version"]:
+    def __init__(
+        self, quant_method: str = QUANT_METHOD, version: int = 1, linears: dict | None = None, **_: Any
+    ) -> None:
+        if version > STACKED_VERSION:
             from .core.structure import CompressedCheckpointError  # registration may run while structure imports
 
             raise CompressedCheckpointError(
                 f"the checkpoint's quantization_config version {version} is newer than this hf_tensorcompress "
-                f"understands ({QUANTIZATION_MARKER['version']}); upgrade hf_tensorcompress"
+                f"understands ({STACKED_VERSION}); upgrade hf_tensorcompress"
             )
         self.quant_method = quant_method
         self.version = version
+        self.linears = linears
+
+    def to_dict(self) -> dict[str, Any]:
+        """The marker as ``config.json`` holds it (``linears`` only where there are quantized Linears)."""
+        if self.linears is None:
+            return dict(QUANTIZATION_MARKER)
+        return {"quant_method": QUANT_METHOD, "version": STACKED_VERSION, LINEARS_KEY: self.linears}
 
 
 def check_method(compression: dict) -> None:
@@ -72,10 +86,20 @@ class TensorCompressQuantizer(HfQuantizer):
 
     requires_calibration = False
 
+    def __init__(self, quantization_config: QuantizationConfigMixin, **kwargs: Any) -> None:
+        super().__init__(quantization_config, **kwargs)
+        #: transformers' torchao quantizer of the other Linear weights, where the checkpoint has quantized Linears
+        #: (``core/torchao_linears.py``): this quantizer hands it their loading and saving.
+        self.linears: TorchAoLinears | None = None
+
     def validate_environment(self, *args: Any, **kwargs: Any) -> None:
         """Compress-on-load: a ``CompressionConfig`` whose method needs no calibration data (a config field holding
-        token ids would not serialise); checked before anything is built or read."""
+        token ids would not serialise); checked before anything is built or read. A checkpoint with quantized
+        Linears: torchao must be installed."""
         if self.pre_quantized:
+            nested = getattr(self.quantization_config, "linears", None)
+            if nested is not None:
+                self.linears = linear_quantizer(nested, **kwargs)
             return
         config = self.quantization_config
         if not isinstance(config, CompressionConfig):
@@ -101,6 +125,8 @@ class TensorCompressQuantizer(HfQuantizer):
             check_method(modeling.compression_of(model.config))
             modeling.make_compressed(model, save_extras)
             check_shapes(model.config.name_or_path)  # before transformers' generic size-mismatch message
+            if self.linears is not None:
+                self.linears._process_model_before_weight_loading(model, **kwargs)
             return model
         if modeling.is_compressed(model):
             raise ValueError(
@@ -126,6 +152,10 @@ class TensorCompressQuantizer(HfQuantizer):
                 )
             check_finite(model, model.config.name_or_path)
         config = self.quantization_config
+        if self.linears is not None:  # the Linears stay quantized: this quantizer stays, to save them
+            model.config.quantization_config = config.to_dict()
+            keep_saveable(model)
+            return model
         self.remove_quantization_config(model)
         for module in model.modules():
             if hasattr(getattr(module, "config", None), "_is_quantized"):
@@ -148,13 +178,43 @@ class TensorCompressQuantizer(HfQuantizer):
 
     @property
     def is_trainable(self) -> bool:
-        """Compressed layers are ordinary parameters (factors, scores, cores): they train."""
-        return True
+        """Compressed layers are ordinary parameters (factors, scores, cores): they train (quantized Linears: as
+        torchao says)."""
+        return True if self.linears is None else self.linears.is_trainable
 
     @property
     def is_qat_trainable(self) -> bool:
-        """Training the model itself, without adapters, is what the methods do (Smartformer, Biprop)."""
-        return True
+        """Training the model itself, without adapters, is what the methods do (Smartformer, Biprop); not through
+        torchao-quantized Linears."""
+        return self.linears is None
+
+    # The quantized Linears: what transformers asks a quantizer while loading and saving, answered by torchao's.
+    def param_needs_quantization(self, model: nn.Module, param_name: str, **kwargs: Any) -> bool:
+        return self.linears is not None and self.linears.param_needs_quantization(model, param_name, **kwargs)
+
+    @property
+    def quantized_element_size(self) -> float | None:
+        return None if self.linears is None else self.linears.quantized_element_size
+
+    @property
+    def serialized_names(self) -> dict[str, list[str]]:
+        return {} if self.linears is None else self.linears.serialized_names
+
+    def get_load_operations(self) -> dict:
+        return {} if self.linears is None else self.linears.get_load_operations()
+
+    def get_weight_conversions(self) -> list:
+        return [] if self.linears is None else self.linears.get_weight_conversions()
+
+    def update_weight_conversions(self, weight_conversions: list, model: nn.Module) -> list:
+        if self.linears is None:
+            return super().update_weight_conversions(weight_conversions, model)
+        return self.linears.update_weight_conversions(weight_conversions, model)
+
+    def get_state_dict_and_metadata(self, model: nn.Module) -> tuple[dict | None, dict]:
+        if self.linears is None:
+            return super().get_state_dict_and_metadata(model)
+        return self.linears.get_state_dict_and_metadata(model)
 
 
 def register_quantization() -> None:

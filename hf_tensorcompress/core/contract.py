@@ -17,6 +17,11 @@ from torch import nn
 #: rebuilds the layers from ``compression_config`` (the specs stay there, in one place).
 QUANT_METHOD = "tensorcompress"
 QUANTIZATION_MARKER = {"quant_method": QUANT_METHOD, "version": 1}
+#: Where the marker nests the config of the quantizer of the model's other ``nn.Linear`` weights (torchao's
+#: ``TorchAoConfig.to_dict()``: ``core/torchao_linears.py``); such a marker is version ``STACKED_VERSION``, so a
+#: library that predates it refuses the checkpoint instead of loading its Linear weights at random.
+LINEARS_KEY = "linears"
+STACKED_VERSION = 2
 
 #: The dense key a compressed module no longer has; checkpoints hold a tombstone there (``modeling_tensorcompress``).
 TOMBSTONE_KEY = "weight"
@@ -25,6 +30,12 @@ TOMBSTONE_KEY = "weight"
 #: transformers class lists it in its load report (an unexpected key) right beside the tombstones' size mismatch,
 #: so the report names the fix; transformers' own error text is fixed. No digits or dots: the report groups on them.
 SIGNPOST_KEY = "hf_tensorcompress checkpoint: pip install hf_tensorcompress, or pass trust_remote_code=True"
+
+
+def tombstones(module_names) -> dict[str, torch.Tensor]:
+    """One uint8 scalar per replaced module, under its dense weight's key, and the signpost naming the fix."""
+    marks = {f"{name}.{TOMBSTONE_KEY}": torch.zeros((), dtype=torch.uint8) for name in module_names}
+    return {**marks, SIGNPOST_KEY: torch.zeros((), dtype=torch.uint8)}
 
 
 class CompressedLayer(nn.Module):

@@ -15,6 +15,7 @@ from torch import nn
 
 from .contract import CompressedLayer
 from .structure import CompressedCheckpointError, active_options
+from .torchao_linears import dense_linears
 
 #: ``config.json`` entries that only a compressed checkpoint has.
 COMPRESSION_ENTRIES = ("compression_config", "quantization_config")
@@ -47,8 +48,8 @@ def strip_compression(config) -> None:
 def decompress(model: nn.Module) -> nn.Module:
     """Turn ``model`` (compressed by any method) into the dense model of its base class, in place, and return it.
 
-    Every compressed layer is rebuilt into the dense module it replaced; the outputs stay those of the compressed
-    model (up to float rounding). A model whose method changed more than its layers (biprop's attention options)
+    Every compressed layer is rebuilt into the dense module it replaced, and torchao-quantized Linear weights become
+    float weights; the outputs stay those of the compressed model (up to float rounding). A model whose method changed more than its layers (biprop's attention options)
     is refused before anything changes."""
     compression = getattr(model.config, "compression_config", None)
     if not isinstance(compression, dict) or not isinstance(compression.get("modules"), dict):
@@ -62,6 +63,7 @@ def decompress(model: nn.Module) -> nn.Module:
     wrong = [name for name, layer in layers.items() if not isinstance(layer, CompressedLayer)]
     if wrong:
         raise CompressedCheckpointError(f"compression_config lists {wrong[0]!r}, but that module is not compressed")
+    dense_linears(model)
     config = model.config.__class__.from_dict(model.config.to_dict())
     strip_compression(config)
     if any(getattr(layer, "tied_output", None) for layer in layers.values()):
@@ -83,4 +85,7 @@ def decompress(model: nn.Module) -> nn.Module:
         model.all_tied_weights_keys = reference.all_tied_weights_keys
     if tied:
         model.tie_weights()
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:  # quantized Linears, now dense: nothing is quantized any more
+        quantizer.remove_quantization_config(model)
     return model

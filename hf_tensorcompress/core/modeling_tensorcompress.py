@@ -25,16 +25,10 @@ from torch import nn
 
 from .atomic import atomic_folder
 from .checks import check_finite, check_shapes
-from .contract import QUANT_METHOD, SIGNPOST_KEY, TOMBSTONE_KEY, CompressedLayer
+from .contract import QUANT_METHOD, SIGNPOST_KEY, TOMBSTONE_KEY, CompressedLayer, tombstones
 from .structure import CompressedCheckpointError, active_options, install_layers, install_model_options
 
 CLASS_PREFIX = "Compressed"
-
-
-def tombstones(module_names) -> dict[str, torch.Tensor]:
-    """One uint8 scalar per replaced module, under its dense weight's key, and the signpost naming the fix."""
-    marks = {f"{name}.{TOMBSTONE_KEY}": torch.zeros((), dtype=torch.uint8) for name in module_names}
-    return {**marks, SIGNPOST_KEY: torch.zeros((), dtype=torch.uint8)}
 
 
 def compression_of(config) -> dict:
@@ -224,7 +218,10 @@ class CompressedModelMixin:
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
         """``PreTrainedModel.from_pretrained`` that refuses checkpoints whose compressed tensors are missing or misshapen."""
+        from .torchao_linears import after_torchao_loading, before_torchao_loading
+
         wants_info = kwargs.pop("output_loading_info", False)
+        marker = before_torchao_loading(cls, args[0] if args else kwargs.get("pretrained_model_name_or_path"), kwargs)
         quantizer_log = logging.getLogger("transformers.quantizers.auto")
         quiet = _NothingSkipped()
         quantizer_log.addFilter(quiet)
@@ -255,6 +252,8 @@ class CompressedModelMixin:
                 + ". Save the model again with save_pretrained, or fix compression_config in config.json."
             )
         check_finite(model, args[0] if args else kwargs.get("pretrained_model_name_or_path"))
+        if marker is not None:
+            after_torchao_loading(model, marker)
         return (model, info) if wants_info else model
 
     # ``resize_token_embeddings`` builds a new dense nn.Embedding / nn.Linear from ``old.weight``; a compressed

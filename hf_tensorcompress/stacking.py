@@ -1,0 +1,121 @@
+"""The rest of the model quantized too: torchao for the ``nn.Linear`` weights beside compressed layers.
+
+``quantize_linears(model, TorchAoConfig(...))`` quantizes the Linear weights of a compressed model with torchao, as
+``from_pretrained(dense, quantization_config=TorchAoConfig(...))`` would have (transformers' torchao quantizer picks
+the Linears, torchao's ``quantize_`` quantizes them). The model then carries the library's quantizer with torchao's
+nested in it (``core/torchao_linears.py``), so ``save_pretrained`` writes one checkpoint whose ``config.json``
+records both configs, and ``from_pretrained(folder)`` loads it back (``trust_remote_code=True`` too, where torchao is
+installed). The other order, a model loaded with ``TorchAoConfig`` and then compressed, reaches the same state
+(``apply_compression`` calls ``adopted_torchao`` and ``attach``).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from torch import nn
+from transformers import TorchAoConfig
+from transformers.quantizers.auto import AutoHfQuantizer
+
+from .core.contract import QUANT_METHOD
+from .core.modeling_tensorcompress import is_compressed
+from .core.torchao_linears import linear_quantizer, linears_config, stacked_marker
+from .extras import require
+
+
+def check_torchao_config(config: object) -> TorchAoConfig:
+    """``config`` as ``quantize_linears`` takes it: one ``TorchAoConfig`` of one torchao config for every Linear."""
+    if not isinstance(config, TorchAoConfig):
+        raise TypeError(
+            f"quantize_linears takes a transformers TorchAoConfig, got {type(config).__name__}; wrap the torchao "
+            "config: TorchAoConfig(IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)))"
+        )
+    quantization = require("torchao.quantization", "quantizing the Linear weights with torchao")
+    if isinstance(config.quant_type, quantization.FqnToConfig):
+        raise ValueError(
+            "quantize_linears applies one torchao config to every Linear; FqnToConfig (per-module configs) is not "
+            "supported: pass one config, and TorchAoConfig(..., modules_to_not_convert=[...]) for Linears to keep"
+        )
+    return config
+
+
+def attach(model: nn.Module, config: TorchAoConfig) -> None:
+    """Make ``model`` (compressed, its Linears quantized with ``config``) a quantized transformers model whose
+    quantizer is the library's with torchao's nested: it saves the Linears as torchao does, the rest as ours."""
+    marker = stacked_marker(config)
+    quantizer = AutoHfQuantizer.from_config(marker, pre_quantized=True)  # the registered TensorCompressQuantizer
+    quantizer.validate_environment()  # builds its torchao quantizer of the Linears
+    model.hf_quantizer = quantizer
+    model.is_quantized = True
+    model.quantization_method = QUANT_METHOD
+    model.config.quantization_config = marker
+
+
+def quantize_linears(model: nn.Module, config: TorchAoConfig) -> nn.Module:
+    """Quantize, with torchao, the ``nn.Linear`` weights of compressed ``model`` that transformers' torchao quantizer
+    would quantize (not the compressed layers, nor a tied or last output layer unless ``config`` says so), in place;
+    returns the model. Every Linear is quantized on a copy before any is installed, so an error leaves the model as
+    it was."""
+    config = check_torchao_config(config)
+    if not is_compressed(model):
+        raise ValueError(
+            f"{type(model).__name__} is not compressed: quantize_linears quantizes the Linears beside compressed "
+            "layers. Compress it first (apply_compression), or quantize a dense model with transformers: "
+            "from_pretrained(path, quantization_config=TorchAoConfig(...))"
+        )
+    if getattr(model, "hf_quantizer", None) is not None:
+        raise ValueError(
+            f"{type(model).__name__}'s Linears are quantized already ({linears_config(model.config.quantization_config)}"
+            "); quantize the compressed model once, from its float Linears"
+        )
+    from torchao.quantization import quantize_  # check_torchao_config made sure it is installed
+
+    selector = linear_quantizer(stacked_marker(config)["linears"])
+    selector._process_model_before_weight_loading(model)  # transformers' choice of modules to leave float
+    names = [
+        name.removesuffix(".weight")
+        for name, _ in model.named_parameters()
+        if selector.param_needs_quantization(model, name)
+    ]
+    if not names:
+        raise ValueError(f"{type(model).__name__} has no nn.Linear weight to quantize beside its compressed layers")
+    copies = nn.ModuleDict({str(index): _copy(model.get_submodule(name)) for index, name in enumerate(names)})
+    quantize_(copies, config.get_apply_tensor_subclass(), filter_fn=lambda module, fqn: fqn in copies)
+    for index, name in enumerate(names):
+        model.set_submodule(name, copies[str(index)])
+    attach(model, config)
+    return model
+
+
+def _copy(module: nn.Module) -> nn.Module:
+    """A copy of ``module`` that shares its tensors but not its parameter table: quantizing it leaves ``module``."""
+    duplicate = copy.copy(module)
+    duplicate._parameters = dict(module._parameters)
+    return duplicate
+
+
+def adopted_torchao(model: nn.Module, targets: list[str]) -> TorchAoConfig | None:
+    """Before compressing ``model``: the ``TorchAoConfig`` its Linears were quantized with while loading (``attach``
+    records it beside the compression afterwards), or None. Other quantizers, and torchao-quantized targets,
+    are refused: compressing replaces float weights, and one checkpoint carries one quantization_config."""
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is None:
+        return None
+    config = quantizer.quantization_config
+    if not isinstance(config, TorchAoConfig):
+        method = getattr(config.quant_method, "value", config.quant_method)
+        raise ValueError(
+            f"{type(model).__name__} is quantized with {method!r}; compressing it would drop that quantization. Load "
+            "the float model, compress it, then quantize its Linears with quantize_linears(model, TorchAoConfig(...))"
+        )
+    from torchao.utils import TorchAOBaseTensor
+
+    quantized = [
+        name for name in targets if isinstance(getattr(model.get_submodule(name), "weight", None), TorchAOBaseTensor)
+    ]
+    if quantized:
+        raise ValueError(
+            f"{quantized[0]} is torchao-quantized (TorchAoConfig include_input_output_embeddings=True), so there is "
+            "no float weight to compress; load with include_input_output_embeddings=False"
+        )
+    return config
