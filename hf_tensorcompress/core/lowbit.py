@@ -177,7 +177,7 @@ class LowBitTensor(nn.Module):
         """The whole float matrix (for analysis and tests; layers use ``rows`` and ``matmul_t``)."""
         return self.rows(None, dtype)
 
-    def matmul_t(self, hidden: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+    def matmul_t(self, hidden: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
         """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``), decoding ``chunk`` consecutive rows at a time (views
         of the stored buffers): the transient is one chunk, never the whole float table."""
         steps = range(0, self.shape[0], chunk)
