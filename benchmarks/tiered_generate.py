@@ -1,13 +1,18 @@
 """Greedy ``generate()`` with SmolLM2-135M whose tied embedding is the best ≥4× option (``method="tiered"``: the
 20,000 lowest token ids at int4, the rest at int3, groups of 64, output-aware rounding calibrated on the first 75 %
-of Moby Dick), saved and loaded back with ``trust_remote_code=True``, against dense.
+of Moby Dick), saved and loaded back with ``trust_remote_code=True``, against dense and against what a user would
+pick instead: the embedding and output head quantized by torchao, int8 per row (``IntxWeightOnlyConfig``), through
+transformers' ``TorchAoConfig``, saved and loaded back natively (``build_int8_checkpoint`` in ``tt_generate.py``:
+the tied matrix becomes two int8 copies, embedding and head).
 
     OMP_NUM_THREADS=1 python benchmarks/tiered_generate.py [--threads 1] [--new-tokens 32] [--repeats 3]
 
-1. decode time at batch 1: one process holds both models and alternates them per repeat (paired runs); ratios are
-   medians of the paired ratios of wall time and of the process's CPU time;
-2. peak RSS (VmHWM) of load + generate, each model in its own fresh process, and the tensors of ``V×d`` size or
-   more each holds (the tiered model must hold none: lookups and the tied head decode rows a chunk at a time).
+1. decode time at batch 1: one process holds the three models and runs them in turn within each repeat (paired
+   runs); ratios are medians of the paired ratios to dense of wall time and of the process's CPU time;
+2. peak RSS (VmHWM) of load + generate, each model in its own fresh process; the bytes the embedding and head hold
+   in memory and in ``model.safetensors`` (a tied matrix once; torchao's codes, scales and zero points); and the
+   tensors of ``V×d`` size or more each holds (the tiered model must hold none: lookups and the tied head decode
+   rows a chunk at a time).
 The last line printed is one JSON object with all figures.
 """
 
@@ -22,9 +27,19 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tt_generate import generate, load, memory_status, run_child, timed_both  # noqa: E402  (shared benchmark helpers)
+from tt_generate import (  # noqa: E402  (shared benchmark helpers)
+    build_int8_checkpoint,
+    embedding_head_bytes,
+    generate,
+    load,
+    memory_status,
+    run_child,
+    stored_embedding_head_bytes,
+    timed_both,
+)
 
 OPTIONS = dict(tier_tokens=[20000], tier_bits=[4, 3], tier_group_size=64, rounding="output")
+ARMS = ("dense", "tiered", "torchao_int8")  # dense first: the reference of the paired ratios
 
 
 def build_checkpoint(folder: Path) -> dict:
@@ -56,7 +71,8 @@ def build_checkpoint(folder: Path) -> dict:
 
 
 def memory_arm(folder: str, new_tokens: int) -> dict:
-    """In a fresh process: load, generate at batch 1, report the peak RSS and the ``V×d``-sized tensors held."""
+    """In a fresh process: load, generate at batch 1, report the peak RSS, the embedding's and head's bytes held
+    and stored, and the ``V×d``-sized tensors held."""
     model, tokenizer = load(folder)
     generate(model, tokenizer, 1, new_tokens)
     large = [
@@ -64,29 +80,37 @@ def memory_arm(folder: str, new_tokens: int) -> dict:
         for name, tensor in list(model.named_parameters()) + list(model.named_buffers())
         if tensor.numel() >= model.config.vocab_size * model.config.hidden_size
     ]
-    return {"after_generate": memory_status(), "vocab_by_hidden_tensors": large}
-
-
-def timing(dense_dir: str, tiered_dir: str, new_tokens: int, repeats: int) -> dict:
-    """Both models in one process, alternating per repeat; also whether their greedy tokens agree."""
-    dense, tokenizer = load(dense_dir)
-    tiered, _ = load(tiered_dir)
-    generate(dense, tokenizer, 1, 2), generate(tiered, tokenizer, 1, 2)  # warm-up
-    walls, cpus = [], []
-    for _ in range(repeats):
-        dense_wall, dense_cpu = timed_both(lambda: generate(dense, tokenizer, 1, new_tokens))
-        tiered_wall, tiered_cpu = timed_both(lambda: generate(tiered, tokenizer, 1, new_tokens))
-        walls.append((dense_wall, tiered_wall))
-        cpus.append((dense_cpu, tiered_cpu))
-    same = generate(dense, tokenizer, 1, new_tokens).tolist() == generate(tiered, tokenizer, 1, new_tokens).tolist()
     return {
-        "dense_seconds": statistics.median(d for d, _ in walls),
-        "tiered_seconds": statistics.median(t for _, t in walls),
-        "tiered_over_dense": statistics.median(t / d for d, t in walls),
-        "tiered_over_dense_cpu": statistics.median(t / d for d, t in cpus),
-        "pairs_wall": walls,
-        "greedy_tokens_equal_to_dense": same,
+        "after_generate": memory_status(),
+        "embedding_head_bytes": embedding_head_bytes(model),
+        "embedding_head_bytes_on_disk": stored_embedding_head_bytes(model, folder),
+        "vocab_by_hidden_tensors": large,
     }
+
+
+def timing(folders: dict[str, str], new_tokens: int, repeats: int) -> dict:
+    """All models in one process, run in turn within each repeat (the first is the reference: dense); per other
+    arm, the median of its paired ratios to the reference and whether its greedy tokens equal the reference's."""
+    models = {name: load(folder) for name, folder in folders.items()}
+    tokenizer = next(iter(models.values()))[1]
+    for model, _ in models.values():
+        generate(model, tokenizer, 1, 2)  # warm-up
+    times = {name: [] for name in models}
+    for _ in range(repeats):
+        for name, (model, _) in models.items():
+            times[name].append(timed_both(lambda model=model: generate(model, tokenizer, 1, new_tokens)))
+    tokens = {name: generate(model, tokenizer, 1, new_tokens).tolist() for name, (model, _) in models.items()}
+    reference, *others = models
+    result = {f"{name}_seconds": statistics.median(wall for wall, _ in times[name]) for name in models}
+    for name in others:
+        pairs = list(zip(times[reference], times[name]))
+        result[name] = {
+            "over_dense": statistics.median(arm[0] / ref[0] for ref, arm in pairs),
+            "over_dense_cpu": statistics.median(arm[1] / ref[1] for ref, arm in pairs),
+            "pairs_wall": [(ref[0], arm[0]) for ref, arm in pairs],
+            "greedy_tokens_equal_to_dense": tokens[name] == tokens[reference],
+        }
+    return result
 
 
 def main() -> None:
@@ -95,7 +119,7 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--child", choices=["memory", "timing"])
-    parser.add_argument("--folder", nargs="*")
+    parser.add_argument("--folder", nargs="*", help="for --child: one folder (memory) or one per arm of ARMS (timing)")
     args = parser.parse_args()
     import torch
 
@@ -104,49 +128,76 @@ def main() -> None:
         print(json.dumps(memory_arm(args.folder[0], args.new_tokens)))
         return
     if args.child == "timing":
-        print(json.dumps(timing(args.folder[0], args.folder[1], args.new_tokens, args.repeats)))
+        print(json.dumps(timing(dict(zip(ARMS, args.folder, strict=True)), args.new_tokens, args.repeats)))
         return
     common = ["--threads", str(args.threads), "--new-tokens", str(args.new_tokens)]
-    with tempfile.TemporaryDirectory() as tmp:
-        built = build_checkpoint(Path(tmp))
-        memory = {
-            name: run_child(["--child", "memory", "--folder", folder, *common], __file__)
-            for name, folder in (("dense", built["dense_dir"]), ("tiered", tmp))
+    with tempfile.TemporaryDirectory() as tiered_dir, tempfile.TemporaryDirectory() as int8_dir:
+        built = build_checkpoint(Path(tiered_dir))
+        start = time.perf_counter()
+        build_int8_checkpoint(Path(built["dense_dir"]), Path(int8_dir))
+        built["torchao_int8_build_seconds"] = time.perf_counter() - start
+        folders = {"dense": built["dense_dir"], "tiered": tiered_dir, "torchao_int8": int8_dir}
+        checkpoint_mb = {
+            name: (Path(folder) / "model.safetensors").stat().st_size / 1e6 for name, folder in folders.items()
         }
+        memory = {name: run_child(["--child", "memory", "--folder", folders[name], *common], __file__) for name in ARMS}
         speed = run_child(
-            ["--child", "timing", "--folder", built["dense_dir"], tmp, "--repeats", str(args.repeats), *common],
+            [
+                "--child",
+                "timing",
+                "--folder",
+                *(folders[name] for name in ARMS),
+                "--repeats",
+                str(args.repeats),
+                *common,
+            ],
             __file__,
         )
     peak = {name: arm["after_generate"]["VmHWM"] for name, arm in memory.items()}
-    embedding_fp32_mb = 49152 * 576 * 4 / 2**20
+    held_mb = {name: arm["embedding_head_bytes"] / 1e6 for name, arm in memory.items()}
+    disk_mb = {name: arm["embedding_head_bytes_on_disk"] / 1e6 for name, arm in memory.items()}
+    bf16_mb = 49152 * 576 * 2 / 1e6  # the tied matrix once, in bf16: the 1x of every size here (MB = 10^6 bytes)
+    embedding_fp32_mb = 49152 * 576 * 4 / 2**20  # MiB, as the peak RSS
     print(
         f"SmolLM2-135M, {args.threads} thread(s), {args.new_tokens} new tokens, greedy, batch 1; tiered "
-        f"{OPTIONS}: embedding {built['embedding_bytes'] / 2**20:.1f} MB ({49152 * 576 * 2 / built['embedding_bytes']:.2f}x "
-        f"smaller than bf16), compressed in {built['compress_seconds']:.0f} s"
+        f"{OPTIONS}: embedding {built['embedding_bytes'] / 1e6:.1f} MB ({49152 * 576 * 2 / built['embedding_bytes']:.2f}x "
+        f"smaller than bf16), compressed in {built['compress_seconds']:.0f} s; torchao int8 per row (embedding and "
+        f"head untied), built in {built['torchao_int8_build_seconds']:.0f} s"
     )
-    print(
-        f"decode: dense {speed['dense_seconds']:.2f} s, tiered {speed['tiered_seconds']:.2f} s "
-        f"({speed['tiered_over_dense']:.2f}x wall, {speed['tiered_over_dense_cpu']:.2f}x CPU time); greedy tokens "
-        f"equal to dense: {speed['greedy_tokens_equal_to_dense']}"
-    )
-    print(
-        f"peak RSS: dense {peak['dense']:.0f} MB, tiered {peak['tiered']:.0f} MB (saving "
-        f"{peak['dense'] - peak['tiered']:.0f} MB = {(peak['dense'] - peak['tiered']) / embedding_fp32_mb:.0%} of "
-        f"the fp32 embedding); V x d tensors held: {memory['tiered']['vocab_by_hidden_tensors']}"
-    )
+    print(f"decode: dense {speed['dense_seconds']:.2f} s")
+    for name in ARMS[1:]:
+        arm = speed[name]
+        print(
+            f"decode: {name} {speed[f'{name}_seconds']:.2f} s ({arm['over_dense']:.2f}x wall, "
+            f"{arm['over_dense_cpu']:.2f}x CPU time); greedy tokens equal to dense: {arm['greedy_tokens_equal_to_dense']}"
+        )
+    for name in ARMS:
+        print(
+            f"{name}: peak RSS {peak[name]:.0f} MB (dense - this: {peak['dense'] - peak[name]:+.0f} MB); embedding + "
+            f"head held {held_mb[name]:.1f} MB, on disk {disk_mb[name]:.1f} MB ({bf16_mb / disk_mb[name]:.2f}x smaller "
+            f"than bf16 tied); checkpoint {checkpoint_mb[name]:.0f} MB; V x d tensors held: "
+            f"{memory[name]['vocab_by_hidden_tensors']}"
+        )
     print(
         json.dumps(
             {
                 "threads": args.threads,
                 "new_tokens": args.new_tokens,
+                "repeats": args.repeats,
                 "options": OPTIONS,
                 "embedding_smaller_than_bf16": 49152 * 576 * 2 / built["embedding_bytes"],
-                "tiered_over_dense_batch1": speed["tiered_over_dense"],
-                "tiered_over_dense_cpu_batch1": speed["tiered_over_dense_cpu"],
+                "tiered_over_dense_batch1": speed["tiered"]["over_dense"],
+                "tiered_over_dense_cpu_batch1": speed["tiered"]["over_dense_cpu"],
+                "torchao_int8_over_dense_batch1": speed["torchao_int8"]["over_dense"],
+                "torchao_int8_over_dense_cpu_batch1": speed["torchao_int8"]["over_dense_cpu"],
                 "peak_rss_mb": peak,
                 "peak_saving_mb": peak["dense"] - peak["tiered"],
                 "peak_saving_over_fp32_embedding": (peak["dense"] - peak["tiered"]) / embedding_fp32_mb,
-                "checkpoint_saving_mb": (built["dense_bytes"] - built["tiered_bytes"]) / 2**20,
+                "torchao_int8_peak_saving_mb": peak["dense"] - peak["torchao_int8"],
+                "embedding_head_held_mb": held_mb,
+                "embedding_head_on_disk_mb": disk_mb,
+                "checkpoint_mb": checkpoint_mb,
+                "checkpoint_saving_mb": checkpoint_mb["dense"] - checkpoint_mb["tiered"],
                 "details": {"timing": speed, "memory": memory, "build": built},
             }
         )

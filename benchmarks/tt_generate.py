@@ -125,6 +125,68 @@ def timed_both(fn) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+def build_int8_checkpoint(dense: Path, folder: Path) -> None:
+    """Save into ``folder`` the model in ``dense`` with its tied embedding and output head quantized by torchao,
+    int8 per row, through transformers' torchao integration, as a user would.
+
+    In transformers 5.24 / torchao 0.18 on the CPU the one-call route (``TorchAoConfig(IntxWeightOnlyConfig(...),
+    include_input_output_embeddings=True, untie_embedding_weights=True)``) leaves the embedding in float (its
+    ``quantize_`` call keeps the default Linear filter) and the untied head in fp32; with per-module configs
+    (``FqnToConfig``) it quantizes the embedding but the head stays fp32 (its weight is not in a tied
+    checkpoint). So the tied matrix is first written as two float copies (an untied checkpoint, as
+    ``tie_word_embeddings=False`` models ship), then loaded with ``FqnToConfig`` for both: two int8 copies."""
+    import torch
+    from torchao.quantization import FqnToConfig, IntxWeightOnlyConfig
+    from torchao.quantization.granularity import PerAxis
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TorchAoConfig
+
+    tokenizer = AutoTokenizer.from_pretrained(dense)
+    with tempfile.TemporaryDirectory() as untied:
+        model = AutoModelForCausalLM.from_pretrained(dense)
+        embedding, head = model.get_input_embeddings(), model.get_output_embeddings()
+        head.weight = torch.nn.Parameter(embedding.weight.detach().clone())
+        model.config.tie_word_embeddings = False
+        model.save_pretrained(untied)
+        names = [name for name, module in model.named_modules() if module is embedding or module is head]
+        del model, embedding, head
+        int8 = IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
+        config = TorchAoConfig(FqnToConfig(dict.fromkeys(names, int8)), include_input_output_embeddings=True)
+        AutoModelForCausalLM.from_pretrained(untied, quantization_config=config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+
+
+def embedding_head_bytes(model) -> int:
+    """Bytes the input embedding and the output head hold in memory, each storage once (a tied matrix counts once;
+    a torchao weight as its codes, scales and zero points)."""
+    seen, total = set(), 0
+    for module in (model.get_input_embeddings(), model.get_output_embeddings()):
+        for tensor in [*module.parameters(), *module.buffers()]:
+            data = tensor.data
+            parts = (
+                [getattr(data, name) for name in data.__tensor_flatten__()[0]]
+                if hasattr(data, "__tensor_flatten__")
+                else [data]
+            )
+            for part in parts:
+                key = (part.untyped_storage().data_ptr(), part.data_ptr(), part.numel())
+                if key not in seen:
+                    seen.add(key)
+                    total += part.numel() * part.element_size()
+    return total
+
+
+def stored_embedding_head_bytes(model, folder: str) -> int:
+    """Bytes of the input embedding's and output head's tensors in ``folder``'s ``model.safetensors``."""
+    modules = (model.get_input_embeddings(), model.get_output_embeddings())
+    prefixes = tuple(f"{name}." for name, module in model.named_modules() if any(module is m for m in modules))
+    with open(Path(folder) / "model.safetensors", "rb") as file:  # the header: 8-byte length, then JSON
+        header = json.loads(file.read(int.from_bytes(file.read(8), "little")))
+    header.pop("__metadata__", None)
+    return sum(
+        entry["data_offsets"][1] - entry["data_offsets"][0] for key, entry in header.items() if key.startswith(prefixes)
+    )
+
+
 def memory_status(device: str = "cpu") -> dict:
     """VmHWM (peak RSS), RssAnon and RssFile in MB from /proc/self/status, and ``peak_mb``: VmHWM on the CPU, the
     peak allocated GPU memory on a GPU."""
