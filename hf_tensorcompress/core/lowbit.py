@@ -160,18 +160,21 @@ class LowBitTensor(nn.Module):
         """The float values of rows ``ids`` (all rows if None); only those rows are decoded."""
         return self._decode(slice(None) if ids is None else ids.reshape(-1), dtype)
 
-    def _decode(self, rows: slice | torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """Float values of ``rows``: a slice reads views of the buffers, an index tensor gathers copies."""
+    def _decode(self, rows: slice | torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Float values of ``rows``: a slice reads views of the buffers, an index tensor gathers copies. ``out``
+        (``(len(rows), columns)``) receives them in place, so a caller decoding chunk after chunk reuses one buffer."""
 
         def take(buffer: torch.Tensor) -> torch.Tensor:
             return buffer[rows] if isinstance(rows, slice) else buffer.index_select(0, rows)
 
         codes = take(self.codes)
-        if self.bits == 16:
-            return codes.to(dtype)
-        values = unpack(codes, self.bits, self.shape[1]).to(dtype).reshape(len(codes), -1, self.group_size)
-        scale, minimum = take(self.scale).to(dtype), take(self.minimum).to(dtype)
-        return torch.addcmul(minimum[..., None], values, scale[..., None]).reshape(len(codes), -1)
+        values = codes if self.bits == 16 else unpack(codes, self.bits, self.shape[1])
+        out = values.to(dtype) if out is None else out.copy_(values)
+        if self.bits != 16:
+            grouped = out.view(len(codes), -1, self.group_size)
+            scale, minimum = take(self.scale).to(dtype)[..., None], take(self.minimum).to(dtype)[..., None]
+            torch.addcmul(minimum, grouped, scale, out=grouped)  # in place, rounded as everywhere else
+        return out
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The whole float matrix (for analysis and tests; layers use ``rows`` and ``matmul_t``)."""
@@ -179,9 +182,17 @@ class LowBitTensor(nn.Module):
 
     def matmul_t(self, hidden: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
         """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``), decoding ``chunk`` consecutive rows at a time (views
-        of the stored buffers): the transient is one chunk, never the whole float table."""
-        steps = range(0, self.shape[0], chunk)
-        return torch.cat([hidden @ self._decode(slice(s, s + chunk), hidden.dtype).T for s in steps], dim=-1)
+        of the stored buffers) into one reused buffer: the transient is one chunk, never the whole float table, and
+        a decoding step allocates the same few buffers each time (varied sizes would fragment the heap, which
+        keeps tens of MB resident)."""
+        rows, columns = self.shape
+        scores = hidden.new_empty(*hidden.shape[:-1], rows)
+        weight = hidden.new_empty(min(chunk, rows), columns)
+        for start in range(0, rows, chunk):
+            block = weight[: min(chunk, rows - start)]
+            self._decode(slice(start, start + chunk), hidden.dtype, out=block)
+            scores[..., start : start + len(block)] = hidden @ block.T
+        return scores
 
     def _apply(self, fn, recurse: bool = True) -> LowBitTensor:
         """``.to(device)`` moves the buffers; ``.to(dtype)`` / ``.half()`` (e.g. the model's dtype at load time)
