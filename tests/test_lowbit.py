@@ -35,9 +35,10 @@ def test_int4_is_two_codes_per_byte_and_bits_are_counted():
     assert LowBitTensor.quantize(torch.randn(10, 64), 16).storage_bits() == 10 * 64 * 16
 
 
-def test_rows_and_chunked_matmul_match_the_full_table():
+@pytest.mark.parametrize("bits", [2, 3, 4, 8, 16])
+def test_rows_and_chunked_matmul_match_the_full_table(bits):
     torch.manual_seed(1)
-    stored = LowBitTensor.quantize(torch.randn(50, 24), 3, 8)
+    stored = LowBitTensor.quantize(torch.randn(50, 24), bits, 8)
     table = stored.dequantize()
     ids = torch.tensor([7, 0, 49, 7])
     assert torch.equal(stored.rows(ids), table[ids])
