@@ -17,6 +17,9 @@ from torch import nn
 #: Bit widths a LowBitTensor stores.
 LOWBIT_BITS = (2, 3, 4, 8, 16)
 
+#: Whether a 16-bit integer's low byte comes first in memory (int4 codes are split through that layout).
+LITTLE_ENDIAN = bool(torch.ones(1, dtype=torch.int16).view(torch.uint8)[0])
+
 
 def check_lowbit(bits: int, group_size: int | None, columns: int) -> int:
     """The group size to use for ``columns`` (``None``: one group per row); a clear error for bad settings."""
@@ -67,6 +70,9 @@ def unpack(packed: torch.Tensor, bits: int, columns: int) -> torch.Tensor:
     rows = packed.shape[0]
     if bits == 8:
         return packed[:, :columns]
+    if bits == 4 and LITTLE_ENDIAN:  # each byte widened to 16 bits, its high code moved to the upper
+        wide = packed.to(torch.int16)  # byte: read back as bytes, the two codes are in column order
+        return ((wide & 15) | ((wide >> 4) << 8)).view(torch.uint8).reshape(rows, -1)[:, :columns]
     if bits in (2, 4):
         parts = [(packed >> shift) & (2**bits - 1) for shift in range(0, 8, bits)]
     else:  # 3 bits: 8 codes in 3 little-endian bytes, codes 2 and 5 straddle a byte boundary; the three byte
@@ -173,7 +179,7 @@ class LowBitTensor(nn.Module):
         if self.bits != 16:
             grouped = out.view(len(codes), -1, self.group_size)
             scale, minimum = take(self.scale).to(dtype)[..., None], take(self.minimum).to(dtype)[..., None]
-            torch.addcmul(minimum, grouped, scale, out=grouped)  # in place, rounded as everywhere else
+            grouped.mul_(scale).add_(minimum)  # in place (4x faster here than an addcmul writing into its input)
         return out
 
     def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
