@@ -35,7 +35,7 @@ from transformers.quantizers.base import HfQuantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from .config import CompressionConfig
-from .core.contract import LINEARS_KEY, QUANT_METHOD, QUANTIZATION_MARKER, STACKED_VERSION
+from .core.contract import QUANT_METHOD, STACKED_VERSION, quantization_marker
 from .core.torchao_linears import TorchAoLinears, keep_saveable, linear_quantizer
 from .methods import get_method
 
@@ -60,9 +60,7 @@ class CompressedCheckpointConfig(QuantizationConfigMixin):
 
     def to_dict(self) -> dict[str, Any]:
         """The marker as ``config.json`` holds it (``linears`` only where there are quantized Linears)."""
-        if self.linears is None:
-            return dict(QUANTIZATION_MARKER)
-        return {"quant_method": QUANT_METHOD, "version": STACKED_VERSION, LINEARS_KEY: self.linears}
+        return quantization_marker(self.linears)
 
 
 def check_method(compression: dict) -> None:
@@ -164,7 +162,7 @@ class TensorCompressQuantizer(HfQuantizer):
             from .compress import apply_compression
 
             apply_compression(model, config)
-        model.config.quantization_config = dict(QUANTIZATION_MARKER)
+        model.config.quantization_config = quantization_marker()
         return model
 
     def _dequantize(self, model: nn.Module) -> nn.Module:

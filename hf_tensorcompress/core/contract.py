@@ -23,6 +23,15 @@ QUANTIZATION_MARKER = {"quant_method": QUANT_METHOD, "version": 1}
 LINEARS_KEY = "linears"
 STACKED_VERSION = 2
 
+
+def quantization_marker(linears: dict | None = None) -> dict:
+    """A compressed checkpoint's ``quantization_config``: ``QUANTIZATION_MARKER``, or, with ``linears`` (the nested
+    config of its quantized Linear weights), the version-``STACKED_VERSION`` marker holding it."""
+    if linears is None:
+        return dict(QUANTIZATION_MARKER)
+    return {"quant_method": QUANT_METHOD, "version": STACKED_VERSION, LINEARS_KEY: linears}
+
+
 #: The dense key a compressed module no longer has; checkpoints hold a tombstone there (``modeling_tensorcompress``).
 TOMBSTONE_KEY = "weight"
 

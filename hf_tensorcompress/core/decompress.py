@@ -49,8 +49,8 @@ def decompress(model: nn.Module) -> nn.Module:
     """Turn ``model`` (compressed by any method) into the dense model of its base class, in place, and return it.
 
     Every compressed layer is rebuilt into the dense module it replaced, and torchao-quantized Linear weights become
-    float weights; the outputs stay those of the compressed model (up to float rounding). A model whose method changed more than its layers (biprop's attention options)
-    is refused before anything changes."""
+    float weights; the outputs stay those of the compressed model (up to float rounding). A model whose method
+    changed more than its layers (biprop's attention options) is refused before anything changes."""
     compression = getattr(model.config, "compression_config", None)
     if not isinstance(compression, dict) or not isinstance(compression.get("modules"), dict):
         raise ValueError(f"{type(model).__name__} is not compressed (its config has no compression_config)")

@@ -65,8 +65,9 @@ def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
 
 
 def unpack(packed: torch.Tensor, bits: int, columns: int) -> torch.Tensor:
-    """Inverse of ``pack``: ``(rows, columns)`` uint8 codes. Every width splits bytes with scalar shifts on uint8
-    (far faster on CPU than a broadcast shift over wider integers): this runs on every decoding step."""
+    """Inverse of ``pack``: ``(rows, columns)`` uint8 codes. This runs on every decoding step, so each width takes
+    its fastest CPU path: int4 splits through a 16-bit widening, int2 and int3 with scalar shifts on contiguous
+    uint8 (far faster than a broadcast shift over wider integers)."""
     rows = packed.shape[0]
     if bits == 8:
         return packed[:, :columns]
@@ -135,24 +136,35 @@ class LowBitTensor(nn.Module):
     def from_spec(cls, spec: dict) -> LowBitTensor:
         return cls(spec["shape"], spec["bits"], spec["group_size"])
 
+    def _with_buffers(self, rows: int, buffers: dict[str, torch.Tensor]) -> LowBitTensor:
+        """A ``LowBitTensor`` stored like this one with ``rows`` rows held by ``buffers`` (no copy, no encoding)."""
+        made = LowBitTensor((0, self.shape[1]), self.bits, self.group_size)
+        made.shape = (rows, self.shape[1])
+        made._buffers.update(buffers)
+        return made
+
     def select(self, ids: torch.Tensor) -> LowBitTensor:
         """Rows ``ids`` (in that order) as a new ``LowBitTensor``; exact, since every row is stored on its own."""
         ids = ids.reshape(-1).to(self.codes.device)
-        picked = LowBitTensor((0, self.shape[1]), self.bits, self.group_size)
-        picked.shape = (len(ids), self.shape[1])
-        for name, buffer in self.named_buffers():
-            picked._buffers[name] = buffer.index_select(0, ids)
-        return picked
+        return self._with_buffers(
+            len(ids), {name: buffer.index_select(0, ids) for name, buffer in self.named_buffers()}
+        )
 
     def cat(self, other: LowBitTensor) -> LowBitTensor:
         """This tensor's rows followed by ``other``'s (stored alike: same width, columns and group size)."""
         if (other.bits, other.shape[1], other.group_size) != (self.bits, self.shape[1], self.group_size):
             raise ValueError(f"cannot append rows stored as {other.extra_repr()} to {self.extra_repr()}")
-        joined = LowBitTensor((0, self.shape[1]), self.bits, self.group_size)
-        joined.shape = (self.shape[0] + other.shape[0], self.shape[1])
+        joined = {
+            name: torch.cat([buffer, other.get_buffer(name).to(buffer.device)]) for name, buffer in self.named_buffers()
+        }
+        return self._with_buffers(self.shape[0] + other.shape[0], joined)
+
+    @torch.no_grad()
+    def copy_(self, other: LowBitTensor) -> LowBitTensor:
+        """Take ``other``'s codes, scales and minima (stored alike), in place: the buffers keep their identity."""
         for name, buffer in self.named_buffers():
-            joined._buffers[name] = torch.cat([buffer, other.get_buffer(name).to(buffer.device)])
-        return joined
+            buffer.copy_(other.get_buffer(name))
+        return self
 
     @torch.no_grad()
     def set_rows(self, ids: torch.Tensor, values: torch.Tensor) -> None:

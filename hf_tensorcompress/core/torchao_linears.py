@@ -21,7 +21,7 @@ from transformers.quantizers.auto import AUTO_QUANTIZER_MAPPING
 from transformers.quantizers.quantizer_torchao import TorchAoHfQuantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
-from .contract import LINEARS_KEY, QUANT_METHOD, SIGNPOST_KEY, STACKED_VERSION, tombstones
+from .contract import LINEARS_KEY, QUANT_METHOD, SIGNPOST_KEY, quantization_marker, tombstones
 from .structure import CompressedCheckpointError
 
 
@@ -38,7 +38,7 @@ def stacked_marker(linears: TorchAoConfig) -> dict:
     """The ``quantization_config`` of a compressed model whose Linears ``linears`` quantizes (JSON-able)."""
     nested = linears.to_dict()
     nested["quant_method"] = str(getattr(nested["quant_method"], "value", nested["quant_method"]))
-    return {"quant_method": QUANT_METHOD, "version": STACKED_VERSION, LINEARS_KEY: nested}
+    return quantization_marker(nested)
 
 
 class TorchAoLinears(TorchAoHfQuantizer):

@@ -55,11 +55,11 @@ class TieredEmbedding(CompressedLayer):
         """Random rows (N(0, 1), like ``nn.Embedding``) in every tier and factor, tokens in id order."""
         self.slot.copy_(torch.arange(self.num_embeddings, dtype=torch.int32))
         for stored in [*self.tiers, *([self.left, self.right] if self.rank else [])]:
-            fresh = LowBitTensor.quantize(
-                torch.randn(stored.shape, device=stored.codes.device), stored.bits, stored.group_size
+            stored.copy_(
+                LowBitTensor.quantize(
+                    torch.randn(stored.shape, device=stored.codes.device), stored.bits, stored.group_size
+                )
             )
-            for name, buffer in stored.named_buffers():
-                buffer.copy_(fresh.get_buffer(name))
 
     def _ranges(self) -> list[tuple[int, int]]:
         """(start, end) in the stored order of every tier that stores rows."""

@@ -97,11 +97,11 @@ class TTConfig(CompressionConfig):
             raise ValueError("method='tt' needs tt_ranks (max TT ranks), tt_eps (accuracy), or both")
 
     def _validate_storage(self) -> None:
-        from ...core.factor_storage import FACTOR_BITS  # imports torch: only when validating
+        from .storage import check_storage_bits  # imports torch: only when validating
 
         bits, group = self.tt_storage_bits, self.tt_storage_group_size
-        if bits is not None and (isinstance(bits, bool) or bits not in FACTOR_BITS):
-            raise ValueError(f"tt_storage_bits={bits!r}: choose one of {list(FACTOR_BITS)}, or None for float storage")
+        if bits is not None:
+            check_storage_bits(bits)
         if group is not None:
             check_int(group, "tt_storage_group_size", 1, " (values per scale group, or None: one group per row)")
             if bits is None:

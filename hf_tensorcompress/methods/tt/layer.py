@@ -150,8 +150,7 @@ class TTEmbedding(TTVocabulary, TTLogits, CompressedLayer, nn.Embedding):
             zeros = torch.zeros(self.exact_rows.shape, device=device)
             fresh.append((self.exact_rows, stored_matrix(zeros, self.code_bits, self.code_group_size)))
         for stored, new in fresh:
-            for name, buffer in stored.named_buffers():
-                buffer.copy_(new.get_buffer(name))
+            stored.copy_(new)
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -17,10 +17,15 @@ from ...core.factor_storage import FACTOR_BITS, factor_group
 from ...core.lowbit import LowBitTensor
 
 
-def check_code_storage(bits: int, group_size: int | None, hidden: int) -> None:
-    """A clear error for a width or group size a TT layer cannot store."""
+def check_storage_bits(bits: object) -> None:
+    """A clear error for a width a TT layer cannot store (the config checks it too, before any model is seen)."""
     if isinstance(bits, bool) or bits not in FACTOR_BITS:
         raise ValueError(f"tt_storage_bits={bits!r}: choose one of {list(FACTOR_BITS)}, or None for float storage")
+
+
+def check_code_storage(bits: int, group_size: int | None, hidden: int) -> None:
+    """A clear error for a width or group size a TT layer cannot store."""
+    check_storage_bits(bits)
     if group_size is not None and (
         isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1 or hidden % group_size
     ):
