@@ -5,14 +5,15 @@ weight-only per row (``quantize_linears``), saved as one checkpoint and loaded b
 
     OMP_NUM_THREADS=1 python benchmarks/stacked_torchao.py [--eval-tokens 2048] [--new-tokens 16]
 
-Arms, each scored on the held-out last 25 % of Moby Dick (Δ ln PPL against the dense float32 model, windows of
-256): torchao int8 Linears (transformers' ``TorchAoConfig`` at load); the same plus the recipe's torchao int8-per-row
+Arms, each scored on the held-out last 25 % of each corpus (Δ ln PPL against the dense float32 model, windows of
+256; the same split as ``recipes/tensorslm_domains.py``): Moby Dick, the calibration domain, and the State of the
+Union addresses and the mail bodies, which the calibration never saw: torchao int8 Linears (transformers' ``TorchAoConfig`` at load); the same plus the recipe's torchao int8-per-row
 embedding arm (``quantize_embedding(model, "torchao-int8-row")``: the values and bytes torchao stores; transformers'
 ``include_input_output_embeddings`` leaves a tied ``nn.Embedding`` float with this config); the tiered embedding
 alone; the tiered embedding with torchao int8 Linears (stacked). Bytes, against the bf16 whole model (2 bytes a
 parameter, the tied matrix once): the int8-Linears ``model.safetensors`` saved from a bf16 load (what a user stores;
 scored from a float32 load), the two embedding-only swaps computed from it or from bf16 (the embedding's bf16 bytes
-replaced by the arm's), the stacked arm its own saved checkpoint on disk. The stacked checkpoint is loaded back with the library (``from_pretrained``): its logits must equal
+replaced by the arm's), the stacked arm its own saved checkpoint on disk and, loaded back, the bytes its tensors hold in memory (``ram_bytes``). The stacked checkpoint is loaded back with the library (``from_pretrained``): its logits must equal
 the saved model's and greedy ``generate()`` must give the same tokens. The last line printed is one JSON object.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -36,6 +38,9 @@ from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
 from hf_tensorcompress.evaluation.perplexity import perplexity
 from hf_tensorcompress.evaluation.quantized_embedding import quantize_embedding
 from hf_tensorcompress.methods.tiered.apply import apply_tiered
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tt_generate import held_bytes  # noqa: E402  (shared benchmark helpers)
 
 TIERED = dict(tier_tokens=[20000], tier_bits=[4, 3], tier_group_size=64, rounding="output")
 
@@ -59,11 +64,21 @@ def main(argv: list[str] | None = None) -> dict:
     started = time.perf_counter()
     dense_dir = smollm2_dir()
     tokenizer = AutoTokenizer.from_pretrained(dense_dir)
-    build, held_out = split_documents(text_dataset(assets.moby_dick_dir()), 0.25)
-    calibration, ids = token_ids(tokenizer, build), token_ids(tokenizer, held_out, args.eval_tokens)
+    corpora = {
+        "moby_dick": text_dataset(assets.moby_dick_dir()),
+        "sotu": text_dataset(assets.sotu_dir()),
+        "mail": text_dataset(assets.mail_dir(), mail_bodies=True),
+    }
+    splits = {name: split_documents(dataset, 0.25) for name, dataset in corpora.items()}
+    calibration = token_ids(tokenizer, splits["moby_dick"][0])
+    held_out = {name: token_ids(tokenizer, split[1], args.eval_tokens) for name, split in splits.items()}
+    ids = held_out["moby_dick"]
 
-    def score(model) -> float:
-        return perplexity(model, ids, window=args.window, stride=args.window)["ln_perplexity"]
+    def score(model) -> dict[str, float]:
+        return {
+            name: perplexity(model, tokens, window=args.window, stride=args.window)["ln_perplexity"]
+            for name, tokens in held_out.items()
+        }
 
     dense = AutoModelForCausalLM.from_pretrained(dense_dir).eval()
     bf16_bytes = 2 * sum(parameter.numel() for parameter in dense.parameters())
@@ -72,10 +87,14 @@ def main(argv: list[str] | None = None) -> dict:
     arms, work = {}, Path(tempfile.mkdtemp(prefix="stacked_torchao_"))
 
     def record(name: str, model, stored: int) -> None:
-        arms[name] = {"bytes": stored, "smaller_than_bf16": bf16_bytes / stored, "delta_ln_ppl": score(model) - base}
+        delta = {corpus: value - base[corpus] for corpus, value in score(model).items()}
+        other = (delta["sotu"] + delta["mail"]) / 2  # the domains the calibration never saw
+        arms[name] = {"bytes": stored, "smaller_than_bf16": bf16_bytes / stored, "delta_ln_ppl": delta}
+        arms[name]["delta_other_domains_mean"] = other
         print(
             f"{name:<30} {stored / 2**20:7.1f} MiB  {bf16_bytes / stored:5.2f}x smaller than bf16  Δ ln PPL "
-            f"{arms[name]['delta_ln_ppl']:.4f}",
+            + "  ".join(f"{corpus} {value:.4f}" for corpus, value in delta.items())
+            + f"  other domains {other:.4f}",
             flush=True,
         )
 
@@ -103,11 +122,12 @@ def main(argv: list[str] | None = None) -> dict:
     with torch.no_grad():
         logits, generated = model(ids[None, : args.window]).logits, model.generate(prompt, **greedy)
         loaded = AutoModelForCausalLM.from_pretrained(work / "stacked").eval()
+        arms["stacked"]["ram_bytes"] = held_bytes(loaded)  # loaded back: what it holds in memory
         same_logits = torch.equal(loaded(ids[None, : args.window]).logits, logits)
         again = loaded.generate(prompt, **greedy)
     result = {
         "model": str(dense_dir),
-        "held_out_tokens": len(ids),
+        "held_out_tokens": {name: len(tokens) for name, tokens in held_out.items()},
         "dense_ln_ppl": base,
         "bf16_whole_model_bytes": bf16_bytes,
         "arms": arms,

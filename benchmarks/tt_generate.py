@@ -156,10 +156,15 @@ def build_int8_checkpoint(dense: Path, folder: Path) -> None:
 
 
 def embedding_head_bytes(model) -> int:
-    """Bytes the input embedding and the output head hold in memory, each storage once (a tied matrix counts once;
+    """Bytes the input embedding and the output head hold in memory (``held_bytes``)."""
+    return held_bytes(model.get_input_embeddings(), model.get_output_embeddings())
+
+
+def held_bytes(*modules) -> int:
+    """Bytes the parameters and buffers of ``modules`` hold in memory, each storage once (a tied matrix counts once;
     a torchao weight as its codes, scales and zero points)."""
     seen, total = set(), 0
-    for module in (model.get_input_embeddings(), model.get_output_embeddings()):
+    for module in modules:
         for tensor in [*module.parameters(), *module.buffers()]:
             data = tensor.data
             parts = (
