@@ -51,7 +51,7 @@ docs: install
 # and tt methods, in bytes, calibrated on Moby Dick and scored on every corpus (docs/results/lm_embeddings_vs_quantization.md).
 # LM_BYTES_FLAGS="" calibrates on every corpus and runs every arm (about 3× longer).
 LM_BYTES_ARMS ?= torchao-int8-row bnb-int8-row bnb-nf4-b64 gguf-q8_0 gguf-q5_0 gguf-q4_1 gguf-q4_0 rtn-int4-g64 \
-	rtn-int3-g64 rtn-int2-g64 tiered-int4 tiered-int4/int3-24k tiered-int4/int3-20k tiered-int4/int3-8k tiered-int3 rows16+svd \
+	rtn-int3-g64 rtn-int2-g64 tiered-codebook tiered-int4/codebook-2k tiered-int4 tiered-int4/int3-24k tiered-int4/int3-20k tiered-int4/int3-8k tiered-int3 rows16+svd \
 	rows-int4+svd-16k rows-int4+svd-12k rows-int4+svd-6k tt-calib-int8 tt-calib-int4
 LM_BYTES_FLAGS ?= --calibration-corpora moby_dick --byte-arms $(LM_BYTES_ARMS)
 lm-bytes: install

@@ -6,9 +6,14 @@ transformers' ``TorchAoConfig``, saved and loaded back natively (``build_int8_ch
 the tied matrix becomes two int8 copies, embedding and head).
 
     OMP_NUM_THREADS=1 python benchmarks/tiered_generate.py [--threads 1] [--new-tokens 32] [--repeats 3]
+        [--options '{"tier_tokens": [2000], "tier_bits": [4, "codebook"], "rounding": "output"}']
+
+``--options`` replaces the tiered arm's ``TieredConfig`` options (JSON; default ``OPTIONS``).
 
 1. decode time at batch 1: one process holds the three models and runs them in turn within each repeat (paired
    runs); ratios are medians of the paired ratios to dense of wall time and of the process's CPU time;
+   the tiered model is timed twice, its tied head on the fused CPU kernel (``core/lowbit_kernel.py``, the default
+   where a C compiler and AVX2 are present) and on the torch path (``HF_TENSORCOMPRESS_KERNELS=0``);
 2. peak RSS (VmHWM) of load + generate, each model in its own fresh process; the bytes the embedding and head hold
    in memory and in ``model.safetensors`` (a tied matrix once; torchao's codes, scales and zero points); and the
    tensors of ``V×d`` size or more each holds (the tiered model must hold none: lookups and the tied head decode
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -40,10 +46,13 @@ from tt_generate import (  # noqa: E402  (shared benchmark helpers)
 
 OPTIONS = dict(tier_tokens=[20000], tier_bits=[4, 3], tier_group_size=64, rounding="output")
 ARMS = ("dense", "tiered", "torchao_int8")  # dense first: the reference of the paired ratios
+#: Timed only: the tiered checkpoint with its head on the torch path (``HF_TENSORCOMPRESS_KERNELS=0``: decode a chunk,
+#: then a GEMM) instead of the fused CPU kernel, to show what the kernel is worth.
+TORCH_PATH = "tiered_torch_path"
 
 
-def build_checkpoint(folder: Path) -> dict:
-    """Compress SmolLM2's embedding (module docstring) and save it with its tokenizer into ``folder``."""
+def build_checkpoint(folder: Path, options: dict) -> dict:
+    """Compress SmolLM2's embedding with ``options`` and save it with its tokenizer into ``folder``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from hf_tensorcompress import CompressionConfig, assets
@@ -56,7 +65,7 @@ def build_checkpoint(folder: Path) -> dict:
     calibration = token_ids(tokenizer, split_documents(text_dataset(assets.moby_dick_dir()), 0.25)[0])
     model = AutoModelForCausalLM.from_pretrained(dense)
     start = time.perf_counter()
-    apply_tiered(model, CompressionConfig(method="tiered", **OPTIONS), calibration)
+    apply_tiered(model, CompressionConfig(method="tiered", **options), calibration)
     seconds = time.perf_counter() - start
     embedding_bytes = model.get_input_embeddings().storage_bits() // 8
     model.save_pretrained(folder)
@@ -93,13 +102,18 @@ def timing(folders: dict[str, str], new_tokens: int, repeats: int) -> dict:
     arm, the median of its paired ratios to the reference and whether its greedy tokens equal the reference's."""
     models = {name: load(folder) for name, folder in folders.items()}
     tokenizer = next(iter(models.values()))[1]
-    for model, _ in models.values():
-        generate(model, tokenizer, 1, 2)  # warm-up
+
+    def run(name: str, model, tokens: int):
+        os.environ["HF_TENSORCOMPRESS_KERNELS"] = "0" if name == TORCH_PATH else "1"
+        return generate(model, tokenizer, 1, tokens)
+
+    for name, (model, _) in models.items():
+        run(name, model, 2)  # warm-up (and the kernel's one-time build)
     times = {name: [] for name in models}
     for _ in range(repeats):
         for name, (model, _) in models.items():
-            times[name].append(timed_both(lambda model=model: generate(model, tokenizer, 1, new_tokens)))
-    tokens = {name: generate(model, tokenizer, 1, new_tokens).tolist() for name, (model, _) in models.items()}
+            times[name].append(timed_both(lambda name=name, model=model: run(name, model, new_tokens)))
+    tokens = {name: run(name, model, new_tokens).tolist() for name, (model, _) in models.items()}
     reference, *others = models
     result = {f"{name}_seconds": statistics.median(wall for wall, _ in times[name]) for name in models}
     for name in others:
@@ -110,6 +124,8 @@ def timing(folders: dict[str, str], new_tokens: int, repeats: int) -> dict:
             "pairs_wall": [(ref[0], arm[0]) for ref, arm in pairs],
             "greedy_tokens_equal_to_dense": tokens[name] == tokens[reference],
         }
+    kernels = [module.load_kernel() for name, module in sys.modules.items() if name.endswith(".lowbit_kernel")]
+    result["fused_kernel_built"] = any(kernel is not None for kernel in kernels)
     return result
 
 
@@ -118,6 +134,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--options", type=json.loads, default=OPTIONS, help="the tiered arm's options (JSON)")
     parser.add_argument("--child", choices=["memory", "timing"])
     parser.add_argument("--folder", nargs="*", help="for --child: one folder (memory) or one per arm of ARMS (timing)")
     args = parser.parse_args()
@@ -128,11 +145,13 @@ def main() -> None:
         print(json.dumps(memory_arm(args.folder[0], args.new_tokens)))
         return
     if args.child == "timing":
-        print(json.dumps(timing(dict(zip(ARMS, args.folder, strict=True)), args.new_tokens, args.repeats)))
+        folders = dict(zip(ARMS, args.folder, strict=True))
+        folders[TORCH_PATH] = folders["tiered"]
+        print(json.dumps(timing(folders, args.new_tokens, args.repeats)))
         return
     common = ["--threads", str(args.threads), "--new-tokens", str(args.new_tokens)]
     with tempfile.TemporaryDirectory() as tiered_dir, tempfile.TemporaryDirectory() as int8_dir:
-        built = build_checkpoint(Path(tiered_dir))
+        built = build_checkpoint(Path(tiered_dir), args.options)
         start = time.perf_counter()
         build_int8_checkpoint(Path(built["dense_dir"]), Path(int8_dir))
         built["torchao_int8_build_seconds"] = time.perf_counter() - start
@@ -160,12 +179,12 @@ def main() -> None:
     embedding_fp32_mb = 49152 * 576 * 4 / 2**20  # MiB, as the peak RSS
     print(
         f"SmolLM2-135M, {args.threads} thread(s), {args.new_tokens} new tokens, greedy, batch 1; tiered "
-        f"{OPTIONS}: embedding {built['embedding_bytes'] / 1e6:.1f} MB ({49152 * 576 * 2 / built['embedding_bytes']:.2f}x "
+        f"{args.options}: embedding {built['embedding_bytes'] / 1e6:.1f} MB ({49152 * 576 * 2 / built['embedding_bytes']:.2f}x "
         f"smaller than bf16), compressed in {built['compress_seconds']:.0f} s; torchao int8 per row (embedding and "
         f"head untied), built in {built['torchao_int8_build_seconds']:.0f} s"
     )
-    print(f"decode: dense {speed['dense_seconds']:.2f} s")
-    for name in ARMS[1:]:
+    print(f"decode: dense {speed['dense_seconds']:.2f} s; fused CPU kernel built: {speed['fused_kernel_built']}")
+    for name in (*ARMS[1:], TORCH_PATH):
         arm = speed[name]
         print(
             f"decode: {name} {speed[f'{name}_seconds']:.2f} s ({arm['over_dense']:.2f}x wall, "
@@ -184,10 +203,12 @@ def main() -> None:
                 "threads": args.threads,
                 "new_tokens": args.new_tokens,
                 "repeats": args.repeats,
-                "options": OPTIONS,
+                "options": args.options,
                 "embedding_smaller_than_bf16": 49152 * 576 * 2 / built["embedding_bytes"],
                 "tiered_over_dense_batch1": speed["tiered"]["over_dense"],
                 "tiered_over_dense_cpu_batch1": speed["tiered"]["over_dense_cpu"],
+                "tiered_torch_path_over_dense_batch1": speed[TORCH_PATH]["over_dense"],
+                "fused_kernel_built": speed["fused_kernel_built"],
                 "torchao_int8_over_dense_batch1": speed["torchao_int8"]["over_dense"],
                 "torchao_int8_over_dense_cpu_batch1": speed["torchao_int8"]["over_dense_cpu"],
                 "peak_rss_mb": peak,

@@ -81,6 +81,8 @@ TIERED_ARMS: dict[str, dict] = {
     "rows-int4+svd-16k": dict(tier_tokens=[16384], tier_bits=[4, 0], low_rank=128, rounding="output"),
     "rows-int4+svd-12k": dict(tier_tokens=[12288], tier_bits=[4, 0], low_rank=128, rounding="output"),
     "rows-int4+svd-6k": dict(tier_tokens=[6144], tier_bits=[4, 0], low_rank=64, rounding="output"),
+    "tiered-codebook": dict(tier_bits=["codebook"], rounding="output"),
+    "tiered-int4/codebook-2k": dict(tier_tokens=[2000], tier_bits=[4, "codebook"], rounding="output"),
 }
 
 #: The ``tt-calib`` arm at 2× (ranks 1,1, output-aware basis, dense rows by calibration counts) with its trains, dense

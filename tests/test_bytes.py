@@ -36,17 +36,19 @@ def test_dense_counts_fp32_and_svd_its_factors():
 @pytest.mark.parametrize("scheme,bits,group", [("int8", 8, 32), ("int4", 4, 32), ("int2", 2, 32)])
 def test_ptq_packs_codes_on_disk_and_keeps_int8_in_ram(scheme, bits, group):
     model = patchtst()
-    x = torch.randn(2, 32, 3)
+    x, h = torch.randn(2, 32, 3), torch.randn(4, 32)
+    layer = model.get_submodule(QKV[0])
     with torch.no_grad():
-        before = model(past_values=x).prediction_outputs
+        before, layer_before = model(past_values=x).prediction_outputs, layer(h)
     quantization.quantize_linears(model, QKV, scheme)
     row = linear_bytes(model)["modules"][QKV[0]]
     groups = 32 * (32 // group if group < 32 else 1)  # 32 inputs: one group per row (a group must be smaller)
     assert row["disk"] == 32 * 32 * bits // 8 + groups * 5 + 32 * 4  # codes, fp32 scale + int8 zero point, bias
     assert row["ram"] == 32 * 32 + groups * 5 + 32 * 4
-    with torch.no_grad():
-        after = model(past_values=x).prediction_outputs
-    assert not torch.equal(after, before) and torch.allclose(after, before, atol=0.5)
+    with torch.no_grad():  # the rounded weights act (the tiny random model's output barely depends on q and k)
+        after, layer_after = model(past_values=x).prediction_outputs, model.get_submodule(QKV[0])(h)
+    assert not torch.equal(layer_after, layer_before) and torch.allclose(layer_after, layer_before, atol=0.5)
+    assert torch.allclose(after, before, atol=0.5)
 
 
 def test_ternary_qat_weights_take_three_values_and_gradients_reach_the_latent_weights():

@@ -46,8 +46,8 @@ def test_saved_codes_load_natively_to_the_same_outputs_and_stay_packed(tmp_path,
     layers = [m for m in loaded.modules() if isinstance(m, (LowRankLinear, CPLinear))]
     assert layers and all(layer.stored and not hasattr(layer, "factor_out") for layer in layers)
     assert all(layer.stored_out.codes.dtype == torch.uint8 for layer in layers)
-    with torch.no_grad():
-        assert torch.equal(loaded(past_values=x).prediction_outputs, expected)
+    with torch.no_grad():  # the trained model multiplies float factors, the loaded one its codes (fused kernel):
+        torch.testing.assert_close(loaded(past_values=x).prediction_outputs, expected, rtol=1e-5, atol=1e-6)
     counted, before = compression_report(loaded)["bytes"]["targets"], compression_report(model)["bytes"]["targets"]
     assert counted["disk"] == counted["ram"] == before["disk"] < 0.3 * counted["dense"]  # packed in RAM too
     assert linear_bytes(loaded)["ram"] < linear_bytes(model)["ram"]
@@ -73,7 +73,7 @@ def test_trust_remote_code_without_the_library_gives_the_same_outputs(tmp_path):
             assert "hf_tensorcompress" not in type(model).__module__
             with torch.no_grad():
                 out = model(past_values=io["x"]).prediction_outputs
-            assert torch.equal(out, io["expected"][method]), (method, (out - io["expected"][method]).abs().max())
+            torch.testing.assert_close(out, io["expected"][method], rtol=1e-5, atol=1e-6)  # up to summation order
         """,
         tmp_path,
     )

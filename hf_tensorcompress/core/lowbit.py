@@ -14,6 +14,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .lowbit_kernel import fused_matmul_t
+
 #: Bit widths a LowBitTensor stores.
 LOWBIT_BITS = (2, 3, 4, 8, 16)
 
@@ -92,7 +94,58 @@ def unpack(packed: torch.Tensor, bits: int, columns: int) -> torch.Tensor:
     return torch.stack(parts, dim=-1).reshape(rows, -1)[:, :columns]
 
 
-class LowBitTensor(nn.Module):
+class StoredMatrix(nn.Module):
+    """What every storage format of a ``(rows, columns)`` matrix shares (``LowBitTensor``, ``CodebookTensor``): its
+    buffers' dtypes *are* the format, so ``.to(dtype)`` leaves them alone; rows are decoded only on demand, by the
+    subclass's ``_decode``, and a product decodes a chunk of rows at a time into one reused buffer."""
+
+    shape: tuple[int, int]
+
+    def _decode(self, rows: slice | torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def rows(self, ids: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The float values of rows ``ids`` (all rows if None); only those rows are decoded."""
+        return self._decode(slice(None) if ids is None else ids.reshape(-1).to(self.codes.device), dtype)
+
+    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The whole float matrix (for analysis and tests; layers use ``rows`` and ``matmul_t``)."""
+        return self.rows(None, dtype)
+
+    def _chunked_matmul_t(self, hidden: torch.Tensor, chunk: int) -> torch.Tensor:
+        """``hidden @ Wᵀ`` decoding ``chunk`` consecutive rows at a time (views of the stored buffers) into one reused
+        buffer: the transient is one chunk, never the whole float table, and a decoding step allocates the same few
+        buffers each time (varied sizes would fragment the heap, which keeps tens of MB resident)."""
+        rows, columns = self.shape
+        scores = hidden.new_empty(*hidden.shape[:-1], rows)
+        weight = hidden.new_empty(min(chunk, rows), columns)
+        for start in range(0, rows, chunk):
+            block = weight[: min(chunk, rows - start)]
+            self._decode(slice(start, start + chunk), hidden.dtype, out=block)
+            scores[..., start : start + len(block)] = hidden @ block.T
+        return scores
+
+    @torch.no_grad()
+    def copy_(self, other: StoredMatrix) -> StoredMatrix:
+        """Take ``other``'s buffers (stored alike), in place: the buffers keep their identity."""
+        for name, buffer in self.named_buffers():
+            buffer.copy_(other.get_buffer(name))
+        return self
+
+    def _apply(self, fn, recurse: bool = True) -> StoredMatrix:
+        """``.to(device)`` moves the buffers; ``.to(dtype)`` / ``.half()`` (e.g. the model's dtype at load time)
+        leave them alone."""
+        device = fn(torch.empty(0, device=self.codes.device)).device
+        for name, buffer in self._buffers.items():
+            self._buffers[name] = buffer.to(device)
+        return self
+
+    def storage_bits(self) -> int:
+        """Bits held on disk and in memory: every buffer."""
+        return sum(buffer.numel() * buffer.element_size() * 8 for buffer in self.buffers())
+
+
+class LowBitTensor(StoredMatrix):
     """A ``(rows, columns)`` matrix stored as packed codes + fp16 scales/minima (buffers of their final shapes, so
     ``LowBitTensor(shape, bits, group_size)`` followed by ``load_state_dict`` restores a saved one)."""
 
@@ -160,23 +213,12 @@ class LowBitTensor(nn.Module):
         return self._with_buffers(self.shape[0] + other.shape[0], joined)
 
     @torch.no_grad()
-    def copy_(self, other: LowBitTensor) -> LowBitTensor:
-        """Take ``other``'s codes, scales and minima (stored alike), in place: the buffers keep their identity."""
-        for name, buffer in self.named_buffers():
-            buffer.copy_(other.get_buffer(name))
-        return self
-
-    @torch.no_grad()
     def set_rows(self, ids: torch.Tensor, values: torch.Tensor) -> None:
         """Re-encode rows ``ids`` to ``values`` (round-to-nearest), in place."""
         fresh = LowBitTensor.quantize(values.detach().to(self.codes.device), self.bits, self.group_size)
         ids = ids.reshape(-1).to(self.codes.device)
         for name, buffer in self.named_buffers():
             buffer[ids] = fresh.get_buffer(name)
-
-    def rows(self, ids: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """The float values of rows ``ids`` (all rows if None); only those rows are decoded."""
-        return self._decode(slice(None) if ids is None else ids.reshape(-1), dtype)
 
     def _decode(self, rows: slice | torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
         """Float values of ``rows``: a slice reads views of the buffers, an index tensor gathers copies. ``out``
@@ -194,35 +236,15 @@ class LowBitTensor(nn.Module):
             grouped.mul_(scale).add_(minimum)  # in place (4x faster here than an addcmul writing into its input)
         return out
 
-    def dequantize(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """The whole float matrix (for analysis and tests; layers use ``rows`` and ``matmul_t``)."""
-        return self.rows(None, dtype)
-
     def matmul_t(self, hidden: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
-        """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``), decoding ``chunk`` consecutive rows at a time (views
-        of the stored buffers) into one reused buffer: the transient is one chunk, never the whole float table, and
-        a decoding step allocates the same few buffers each time (varied sizes would fragment the heap, which
-        keeps tens of MB resident)."""
-        rows, columns = self.shape
-        scores = hidden.new_empty(*hidden.shape[:-1], rows)
-        weight = hidden.new_empty(min(chunk, rows), columns)
-        for start in range(0, rows, chunk):
-            block = weight[: min(chunk, rows - start)]
-            self._decode(slice(start, start + chunk), hidden.dtype, out=block)
-            scores[..., start : start + len(block)] = hidden @ block.T
-        return scores
-
-    def _apply(self, fn, recurse: bool = True) -> LowBitTensor:
-        """``.to(device)`` moves the buffers; ``.to(dtype)`` / ``.half()`` (e.g. the model's dtype at load time)
-        leave them alone: their dtypes *are* the storage format."""
-        device = fn(torch.empty(0, device=self.codes.device)).device
-        for name, buffer in self._buffers.items():
-            self._buffers[name] = buffer.to(device)
-        return self
-
-    def storage_bits(self) -> int:
-        """Bits held on disk and in memory: codes, scales and minima."""
-        return sum(buffer.numel() * buffer.element_size() * 8 for buffer in self.buffers())
+        """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``). A few hidden vectors (a decoding step) go through the
+        fused CPU kernel (``lowbit_kernel``), which multiplies the codes without writing floats anywhere; otherwise
+        ``chunk`` rows at a time are decoded and multiplied."""
+        if self.bits != 16:
+            fused = fused_matmul_t(self.codes, self.scale, self.minimum, self.bits, self.group_size, hidden)
+            if fused is not None:
+                return fused
+        return self._chunked_matmul_t(hidden, chunk)
 
     def extra_repr(self) -> str:
         return f"shape={self.shape}, bits={self.bits}, group_size={self.group_size}"

@@ -7,10 +7,12 @@ import torch
 from torch import nn
 
 from ...compress import apply_compression
+from ...core.codebook import CodebookTensor
 from ...core.lowbit import LowBitTensor
 from ...core.registry import Method, register_method
 from ..tt.apply import input_embedding_name, tied_output_name
 from ..tt.calibration import TTCalibration, exact_token_ids, hidden_covariance
+from .codebook_rounding import codebook_codes
 from .config import TieredConfig
 from .layer import TieredEmbedding
 from .rounding import low_rank_factors, output_aware_codes
@@ -29,10 +31,12 @@ def check_calibration(model: nn.Module, config: TieredConfig, calibration: objec
     return calibration
 
 
-def _store(rows: torch.Tensor, bits: int, group: int | None, covariance: torch.Tensor | None) -> LowBitTensor:
-    if covariance is not None and bits != 16:
-        return output_aware_codes(rows, covariance, bits, group)
-    return LowBitTensor.quantize(rows, bits, group)
+def _store(rows: torch.Tensor, tier: dict, covariance: torch.Tensor | None) -> LowBitTensor | CodebookTensor:
+    if tier["bits"] == "codebook":
+        return codebook_codes(rows, tier["codebook_dim"], tier["codebook_size"], covariance)
+    if covariance is not None and tier["bits"] != 16:
+        return output_aware_codes(rows, covariance, tier["bits"], tier["group_size"])
+    return LowBitTensor.quantize(rows, tier["bits"], tier["group_size"])
 
 
 @torch.no_grad()
@@ -52,9 +56,12 @@ def build(
     covariance = calibration.covariance if config.rounding == "output" else None
     sizes = [*config.tier_tokens, vocab - sum(config.tier_tokens)]
     tiers = [
-        {"rows": n, "bits": b, "group_size": g if b not in (0, 16) else None}
+        {"rows": n, "bits": b, "group_size": g if b not in (0, 16, "codebook") else None}
         for n, b, g in zip(sizes, config.tier_bits, config.group_sizes())
     ]
+    for tier in tiers:
+        if tier["bits"] == "codebook":
+            tier.update(codebook_dim=config.codebook_dim, codebook_size=config.codebook_size)
     layer = TieredEmbedding(vocab, hidden, tiers, config.low_rank, config.low_rank_bits).to(weight.device)
     rows = weight[order]
     if config.low_rank:
@@ -66,7 +73,7 @@ def build(
     stored, start = iter(layer.tiers), 0
     for tier in tiers:
         if tier["bits"]:
-            rounded = _store(rows[start : start + tier["rows"]], tier["bits"], tier["group_size"], covariance)
+            rounded = _store(rows[start : start + tier["rows"]], tier, covariance)
             next(stored).load_state_dict(rounded.state_dict())
         start += tier["rows"]
     slot = torch.empty(vocab, dtype=torch.int32, device=weight.device)

@@ -8,8 +8,13 @@ from typing import ClassVar
 from ...config import CompressionConfig, check_choice, check_int
 from ..tt.config import EXACT_PRIORS
 
-#: Widths a tier may store (0: nothing but the low-rank part; 16: bfloat16 rows).
-TIER_BITS = (0, 2, 3, 4, 8, 16)
+#: Widths a tier may store (0: nothing but the low-rank part; 16: bfloat16 rows; "codebook": vector-quantized rows,
+#: ``codebook_dim`` columns per index into ``codebook_size`` shared vectors).
+TIER_BITS = (0, 2, 3, 4, 8, 16, "codebook")
+
+#: Codebook sizes a ``"codebook"`` tier stores (``core/codebook.py``: an index is a byte plus 0, 2, 3, 4 or 8 packed
+#: high bits); kept here because config modules import no torch.
+CODEBOOK_SIZES = (256, 1024, 2048, 4096, 65536)
 
 #: How codes are chosen: round-to-nearest, or output-aware (GPTQ with the calibration covariance).
 ROUNDINGS = ("nearest", "output")
@@ -19,6 +24,10 @@ def _int_list(value: object) -> bool:
     return isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
 
 
+def _width_list(value: object) -> bool:
+    return isinstance(value, (list, tuple)) and all(_int_list([v]) or v == "codebook" for v in value)
+
+
 @dataclass
 class TieredConfig(CompressionConfig):
     """The token embedding (and a tied output layer) stored as tiers of low-bit rows, training-free.
@@ -26,8 +35,10 @@ class TieredConfig(CompressionConfig):
     Args:
         tier_tokens: how many tokens each tier but the last holds, in ``tier_order``; the last tier takes the rest.
         tier_bits: one width per tier (``len(tier_tokens) + 1``): 2, 3, 4, 8 (packed integer codes with an fp16
-            scale and minimum per group), 16 (bfloat16 rows) or 0 (last tier only: rows are the low-rank part alone,
-            i.e. dense rows + an SVD tail).
+            scale and minimum per group), 16 (bfloat16 rows), ``"codebook"`` (vector quantization: every
+            ``codebook_dim`` columns one index into ``codebook_size`` shared vectors, an fp16 scale per row; 2.5 bits
+            a weight at the defaults) or 0 (last tier only: rows are the low-rank part alone, i.e. dense rows + an
+            SVD tail).
         tier_group_size: columns sharing a scale, one int for every tier or one per tier; None: one group per row.
         tier_order: which tokens come first: ``"token_id"`` (lowest ids: BPE merge order, no text needed),
             ``"calibration"`` (most frequent in the calibration text) or ``"mixed"`` (half each).
@@ -37,6 +48,8 @@ class TieredConfig(CompressionConfig):
             fitted in the output metric when ``rounding="output"``; with quantized tiers it is fitted first and the
             quantization stores what it leaves.
         low_rank_bits: the width the two factors are stored at (8 or 16).
+        codebook_dim: columns per codebook index in ``"codebook"`` tiers.
+        codebook_size: entries of each ``"codebook"`` tier's codebook (one of ``CODEBOOK_SIZES``).
     """
 
     method: str = "tiered"
@@ -47,6 +60,8 @@ class TieredConfig(CompressionConfig):
     rounding: str = "nearest"
     low_rank: int = 0
     low_rank_bits: int = 8
+    codebook_dim: int = 4
+    codebook_size: int = 1024
 
     method_name: ClassVar[str] = "tiered"
 
@@ -60,10 +75,10 @@ class TieredConfig(CompressionConfig):
         self.tier_bits = list(self.tier_bits) if self.tier_bits is not None else [4] * (len(self.tier_tokens) + 1)
         if not _int_list(self.tier_tokens) or any(v < 1 for v in self.tier_tokens):
             raise ValueError(f"tier_tokens must be a list of ints >= 1 (tokens per tier), got {self.tier_tokens!r}")
-        if not _int_list(self.tier_bits) or len(self.tier_bits) != len(self.tier_tokens) + 1:
+        if not _width_list(self.tier_bits) or len(self.tier_bits) != len(self.tier_tokens) + 1:
             raise ValueError(
-                f"tier_bits={self.tier_bits!r} needs one width per tier: {len(self.tier_tokens) + 1} ints "
-                f"(tier_tokens={self.tier_tokens} plus the last tier holding the rest)"
+                f"tier_bits={self.tier_bits!r} needs one width per tier: {len(self.tier_tokens) + 1} ints or "
+                f'"codebook" (tier_tokens={self.tier_tokens} plus the last tier holding the rest)'
             )
         for bits in self.tier_bits:
             check_choice(bits, "tier_bits entries", TIER_BITS)
@@ -81,6 +96,8 @@ class TieredConfig(CompressionConfig):
         check_choice(self.rounding, "rounding", ROUNDINGS)
         check_int(self.low_rank, "low_rank", 0, " (0: no low-rank part)")
         check_choice(self.low_rank_bits, "low_rank_bits", (8, 16))
+        check_int(self.codebook_dim, "codebook_dim", 1, " (columns per codebook index)")
+        check_choice(self.codebook_size, "codebook_size", CODEBOOK_SIZES)
 
     def group_sizes(self) -> list[int | None]:
         """One group size per tier."""

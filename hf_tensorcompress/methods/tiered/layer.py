@@ -11,15 +11,24 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ...core.codebook import CodebookTensor
 from ...core.contract import CompressedLayer, TiedHead
 from ...core.lowbit import LowBitTensor
+
+
+def tier_storage(tier: dict, columns: int) -> LowBitTensor | CodebookTensor:
+    """The empty storage of one tier's rows, as its spec says."""
+    if tier["bits"] == "codebook":
+        return CodebookTensor((tier["rows"], columns), tier["codebook_dim"], tier["codebook_size"])
+    return LowBitTensor((tier["rows"], columns), tier["bits"], tier["group_size"])
 
 
 class TieredEmbedding(CompressedLayer):
     """``nn.Embedding`` replacement whose rows are stored tier by tier in low-bit form.
 
     ``slot[token]`` is the token's row in the stored order (tiers one after the other); ``tiers`` describes each
-    tier as ``{"rows", "bits", "group_size"}`` (``bits=0``: the last tier stores nothing but its low-rank part)."""
+    tier as ``{"rows", "bits", "group_size"}`` (``bits=0``: the last tier stores nothing but its low-rank part;
+    ``bits="codebook"``: vector-quantized rows, with ``"codebook_dim"`` and ``"codebook_size"``)."""
 
     layer_type = "tiered_embedding"
 
@@ -39,11 +48,7 @@ class TieredEmbedding(CompressedLayer):
         self.tier_specs = [dict(tier) for tier in tiers]
         self.rank, self.rank_bits, self.tied_output = rank, rank_bits, tied_output
         self.register_buffer("slot", torch.arange(num_embeddings, dtype=torch.int32))
-        self.tiers = nn.ModuleList(
-            LowBitTensor((tier["rows"], embedding_dim), tier["bits"], tier["group_size"])
-            for tier in tiers
-            if tier["bits"]
-        )
+        self.tiers = nn.ModuleList(tier_storage(tier, embedding_dim) for tier in tiers if tier["bits"])
         self.low_rank_start = num_embeddings - tiers[-1]["rows"]  # the low-rank part serves the last tier
         if rank:
             self.left = LowBitTensor((num_embeddings - self.low_rank_start, rank), rank_bits)
@@ -55,6 +60,9 @@ class TieredEmbedding(CompressedLayer):
         """Random rows (N(0, 1), like ``nn.Embedding``) in every tier and factor, tokens in id order."""
         self.slot.copy_(torch.arange(self.num_embeddings, dtype=torch.int32))
         for stored in [*self.tiers, *([self.left, self.right] if self.rank else [])]:
+            if isinstance(stored, CodebookTensor):
+                stored.reset_parameters()
+                continue
             stored.copy_(
                 LowBitTensor.quantize(
                     torch.randn(stored.shape, device=stored.codes.device), stored.bits, stored.group_size
@@ -166,10 +174,14 @@ class TieredEmbedding(CompressedLayer):
         return tokens * self.rank * self.embedding_dim, "lookup"
 
     def extra_repr(self) -> str:
-        tiers = ", ".join(
-            f"{t['rows']}×int{t['bits']}" + (f"/g{t['group_size']}" if t["bits"] not in (0, 16) else "")
-            for t in self.tier_specs
-        )
+        def described(tier: dict) -> str:
+            if tier["bits"] == "codebook":
+                return f"{tier['rows']}×codebook{tier['codebook_size']}/d{tier['codebook_dim']}"
+            return f"{tier['rows']}×int{tier['bits']}" + (
+                f"/g{tier['group_size']}" if tier["bits"] not in (0, 16) else ""
+            )
+
+        tiers = ", ".join(described(tier) for tier in self.tier_specs)
         return f"{self.num_embeddings}, {self.embedding_dim}, tiers=[{tiers}], rank={self.rank}"
 
 

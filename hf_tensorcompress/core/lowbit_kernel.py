@@ -1,0 +1,314 @@
+"""Fused CPU kernels for ``LowBitTensor.matmul_t`` and ``CodebookTensor.matmul_t`` at small batch (a decoding step).
+
+Ships inside saved checkpoints (torch and the standard library only). At batch 1 the tied output head of a low-bit
+embedding must read every code of the table each step; unpacking the codes into a float chunk and calling a GEMM
+(the torch path) costs three times the dense fp32 product, because every elementwise pass over the codes is a trip
+through memory. This kernel reads each group of eight codes from its ``bits`` bytes once, spreads them into eight
+lanes with one AVX2 variable shift, and multiplies them into the hidden state while they sit in registers, so the
+head reads 4–8× fewer bytes than the fp32 table and does no extra pass. Codebook rows take a lookup table
+instead (``fused_codebook_matmul_t``).
+
+None of the maintained libraries does this for these layouts: torch's ``_weight_int4pack_mm_for_cpu`` is int4 only
+(and slower than the fp32 product on AVX2 machines), torchao and bitsandbytes have no 3-bit CPU path. The kernel is
+hand-written C, compiled once per machine with the system C compiler into
+``$HF_TENSORCOMPRESS_CACHE/kernels`` (default ``~/.cache/hf_tensorcompress/kernels``) and called through ``ctypes``.
+Where it cannot run (no compiler, no AVX2, a GPU tensor, layouts it does not cover, or
+``HF_TENSORCOMPRESS_KERNELS=0``) ``fused_matmul_t`` returns None and the caller takes the torch path, which gives
+the same values up to float summation order.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import torch
+
+#: Largest number of hidden vectors the kernel multiplies in one pass (a decoding step at batch ≤ 8); more go
+#: through the chunked GEMM, which decodes each chunk once for all of them.
+MAX_VECTORS = 8
+
+#: Rows below which splitting the work over threads costs more than it saves.
+MIN_ROWS_PER_THREAD = 4096
+
+SOURCE = r"""
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* out[b, r] = sum_g scale[r, g] * (codes[r, g, :] . hidden[b, g, :]) + minimum[r, g] * group_sums[b, g]
+   for rows [row_begin, row_end); 8 codes fill `bits` bytes, code i at bits i*bits.. of the little-endian word. */
+static inline __attribute__((always_inline)) void rows_kernel(
+    const uint8_t *codes, const uint16_t *scale, const uint16_t *minimum, int64_t row_begin, int64_t row_end,
+    int64_t row_count, int64_t row_bytes, const int bits, int64_t columns, int64_t group, const float *hidden,
+    const float *group_sums, const int n, float *out, int64_t out_stride) {
+    const int64_t groups = columns / group, blocks = group / 8;
+    const __m256i shifts = _mm256_setr_epi32(0, bits, 2 * bits, 3 * bits, 4 * bits, 5 * bits, 6 * bits, 7 * bits);
+    const __m256i mask = _mm256_set1_epi32((1 << bits) - 1);
+    for (int64_t r = row_begin; r < row_end; r++) {
+        const uint8_t *p = codes + r * row_bytes;
+        const int whole_words = r + 1 < row_count; /* a 4-byte load of 3 code bytes stays inside the buffer */
+        __m256 total[8];
+        float offset[8];
+        for (int b = 0; b < n; b++) { total[b] = _mm256_setzero_ps(); offset[b] = 0.f; }
+        for (int64_t g = 0; g < groups; g++) {
+            __m256 acc[8];
+            for (int b = 0; b < n; b++) acc[b] = _mm256_setzero_ps();
+            const float *h = hidden + g * group;
+            for (int64_t k = 0; k < blocks; k++, p += bits) {
+                __m256 f;
+                if (bits == 8) {
+                    f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+                } else {
+                    uint32_t word = 0;
+                    if (bits == 3 && whole_words) { memcpy(&word, p, 4); word &= 0xFFFFFFu; }
+                    else memcpy(&word, p, bits);
+                    f = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts), mask));
+                }
+                for (int b = 0; b < n; b++)
+                    acc[b] = _mm256_fmadd_ps(f, _mm256_loadu_ps(h + b * columns + 8 * k), acc[b]);
+            }
+            const __m256 s = _mm256_set1_ps(_cvtsh_ss(scale[r * groups + g]));
+            const float m = _cvtsh_ss(minimum[r * groups + g]);
+            for (int b = 0; b < n; b++) {
+                total[b] = _mm256_fmadd_ps(acc[b], s, total[b]);
+                offset[b] += m * group_sums[b * groups + g];
+            }
+        }
+        for (int b = 0; b < n; b++) out[b * out_stride + r] = hsum(total[b]) + offset[b];
+    }
+}
+
+#define ROWS(B, N) rows_kernel(codes, scale, minimum, row_begin, row_end, row_count, row_bytes, B, columns, group, \
+                               hidden, group_sums, N, out, out_stride)
+#define BY_N(B) switch (n) { case 1: ROWS(B, 1); break; case 2: ROWS(B, 2); break; case 3: ROWS(B, 3); break; \
+    case 4: ROWS(B, 4); break; case 5: ROWS(B, 5); break; case 6: ROWS(B, 6); break; case 7: ROWS(B, 7); break; \
+    default: ROWS(B, 8); }
+
+void lowbit_matmul_t(const uint8_t *codes, const uint16_t *scale, const uint16_t *minimum, int64_t row_begin,
+                     int64_t row_end, int64_t row_count, int64_t row_bytes, int bits, int64_t columns, int64_t group,
+                     const float *hidden, const float *group_sums, int n, float *out, int64_t out_stride) {
+    switch (bits) {
+        case 2: BY_N(2); break;
+        case 3: BY_N(3); break;
+        case 4: BY_N(4); break;
+        default: BY_N(8);
+    }
+}
+/* Codebook rows (core/codebook.py): out[b, r] = scale[r] * sum_k table[b, k, index(r, k)], where table[b, k, e] is
+   hidden[b]'s k-th dim-slice dotted with codebook entry e, and index(r, k) = low[r, k] | high(r, k) << 8 with the
+   high parts of eight indices packed in `high_bits` bytes like the codes above. Eight indices at a time are built
+   in one AVX2 register (low bytes widened, high bits spread by one variable shift) and their table entries
+   fetched with one gather. */
+static inline __attribute__((always_inline)) void codebook_kernel(
+    const uint8_t *low, const uint8_t *high, const uint16_t *scale, int64_t row_begin, int64_t row_end,
+    int64_t vectors, int64_t high_bytes, const int high_bits, const float *table, int64_t entries, const int n,
+    float *out, int64_t out_stride) {
+    const int64_t plane = vectors * entries, whole = vectors / 8 * 8;
+    const uint32_t mask = high_bits ? (1u << high_bits) - 1 : 0;
+    const __m256i shifts = _mm256_setr_epi32(0, high_bits, 2 * high_bits, 3 * high_bits, 4 * high_bits,
+                                             5 * high_bits, 6 * high_bits, 7 * high_bits);
+    const __m256i high_mask = _mm256_set1_epi32((int)mask);
+    const __m256i lanes = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                                             _mm256_set1_epi32((int)entries));
+    for (int64_t r = row_begin; r < row_end; r++) {
+        const uint8_t *lo = low + r * vectors, *hi = high + r * high_bytes;
+        __m256 acc[8];
+        float tail[8];
+        for (int b = 0; b < n; b++) { acc[b] = _mm256_setzero_ps(); tail[b] = 0.f; }
+        for (int64_t k0 = 0; k0 < whole; k0 += 8) {
+            __m256i at = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(lo + k0)));
+            if (high_bits) {
+                uint32_t word = 0;
+                memcpy(&word, hi + (k0 / 8) * high_bits, high_bits);
+                __m256i part = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts), high_mask);
+                at = _mm256_or_si256(at, _mm256_slli_epi32(part, 8));
+            }
+            at = _mm256_add_epi32(at, lanes);
+            const float *t = table + k0 * entries;
+            for (int b = 0; b < n; b++) acc[b] = _mm256_add_ps(acc[b], _mm256_i32gather_ps(t + b * plane, at, 4));
+        }
+        if (whole < vectors) { /* the last partial block of indices */
+            uint32_t word = 0;
+            if (high_bits) memcpy(&word, hi + (whole / 8) * high_bits, high_bits);
+            for (int64_t k = whole; k < vectors; k++) {
+                const int64_t at = k * entries + (lo[k] | (int64_t)((word >> ((k - whole) * high_bits)) & mask) << 8);
+                for (int b = 0; b < n; b++) tail[b] += table[b * plane + at];
+            }
+        }
+        const float s = _cvtsh_ss(scale[r]);
+        for (int b = 0; b < n; b++) out[b * out_stride + r] = (hsum(acc[b]) + tail[b]) * s;
+    }
+}
+
+#define CODEBOOK(H, N) codebook_kernel(low, high, scale, row_begin, row_end, vectors, high_bytes, H, table, entries, \
+                                       N, out, out_stride)
+#define CODEBOOK_BY_N(H) switch (n) { case 1: CODEBOOK(H, 1); break; case 2: CODEBOOK(H, 2); break; \
+    case 3: CODEBOOK(H, 3); break; case 4: CODEBOOK(H, 4); break; default: CODEBOOK(H, n); }
+
+void codebook_matmul_t(const uint8_t *low, const uint8_t *high, const uint16_t *scale, int64_t row_begin,
+                       int64_t row_end, int64_t vectors, int64_t high_bytes, int high_bits, const float *table,
+                       int64_t entries, int n, float *out, int64_t out_stride) {
+    switch (high_bits) {
+        case 0: CODEBOOK_BY_N(0); break;
+        case 2: CODEBOOK_BY_N(2); break;
+        case 3: CODEBOOK_BY_N(3); break;
+        default: CODEBOOK_BY_N(4);
+    }
+}
+"""
+
+
+def kernel_dir() -> Path:
+    cache = os.environ.get("HF_TENSORCOMPRESS_CACHE", Path.home() / ".cache" / "hf_tensorcompress")
+    return Path(cache) / "kernels"
+
+
+def _compile(target: Path) -> None:
+    """Build the shared library into ``target`` (a temporary name renamed into place: processes that compile at the
+    same time each finish with a whole file)."""
+    compiler = shutil.which(os.environ.get("CC", "cc"))
+    if compiler is None:
+        raise RuntimeError("no C compiler found (set CC or install gcc)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        source, built = Path(scratch) / "lowbit.c", Path(scratch) / target.name
+        source.write_text(SOURCE)
+        flags = ["-O3", "-mavx2", "-mfma", "-mf16c", "-shared", "-fPIC"]
+        run = subprocess.run([compiler, *flags, str(source), "-o", str(built)], capture_output=True, text=True)
+        if run.returncode:
+            raise RuntimeError(f"{compiler} failed: {run.stderr.strip()[-500:]}")
+        os.replace(built, target)
+
+
+@functools.cache
+def load_kernel() -> ctypes.CDLL | None:
+    """The compiled kernel, built on first use; None (with one warning saying why) where it cannot run here."""
+    if platform.machine().lower() not in ("x86_64", "amd64") or torch.backends.cpu.get_cpu_capability() not in (
+        "AVX2",
+        "AVX512",
+    ):
+        return None  # the torch path serves other CPUs; nothing to warn about
+    target = kernel_dir() / f"lowbit-{hashlib.sha256(SOURCE.encode()).hexdigest()[:16]}.so"
+    try:
+        if not target.exists():
+            _compile(target)
+        library = ctypes.CDLL(str(target))
+    except (OSError, RuntimeError) as error:
+        warnings.warn(
+            f"low-bit products take the slower torch path: the CPU kernel is unavailable ({error})", stacklevel=3
+        )
+        return None
+    library.lowbit_matmul_t.restype = library.codebook_matmul_t.restype = None
+    library.lowbit_matmul_t.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 4 + [ctypes.c_int, ctypes.c_int64,
+        ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64]  # fmt: skip
+    library.codebook_matmul_t.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 4 + [ctypes.c_int,
+        ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64]  # fmt: skip
+    return library
+
+
+@functools.cache
+def _threads(workers: int, process: int) -> ThreadPoolExecutor:
+    """Worker threads for row ranges (ctypes releases the GIL during the call, so they run in parallel); one pool
+    per process id, since a forked child inherits the pool object but not its threads."""
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"lowbit-{process}")
+
+
+def covered(codes: torch.Tensor, bits: int, columns: int, group: int, vectors: int) -> bool:
+    """Whether the kernel handles this product (else the torch path does)."""
+    return (
+        os.environ.get("HF_TENSORCOMPRESS_KERNELS", "1") != "0"
+        and codes.device.type == "cpu"
+        and bits in (2, 3, 4, 8)
+        and columns % 8 == 0
+        and group % 8 == 0
+        and 0 < vectors <= MAX_VECTORS
+        and codes.shape[0] > 0
+    )
+
+
+def fused_matmul_t(
+    codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, bits: int, group: int, hidden: torch.Tensor
+) -> torch.Tensor | None:
+    """``hidden @ Wᵀ`` for the packed ``W`` (``(..., columns) → (..., rows)`` in ``hidden``'s dtype), or None where
+    the kernel does not cover it."""
+    rows, columns = codes.shape[0], hidden.shape[-1]
+    flat = hidden.reshape(-1, columns)
+    if not covered(codes, bits, columns, group, len(flat)):
+        return None
+    library = load_kernel()
+    if library is None:
+        return None
+    codes, scale, minimum = codes.contiguous(), scale.contiguous(), minimum.contiguous()
+    flat = flat.float().contiguous()
+    group_sums = flat.view(len(flat), -1, group).sum(-1).contiguous()
+    out = torch.empty(len(flat), rows)
+
+    def run(begin: int, end: int) -> None:
+        library.lowbit_matmul_t(codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), begin, end, rows,
+            codes.shape[1], bits, columns, group, flat.data_ptr(), group_sums.data_ptr(), len(flat),
+            out.data_ptr(), rows)  # fmt: skip
+
+    _over_rows(rows, run)
+    return out.to(hidden.dtype).reshape(*hidden.shape[:-1], rows)
+
+
+def fused_codebook_matmul_t(
+    low: torch.Tensor,
+    high: torch.Tensor | None,
+    high_bits: int,
+    scale: torch.Tensor,
+    codebook: torch.Tensor,
+    hidden: torch.Tensor,
+) -> torch.Tensor | None:
+    """``hidden @ Wᵀ`` for a ``CodebookTensor``'s ``W`` (index low bytes ``low``, packed ``high`` bits, per-row fp16
+    ``scale``, fp16 ``codebook``), or None where the kernel does not cover it. Each hidden vector's dot products with
+    every codebook entry, slice by slice, form a table (a few hundred KB); each logit is then a sum of table entries
+    picked by the row's indices, so the rows are never decoded."""
+    rows, vectors = low.shape
+    entries, dim = codebook.shape
+    flat = hidden.reshape(-1, vectors * dim)
+    usable = os.environ.get("HF_TENSORCOMPRESS_KERNELS", "1") != "0" and low.device.type == "cpu"
+    if not (usable and 0 < len(flat) <= MAX_VECTORS and rows > 0 and high_bits in (0, 2, 3, 4)):
+        return None
+    library = load_kernel()
+    if library is None:
+        return None
+    table = torch.einsum("bkd,ed->bke", flat.float().reshape(len(flat), vectors, dim), codebook.float()).contiguous()
+    low, scale = low.contiguous(), scale.contiguous()
+    high = low if high is None else high.contiguous()  # not read when high_bits == 0
+    out = torch.empty(len(flat), rows)
+
+    def run(begin: int, end: int) -> None:
+        library.codebook_matmul_t(low.data_ptr(), high.data_ptr(), scale.data_ptr(), begin, end, vectors,
+            high.shape[1], high_bits, table.data_ptr(), entries, len(flat), out.data_ptr(), rows)  # fmt: skip
+
+    _over_rows(rows, run)
+    return out.to(hidden.dtype).reshape(*hidden.shape[:-1], rows)
+
+
+def _over_rows(rows: int, run) -> None:
+    """``run(begin, end)`` over row ranges split across ``torch.get_num_threads()`` threads."""
+    workers = max(1, min(torch.get_num_threads(), rows // MIN_ROWS_PER_THREAD))
+    bounds = [rows * part // workers for part in range(workers + 1)]
+    pool = _threads(workers - 1, os.getpid()) if workers > 1 else None
+    pending = [pool.submit(run, *span) for span in zip(bounds[1:-1], bounds[2:])] if pool else []
+    run(bounds[0], bounds[1])
+    for job in pending:
+        job.result()

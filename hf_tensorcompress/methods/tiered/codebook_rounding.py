@@ -1,0 +1,69 @@
+"""How a codebook tier's codebook and indices are chosen (build time only; not shipped).
+
+Each row is divided by its RMS (its fp16 scale); the codebook is k-means (Lloyd, on a seeded subsample of the
+scaled ``dim``-vectors) of those vectors. Indices are then either the nearest entry (``rounding="nearest"``) or
+chosen GPTQ-style in blocks of ``dim`` columns (GPTVQ, van Baalen et al. 2024): each block is assigned in the metric
+of the inverse-Hessian factor's diagonal block, and its error is pushed onto the columns not yet assigned, so that
+the expected logit error ``E (h·(w − ŵ))²`` under the calibration covariance stays small.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...core.codebook import CodebookTensor
+from .rounding import _inverse_hessian_factor
+
+
+def nearest(vectors: torch.Tensor, codebook: torch.Tensor, chunk: int = 65536) -> torch.Tensor:
+    """Index of each vector's nearest codebook entry (squared Euclidean distance)."""
+    norms = (codebook * codebook).sum(1)
+    return torch.cat(
+        [(norms - 2 * part @ codebook.T).argmin(1) for part in vectors.split(chunk)]
+        or [torch.empty(0, dtype=torch.int64)]
+    )
+
+
+def kmeans(vectors: torch.Tensor, entries: int, iterations: int = 15, sample: int = 400_000) -> torch.Tensor:
+    """Lloyd's k-means on a seeded subsample of ``vectors`` (``(n, dim)``); empty clusters re-seeded."""
+    generator = torch.Generator().manual_seed(0)
+    if len(vectors) > sample:
+        vectors = vectors[torch.randperm(len(vectors), generator=generator)[:sample]]
+    vectors = vectors.float()
+    if len(vectors) < entries:
+        vectors = vectors[torch.randint(len(vectors), (entries,), generator=generator)]
+    centres = vectors[torch.randperm(len(vectors), generator=generator)[:entries]].clone()
+    for _ in range(iterations):
+        assigned = nearest(vectors, centres)
+        sums = torch.zeros_like(centres).index_add_(0, assigned, vectors)
+        counts = torch.zeros(entries).index_add_(0, assigned, torch.ones(len(vectors)))
+        empty = counts == 0
+        centres = torch.where(empty[:, None], centres, sums / counts.clamp(min=1)[:, None])
+        if empty.any():
+            centres[empty] = vectors[torch.randint(len(vectors), (int(empty.sum()),), generator=generator)]
+    return centres
+
+
+@torch.no_grad()
+def codebook_codes(
+    rows: torch.Tensor, dim: int, entries: int, covariance: torch.Tensor | None = None, damping: float = 0.01
+) -> CodebookTensor:
+    """``rows`` stored as a ``CodebookTensor``: nearest entries, or GPTVQ under ``covariance`` when given."""
+    stored = CodebookTensor(rows.shape, dim, entries)
+    rows = rows.detach().float().cpu()
+    scale = rows.pow(2).mean(1).sqrt().clamp(min=1e-8).half().clamp(min=torch.finfo(torch.float16).tiny).float()
+    codebook = kmeans((rows / scale[:, None]).reshape(-1, dim), entries).half().float()
+    if covariance is None:
+        indices = nearest((rows / scale[:, None]).reshape(-1, dim), codebook).reshape(len(rows), -1)
+        return stored.set_indices(indices, scale, codebook)
+    factor = _inverse_hessian_factor(covariance.cpu(), damping).float()
+    work = rows.clone()
+    indices = torch.empty(len(rows), rows.shape[1] // dim, dtype=torch.int64)
+    for block, start in enumerate(range(0, rows.shape[1], dim)):
+        end = start + dim
+        metric = torch.linalg.inv(factor[start:end, start:end])  # upper triangular
+        chosen = nearest((work[:, start:end] / scale[:, None]) @ metric, codebook @ metric)
+        indices[:, block] = chosen
+        error = (work[:, start:end] - codebook[chosen] * scale[:, None]) @ metric
+        work[:, end:] -= error @ factor[start:end, end:]
+    return stored.set_indices(indices, scale, codebook)

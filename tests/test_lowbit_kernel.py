@@ -1,0 +1,141 @@
+"""The fused CPU kernels (low-bit codes, codebook rows) give the torch path's values, and step aside wherever they
+do not apply."""
+
+import platform
+import shutil
+
+import pytest
+import torch
+
+from hf_tensorcompress.core import lowbit_kernel
+from hf_tensorcompress.core.codebook import CodebookTensor
+from hf_tensorcompress.core.lowbit import LowBitTensor
+
+RUNS_HERE = (
+    shutil.which("cc") is not None
+    and platform.machine() == "x86_64"
+    and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+)
+
+
+def torch_path(stored: LowBitTensor | CodebookTensor, hidden: torch.Tensor, monkeypatch) -> torch.Tensor:
+    with monkeypatch.context() as patch:
+        patch.setenv("HF_TENSORCOMPRESS_KERNELS", "0")
+        return stored.matmul_t(hidden)
+
+
+@pytest.mark.skipif(not RUNS_HERE, reason="needs a C compiler and an AVX2 x86 CPU")
+def test_the_kernel_builds_on_this_machine():
+    assert lowbit_kernel.load_kernel() is not None
+
+
+@pytest.mark.skipif(not RUNS_HERE, reason="needs a C compiler and an AVX2 x86 CPU")
+@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("group_size", [16, 64, None])
+@pytest.mark.parametrize("vectors", [1, 3, 8])
+def test_fused_product_equals_the_torch_path(bits, group_size, vectors, monkeypatch):
+    torch.manual_seed(bits * 100 + vectors)
+    stored = LowBitTensor.quantize(torch.randn(1001, 192) * 0.1 + 0.02, bits, group_size)  # odd rows: the
+    hidden = torch.randn(vectors, 192)  # last int3 row must not read past the buffer's end
+    fused = lowbit_kernel.fused_matmul_t(stored.codes, stored.scale, stored.minimum, bits, stored.group_size, hidden)
+    assert fused is not None
+    reference = torch_path(stored, hidden, monkeypatch)
+    torch.testing.assert_close(fused, reference, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(stored.matmul_t(hidden), reference, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(not RUNS_HERE, reason="needs a C compiler and an AVX2 x86 CPU")
+def test_leading_dims_dtypes_and_threads(monkeypatch):
+    torch.manual_seed(0)
+    stored = LowBitTensor.quantize(torch.randn(3 * lowbit_kernel.MIN_ROWS_PER_THREAD + 5, 64), 4, 32)
+    hidden = torch.randn(2, 1, 64, dtype=torch.bfloat16)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)  # rows split over three workers
+        fused = stored.matmul_t(hidden)
+    finally:
+        torch.set_num_threads(threads)
+    assert fused.shape == (2, 1, stored.shape[0]) and fused.dtype == torch.bfloat16
+    exact = (hidden.float() @ stored.dequantize().T).bfloat16()  # the kernel accumulates in fp32
+    torch.testing.assert_close(fused, exact, rtol=1e-2, atol=1e-2)
+    assert torch.allclose(torch_path(stored, hidden.float(), monkeypatch).bfloat16(), exact, rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.skipif(not RUNS_HERE, reason="needs a C compiler and an AVX2 x86 CPU")
+@pytest.mark.parametrize("entries", [256, 1024, 2048, 4096])
+@pytest.mark.parametrize(("columns", "dim"), [(192, 4), (60, 3)])  # 20 indices a row: a partial block of 8
+@pytest.mark.parametrize("vectors", [1, 5, 8])
+def test_fused_codebook_product_equals_the_torch_path(entries, columns, dim, vectors, monkeypatch):
+    torch.manual_seed(entries + vectors)
+    stored = CodebookTensor((2 * lowbit_kernel.MIN_ROWS_PER_THREAD + 3, columns), dim, entries)
+    stored.set_indices(
+        torch.randint(entries, (stored.shape[0], columns // dim)),
+        torch.rand(stored.shape[0]) + 0.5,
+        torch.randn(entries, dim),
+    )
+    hidden = torch.randn(vectors, columns)
+    high = stored.high if stored.high_bits else None
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # rows split over two workers
+        fused = lowbit_kernel.fused_codebook_matmul_t(
+            stored.codes, high, stored.high_bits, stored.scale, stored.codebook, hidden
+        )
+    finally:
+        torch.set_num_threads(threads)
+    assert fused is not None
+    reference = torch_path(stored, hidden, monkeypatch)
+    torch.testing.assert_close(fused, reference, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(stored.matmul_t(hidden), reference, rtol=1e-5, atol=1e-4)
+    exact = hidden.double() @ stored.dequantize().double().T
+    torch.testing.assert_close(fused.double(), exact, rtol=1e-5, atol=1e-4)
+
+
+def test_the_codebook_kernel_steps_aside_where_it_does_not_apply(monkeypatch):
+    stored = CodebookTensor((40, 64), 4, 65536)  # 8 high bits: the chunked torch path
+    stored.reset_parameters()
+
+    def fused(hidden, table=stored):
+        return lowbit_kernel.fused_codebook_matmul_t(
+            table.codes, table.high, table.high_bits, table.scale, table.codebook, hidden
+        )
+
+    assert fused(torch.randn(1, 64)) is None
+    hidden = torch.randn(1, 64)
+    torch.testing.assert_close(stored.matmul_t(hidden), hidden @ stored.dequantize().T, rtol=1e-5, atol=1e-4)
+    small = CodebookTensor((40, 64), 4, 1024)
+    small.reset_parameters()
+    assert fused(torch.randn(lowbit_kernel.MAX_VECTORS + 1, 64), small) is None  # a prompt: the chunked GEMM
+    monkeypatch.setenv("HF_TENSORCOMPRESS_KERNELS", "0")
+    assert fused(torch.randn(1, 64), small) is None
+
+
+def test_it_steps_aside_where_it_does_not_apply(monkeypatch):
+    stored = LowBitTensor.quantize(torch.randn(40, 64), 4, 64)
+
+    def fused(hidden, codes=stored.codes, group=64):
+        return lowbit_kernel.fused_matmul_t(codes, stored.scale, stored.minimum, 4, group, hidden)
+
+    assert fused(torch.randn(lowbit_kernel.MAX_VECTORS + 1, 64)) is None  # a prompt: the chunked GEMM
+    assert fused(torch.randn(1, 64), group=4) is None  # groups not a multiple of 8 codes
+    assert fused(torch.randn(0, 64)) is None
+    monkeypatch.setenv("HF_TENSORCOMPRESS_KERNELS", "0")
+    assert fused(torch.randn(1, 64)) is None
+    odd = LowBitTensor.quantize(torch.randn(5, 12), 3, 4)  # 12 columns: the torch path alone
+    torch.testing.assert_close(odd.matmul_t(torch.ones(1, 12)), torch.ones(1, 12) @ odd.dequantize().T)
+
+
+def test_a_missing_compiler_falls_back_with_one_warning(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_TENSORCOMPRESS_CACHE", str(tmp_path))
+    monkeypatch.setenv("CC", "no-such-compiler")
+    monkeypatch.setattr(lowbit_kernel.torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(lowbit_kernel.platform, "machine", lambda: "x86_64")
+    lowbit_kernel.load_kernel.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="no C compiler found"):
+            assert lowbit_kernel.load_kernel() is None
+        stored = LowBitTensor.quantize(torch.randn(16, 64), 4, 64)
+        hidden = torch.randn(1, 64)
+        torch.testing.assert_close(stored.matmul_t(hidden), hidden @ stored.dequantize().T)
+    finally:
+        lowbit_kernel.load_kernel.cache_clear()
