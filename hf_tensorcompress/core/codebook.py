@@ -67,19 +67,16 @@ class CodebookTensor(StoredMatrix):
         return {"shape": list(self.shape), "codebook_dim": self.dim, "codebook_size": self.entries}
 
     def _indices(self, rows: slice | torch.Tensor) -> torch.Tensor:
-        def take(buffer: torch.Tensor) -> torch.Tensor:
-            return buffer[rows] if isinstance(rows, slice) else buffer.index_select(0, rows)
-
-        indices = take(self.codes).to(torch.int64)
+        indices = self._take(self.codes, rows).to(torch.int64)
         if self.high_bits:
-            indices |= unpack(take(self.high), self.high_bits, indices.shape[1]).to(torch.int64) << 8
+            indices |= unpack(self._take(self.high, rows), self.high_bits, indices.shape[1]).to(torch.int64) << 8
         return indices
 
     def _decode(self, rows: slice | torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
         """Float values of ``rows`` (a slice or an index tensor), written into ``out`` when given."""
         indices = self._indices(rows)
         values = self.codebook.to(dtype).index_select(0, indices.reshape(-1)).reshape(len(indices), -1)
-        scale = (self.scale[rows] if isinstance(rows, slice) else self.scale.index_select(0, rows)).to(dtype)
+        scale = self._take(self.scale, rows).to(dtype)
         return torch.mul(values, scale, out=out)
 
     def matmul_t(self, hidden: torch.Tensor, chunk: int = 1024) -> torch.Tensor:

@@ -104,6 +104,11 @@ class StoredMatrix(nn.Module):
     def _decode(self, rows: slice | torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
         raise NotImplementedError
 
+    @staticmethod
+    def _take(buffer: torch.Tensor, rows: slice | torch.Tensor) -> torch.Tensor:
+        """``rows`` of a buffer: a slice reads a view, an index tensor gathers a copy."""
+        return buffer[rows] if isinstance(rows, slice) else buffer.index_select(0, rows)
+
     def rows(self, ids: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The float values of rows ``ids`` (all rows if None); only those rows are decoded."""
         return self._decode(slice(None) if ids is None else ids.reshape(-1).to(self.codes.device), dtype)
@@ -223,16 +228,15 @@ class LowBitTensor(StoredMatrix):
     def _decode(self, rows: slice | torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
         """Float values of ``rows``: a slice reads views of the buffers, an index tensor gathers copies. ``out``
         (``(len(rows), columns)``) receives them in place, so a caller decoding chunk after chunk reuses one buffer."""
-
-        def take(buffer: torch.Tensor) -> torch.Tensor:
-            return buffer[rows] if isinstance(rows, slice) else buffer.index_select(0, rows)
-
-        codes = take(self.codes)
+        codes = self._take(self.codes, rows)
         values = codes if self.bits == 16 else unpack(codes, self.bits, self.shape[1])
         out = values.to(dtype) if out is None else out.copy_(values)
         if self.bits != 16:
             grouped = out.view(len(codes), -1, self.group_size)
-            scale, minimum = take(self.scale).to(dtype)[..., None], take(self.minimum).to(dtype)[..., None]
+            scale, minimum = (
+                self._take(self.scale, rows).to(dtype)[..., None],
+                self._take(self.minimum, rows).to(dtype)[..., None],
+            )
             grouped.mul_(scale).add_(minimum)  # in place (4x faster here than an addcmul writing into its input)
         return out
 

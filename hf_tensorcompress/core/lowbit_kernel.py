@@ -111,6 +111,7 @@ void lowbit_matmul_t(const uint8_t *codes, const uint16_t *scale, const uint16_t
         default: BY_N(8);
     }
 }
+
 /* Codebook rows (core/codebook.py): out[b, r] = scale[r] * sum_k table[b, k, index(r, k)], where table[b, k, e] is
    hidden[b]'s k-th dim-slice dotted with codebook entry e, and index(r, k) = low[r, k] | high(r, k) << 8 with the
    high parts of eight indices packed in `high_bits` bytes like the codes above. Eight indices at a time are built
@@ -230,17 +231,19 @@ def _threads(workers: int, process: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"lowbit-{process}")
 
 
-def covered(codes: torch.Tensor, bits: int, columns: int, group: int, vectors: int) -> bool:
-    """Whether the kernel handles this product (else the torch path does)."""
+def _enabled(stored: torch.Tensor, vectors: int) -> bool:
+    """What both kernels need: not switched off, a CPU tensor with rows, and a decoding step's few vectors."""
     return (
         os.environ.get("HF_TENSORCOMPRESS_KERNELS", "1") != "0"
-        and codes.device.type == "cpu"
-        and bits in (2, 3, 4, 8)
-        and columns % 8 == 0
-        and group % 8 == 0
+        and stored.device.type == "cpu"
+        and stored.shape[0] > 0
         and 0 < vectors <= MAX_VECTORS
-        and codes.shape[0] > 0
     )
+
+
+def covered(codes: torch.Tensor, bits: int, columns: int, group: int, vectors: int) -> bool:
+    """Whether the kernel handles this product (else the torch path does)."""
+    return _enabled(codes, vectors) and bits in (2, 3, 4, 8) and columns % 8 == 0 and group % 8 == 0
 
 
 def fused_matmul_t(
@@ -284,8 +287,7 @@ def fused_codebook_matmul_t(
     rows, vectors = low.shape
     entries, dim = codebook.shape
     flat = hidden.reshape(-1, vectors * dim)
-    usable = os.environ.get("HF_TENSORCOMPRESS_KERNELS", "1") != "0" and low.device.type == "cpu"
-    if not (usable and 0 < len(flat) <= MAX_VECTORS and rows > 0 and high_bits in (0, 2, 3, 4)):
+    if not (_enabled(low, len(flat)) and high_bits in (0, 2, 3, 4)):
         return None
     library = load_kernel()
     if library is None:

@@ -55,13 +55,12 @@ def build(
     order = exact_token_ids(counts, vocab, config.tier_order).to(weight.device)
     covariance = calibration.covariance if config.rounding == "output" else None
     sizes = [*config.tier_tokens, vocab - sum(config.tier_tokens)]
+    codebook = {"codebook_dim": config.codebook_dim, "codebook_size": config.codebook_size}
     tiers = [
         {"rows": n, "bits": b, "group_size": g if b not in (0, 16, "codebook") else None}
+        | (codebook if b == "codebook" else {})
         for n, b, g in zip(sizes, config.tier_bits, config.group_sizes())
     ]
-    for tier in tiers:
-        if tier["bits"] == "codebook":
-            tier.update(codebook_dim=config.codebook_dim, codebook_size=config.codebook_size)
     layer = TieredEmbedding(vocab, hidden, tiers, config.low_rank, config.low_rank_bits).to(weight.device)
     rows = weight[order]
     if config.low_rank:

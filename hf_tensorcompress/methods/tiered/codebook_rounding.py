@@ -52,9 +52,10 @@ def codebook_codes(
     stored = CodebookTensor(rows.shape, dim, entries)
     rows = rows.detach().float().cpu()
     scale = rows.pow(2).mean(1).sqrt().clamp(min=1e-8).half().clamp(min=torch.finfo(torch.float16).tiny).float()
-    codebook = kmeans((rows / scale[:, None]).reshape(-1, dim), entries).half().float()
+    vectors = (rows / scale[:, None]).reshape(-1, dim)
+    codebook = kmeans(vectors, entries).half().float()
     if covariance is None:
-        indices = nearest((rows / scale[:, None]).reshape(-1, dim), codebook).reshape(len(rows), -1)
+        indices = nearest(vectors, codebook).reshape(len(rows), -1)
         return stored.set_indices(indices, scale, codebook)
     factor = _inverse_hessian_factor(covariance.cpu(), damping).float()
     work = rows.clone()
