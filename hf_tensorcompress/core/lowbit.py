@@ -11,6 +11,8 @@ bytes (so int4 is two codes per byte, int2 four); ``bits=16`` keeps plain bfloat
 
 from __future__ import annotations
 
+import sys
+
 import torch
 from torch import nn
 
@@ -19,8 +21,10 @@ from .lowbit_kernel import fused_matmul_t
 #: Bit widths a LowBitTensor stores.
 LOWBIT_BITS = (2, 3, 4, 8, 16)
 
-#: Whether a 16-bit integer's low byte comes first in memory (int4 codes are split through that layout).
-LITTLE_ENDIAN = bool(torch.ones(1, dtype=torch.int16).view(torch.uint8)[0])
+#: Whether a 16-bit integer's low byte comes first in memory (int4 codes are split through that layout). Read from
+#: the interpreter, not from a tensor: this module is first imported while transformers builds a model on the meta
+#: device, where a tensor made at import time has no values.
+LITTLE_ENDIAN = sys.byteorder == "little"
 
 
 def check_lowbit(bits: int, group_size: int | None, columns: int) -> int:
