@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 OUTPUT ?= outputs/demo
 
-.PHONY: install demo test test-slow test-all bench docs lint lm-bytes
+.PHONY: install demo test test-journeys test-slow test-all bench docs lint lm-bytes
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +25,13 @@ demo: install
 
 # The fast tier: every method and family, the command line, checkpoints, the fast README and docs examples.
 test: install
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow and not journey"
+
+# The journey tier: the documented flows as users run them, every step in a new process, in the full environment,
+# a minimal one (no extras) and a bare one (torch + transformers only), which the tests build once and cache under
+# ~/.cache/hf_tensorcompress/journey-envs; the docs' python blocks as scripts.
+test-journeys: install
+	$(BIN)/python -m pytest -q -m "journey and not slow" --durations=10
 
 # The slow tier: real-model checks (SmolLM2), full recipes, the slow README and docs examples.
 test-slow: install

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -187,3 +189,34 @@ def test_torch_load_state_dict_reads_a_checkpoint_with_its_tombstones(folders):
     fresh = apply_compression(patchtst(), CompressionConfig(method="cp", rank=0.5, cp_iterations=1))
     fresh.load_state_dict(load_file(folders / "cp" / "model.safetensors"), strict=True)
     assert torch.equal(fresh(past_values=X).prediction_outputs, model(past_values=X).prediction_outputs)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        CompressionConfig(method="tiered", tier_tokens=[40], tier_bits=[8, 4], tier_group_size=8),
+        CompressionConfig(method="tt", tt_order=3, tt_ranks=2, tt_storage_bits=8),
+    ],
+    ids=["tiered", "tt-storage-bits"],
+)
+def test_the_base_model_class_keeps_the_loaded_embedding(config, tmp_path):
+    """AutoModel (the base class) asks its ``_init_weights`` about every module; a loaded compressed layer is left
+    as loaded, so its hidden states equal those of the task class's base model."""
+    apply_compression(tiny_causal_lm("llama"), config).save_pretrained(tmp_path / "lm")
+    expected = AutoModelForCausalLM.from_pretrained(tmp_path / "lm").model(IDS).last_hidden_state
+    assert torch.equal(AutoModel.from_pretrained(tmp_path / "lm")(IDS).last_hidden_state, expected)
+
+
+def test_a_new_process_loads_natively_after_importing_the_library(folders):
+    """An inference script imports the library and loads: the method's modules are imported for the first time
+    inside transformers' meta-device context (nothing may compute a tensor value at import)."""
+    script = (
+        "import sys, torch, hf_tensorcompress\n"
+        "from transformers import AutoModelForCausalLM\n"
+        "model = AutoModelForCausalLM.from_pretrained(sys.argv[1])\n"
+        "print('loaded', type(model).__name__)\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(folders / "tt")], capture_output=True, text=True, cwd=folders, timeout=300
+    )
+    assert result.returncode == 0 and "loaded CompressedLlamaForCausalLM" in result.stdout, result.stderr[-3000:]

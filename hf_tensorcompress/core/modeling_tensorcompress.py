@@ -135,10 +135,14 @@ class CompressedModelMixin:
     def _init_weights(self, module: nn.Module) -> None:
         """transformers' per-module init path (``_initialize_weights`` → ``_init_weights``): a compressed layer, which
         the base class's ``_init_weights`` does not know (or would treat as a dense ``nn.Embedding``), initialises
-        itself with ``reset_parameters()``; every other module as the base class does."""
+        itself with ``reset_parameters()`` unless the checkpoint filled it (transformers asks the model class
+        loaded, e.g. ``AutoModel``'s base class, about every module, loaded or not, and ``reset_parameters`` writes
+        in place where transformers' guarded init functions would skip loaded tensors); every other module as the
+        base class does."""
         if isinstance(module, CompressedLayer):
-            with torch.no_grad():
-                module.reset_parameters()
+            if _unfilled(module):
+                with torch.no_grad():
+                    module.reset_parameters()
             return
         super()._init_weights(module)
 
@@ -149,15 +153,9 @@ class CompressedModelMixin:
         was loaded gets ``reset_parameters()``, a Q/K/V mask its seeded draw. Layers already initialised
         (``_is_hf_initialized``, as ``apply_compression`` marks what it builds) are left alone."""
 
-        def pending(module: nn.Module) -> bool:
-            tensors = module.state_dict(keep_vars=True).values()
-            return not getattr(module, "_is_hf_initialized", False) and not any(
-                getattr(t, "_is_hf_initialized", False) for t in tensors
-            )
-
         compression = compression_of(self.config)
         modules = dict(self.named_modules())  # during __init__ (post_init) the layers are not installed yet
-        layers = [m for m in modules.values() if isinstance(m, CompressedLayer) and pending(m)]
+        layers = [m for m in modules.values() if isinstance(m, CompressedLayer) and _unfilled(m)]
         options = active_options(compression)
         unfilled = {
             key: tensor
@@ -275,6 +273,15 @@ class CompressedModelMixin:
         for name in modules:
             modules[name] = self.get_submodule(name).spec()
         return embeddings
+
+
+def _unfilled(module: nn.Module) -> bool:
+    """Whether neither ``module`` nor any of its tensors was filled from a checkpoint or initialised already
+    (transformers flags both ``_is_hf_initialized``)."""
+    tensors = module.state_dict(keep_vars=True).values()
+    return not getattr(module, "_is_hf_initialized", False) and not any(
+        getattr(t, "_is_hf_initialized", False) for t in tensors
+    )
 
 
 def _is_key_of(key, module_names: tuple[str, ...]) -> bool:

@@ -7,12 +7,16 @@ loading, it rebuilds the Linear weights from their flattened tensors and the saf
 quantizer delegates to it; where the library is not installed, ``Compressed<Base>.from_pretrained`` gives it the
 nested config); saving, torchao flattens its tensor subclasses, and ``TorchAoLinears`` adds the tombstones.
 
-Ships inside saved checkpoints: torch and transformers; torchao only where a checkpoint has quantized Linears.
+Ships inside saved checkpoints: torch and transformers; torchao only where a checkpoint has quantized Linears, and
+then through ``torchao_module`` alone: transformers refuses to load a Hub checkpoint's remote code while any import
+statement outside a ``try`` block of any shipped file names a package that is not installed.
 """
 
 from __future__ import annotations
 
 import copy
+import importlib
+from types import ModuleType
 
 import torch
 from torch import nn
@@ -23,6 +27,18 @@ from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from .contract import LINEARS_KEY, QUANT_METHOD, SIGNPOST_KEY, quantization_marker, tombstones
 from .structure import CompressedCheckpointError
+
+
+def torchao_module(name: str = "torchao") -> ModuleType:
+    """The torchao module ``name``, or an ImportError naming the package to install (only a checkpoint with
+    torchao-quantized Linear weights needs it)."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as error:
+        raise ImportError(
+            f"this checkpoint's Linear weights are quantized with torchao (config.json: quantization_config"
+            f"[{LINEARS_KEY!r}]), which is not installed here ({error}): pip install torchao"
+        ) from error
 
 
 def linears_config(quantization_config) -> dict | None:
@@ -47,8 +63,9 @@ class TorchAoLinears(TorchAoHfQuantizer):
     ``save_pretrained`` saves the state dict the quantizer gives."""
 
     def get_state_dict_and_metadata(self, model: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-        from torchao.prototype.safetensors.safetensors_support import flatten_tensor_state_dict
-
+        flatten_tensor_state_dict = torchao_module(
+            "torchao.prototype.safetensors.safetensors_support"
+        ).flatten_tensor_state_dict
         marks = tombstones(model.config.compression_config["modules"])
         signpost = {SIGNPOST_KEY: marks.pop(SIGNPOST_KEY)}  # no module path: torchao's metadata names "module.tensor"
         flat, metadata = flatten_tensor_state_dict({**model.state_dict(), **marks})
@@ -74,6 +91,7 @@ def before_torchao_loading(cls: type, pretrained, kwargs: dict) -> dict | None:
     linears = linears_config(marker)
     if linears is None:
         return None
+    torchao_module()  # transformers' torchao quantizer fails with a bare ModuleNotFoundError without it
     config = copy.deepcopy(config)
     config.quantization_config = linears
     kwargs["config"] = config
@@ -97,13 +115,7 @@ def linear_quantizer(linears: dict, **environment) -> TorchAoLinears:
             "the Linear weights beside compressed layers are quantized with torchao (quant_method 'torchao'): "
             "restore config.json from the saved checkpoint"
         )
-    try:
-        import torchao  # noqa: F401  (the flattened Linear weights need torchao's tensor classes)
-    except ImportError as error:
-        raise ImportError(
-            "this checkpoint's Linear weights are quantized with torchao (config.json: quantization_config"
-            f"[{LINEARS_KEY!r}]), which is not installed: pip install torchao"
-        ) from error
+    torchao_module()  # the flattened Linear weights need torchao's tensor classes
     quantizer = TorchAoLinears(TorchAoConfig.from_dict(linears), pre_quantized=True)
     quantizer.validate_environment(**environment)
     return quantizer
@@ -114,11 +126,10 @@ def dense_linears(model: nn.Module) -> None:
     ``dequantize()``), in place: the Linear half of going back to a dense model."""
     if linears_config(getattr(model.config, "quantization_config", None)) is None:
         return
-    from torchao.utils import TorchAOBaseTensor
-
+    base_tensor = torchao_module("torchao.utils").TorchAOBaseTensor
     for module in model.modules():
         for name, parameter in list(module._parameters.items()):
-            if isinstance(parameter, TorchAOBaseTensor):
+            if isinstance(parameter, base_tensor):
                 module._parameters[name] = nn.Parameter(parameter.dequantize())
 
 
