@@ -41,6 +41,7 @@ _EXPORTS = {
     "quantize_linears": ".stacking",
     "register_with_transformers": ".registration",
     "replace_parameters_in_optimizer": ".search.optim",
+    "load_model": ".loading",
     "CardInfo": ".hub",
     "PushError": ".hub",
     "model_card": ".hub",

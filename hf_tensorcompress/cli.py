@@ -165,17 +165,23 @@ def compression_config(args: argparse.Namespace) -> CompressionConfig:
 
 
 def compress_command(args: argparse.Namespace) -> int:
-    from .compress import apply_compression
+    from .checkpoint_size import DTYPES, size_line, source_dtype
     from .core.atomic import atomic_folder
     from .hub import CardInfo, set_card_info
     from .loading import gguf_provenance, load_model
 
     source, output = Path(args.source), Path(args.output)
     config = compression_config(args)  # validate before the (slow) load
+    compress = calibrated_compression(config, args.calibration)
     check_output(source, output, args.overwrite)
+    dtype = source_dtype(source) if args.dtype == "auto" else DTYPES[args.dtype]
     print(f"loading {source}", file=sys.stderr, flush=True)
     model = load_model(source)
-    apply_compression(model, config)
+    if args.calibration:
+        compress(model, config, calibration_token_ids(source, args))
+    else:
+        compress(model, config)
+    model.to(dtype)  # what the method left uncompressed keeps the source's precision (packed storage is unaffected)
     info = CardInfo()
     if source.suffix == ".gguf":
         info.base_model, note = gguf_provenance(source)
@@ -185,10 +191,50 @@ def compress_command(args: argparse.Namespace) -> int:
         model.save_pretrained(staging)
         _save_tokenizer(source, staging)
     print(
-        f"saved compressed model ({config.method}, {len(model.config.compression_config['modules'])} modules) "
-        f"to {output}"
+        f"saved compressed model ({config.method}, {len(model.config.compression_config['modules'])} modules, "
+        f"the rest in {str(dtype).removeprefix('torch.')}) to {output}"
     )
+    print(size_line(source, output))
     return 0
+
+
+def calibrated_compression(config: CompressionConfig, calibration: str | None):
+    """``apply_compression``, or with ``--calibration`` the method's own ``apply_<method>(model, config, ids)``;
+    checked before the model loads: calibration text a method cannot use, or options that need it and lack it."""
+    from .methods import get_method
+
+    package = importlib.import_module(__package__)
+    if calibration:
+        calibrated = getattr(package, f"apply_{config.method}", None)
+        if calibrated is None:
+            raise UsageError(
+                f"--calibration: method {config.method!r} takes no calibration text (tiered and tt do); drop the flag"
+            )
+        return calibrated
+    prepare = get_method(config.method).prepare
+    try:
+        if prepare is not None:
+            prepare(None, config, None)
+    except ValueError as error:
+        raise UsageError(
+            f"{error}. From the command line: --calibration FILE (text of the kind the model serves)"
+        ) from None
+    return package.apply_compression
+
+
+def calibration_token_ids(source: Path, args: argparse.Namespace):
+    """``--calibration``'s text as token ids of the source's tokenizer, saying what was read."""
+    from .data.calibration import calibration_ids, read_calibration_text
+
+    tokenizer = _tokenizer(source)
+    if tokenizer is None:
+        raise UsageError(
+            f"--calibration needs the source's tokenizer, and {source} has none (save it beside the model)"
+        )
+    texts, description = read_calibration_text(args.calibration, args.calibration_column)
+    ids = calibration_ids(tokenizer, texts, args.calibration_tokens)
+    print(f"calibration: {description}; {len(ids):,} tokens used", file=sys.stderr, flush=True)
+    return ids
 
 
 def check_output(source: Path, output: Path, overwrite: bool) -> None:
@@ -369,6 +415,29 @@ def build_parser() -> argparse.ArgumentParser:
     compress.add_argument("output", help="folder to save the compressed model, its code and model card into")
     compress.add_argument("--config", help="JSON file of CompressionConfig fields")
     compress.add_argument("--overwrite", action="store_true", help="write into a non-empty output folder")
+    compress.add_argument(
+        "--dtype",
+        choices=["auto", "bfloat16", "float16", "float32"],
+        default="auto",
+        help="precision of what the method leaves uncompressed (default: auto, the source's: bfloat16 for a GGUF "
+        "file, else its config.json dtype)",
+    )
+    compress.add_argument(
+        "--calibration",
+        metavar="PATH",
+        help="calibration text for tiered (rounding output, tier orders by frequency) and tt (output basis, exact "
+        "tokens): a text file, a folder of .txt files or JSON documents, a saved datasets folder, or a "
+        ".json/.jsonl/.csv/.parquet file",
+    )
+    compress.add_argument(
+        "--calibration-column", default="text", help="the text column of a data set or table (default: text)"
+    )
+    compress.add_argument(
+        "--calibration-tokens",
+        type=int,
+        default=65536,
+        help="tokens of calibration text to use (default: 65536; the hidden-state covariance uses the first 4096)",
+    )
     flags = config_flags()
     for name, (item, methods) in flags.items():
         flag = "--" + name.replace("_", "-")

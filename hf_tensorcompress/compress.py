@@ -16,7 +16,7 @@ from .core.structure import bind_layers, install_model_options
 from .core.targets import match_targets
 from .methods import get_method
 from .saving import save_extras
-from .stacking import adopted_torchao, attach
+from .stacking import adopted_torchao, attach, release_gguf
 
 
 def resolve_targets(model: nn.Module, config: CompressionConfig) -> list[str]:
@@ -141,6 +141,7 @@ def apply_compression(
         for name in tqdm(names, desc=f"compress ({config.method})", disable=len(names) < 8)
     }
     own_config(model)
+    release_gguf(model)
     for name, layer in layers.items():
         # transformers' "initialised" flag, so initialize_weights() leaves the layer as built; on the meta device
         # there is nothing built yet: initialize_weights() after to_empty() gives the layer its init

@@ -18,6 +18,7 @@ from .core.modeling_tensorcompress import CLASS_PREFIX
 from .extras import require
 from .quantizer import check_method
 from .saving import library_class
+from .stacking import release_gguf
 
 
 class ModelLoadError(ValueError):
@@ -44,21 +45,21 @@ def model_class(folder: Path) -> type[nn.Module]:
 
 
 def load_model(path: str | Path) -> nn.Module:
-    """A model from a ``save_pretrained`` folder, or a causal LM from a ``.gguf`` file (weights dequantised to
-    plain float tensors, so it saves and compresses like any other model)."""
+    """A model from a ``save_pretrained`` folder (a compressed one as this library's class), or a causal LM from a
+    ``.gguf`` file with its weights dequantised to plain float tensors, so it compresses and saves like any other
+    model (what ``hf-tensorcompress compress`` loads; ``from_pretrained(..., gguf_file=...)`` may keep GGUF-packed
+    weights, which cannot be compressed)."""
     path = Path(path)
     if path.suffix == ".gguf":
         if not path.is_file():
             raise ModelLoadError(f"GGUF file {path} does not exist")
         require("gguf", "loading a GGUF file")
-        # Dequantise every weight to a plain tensor and drop the GGUF quantizer: compressed layers replace
-        # float weights, and transformers refuses to save a model that still carries the (unserialisable) quantizer.
+        # Every weight dequantised to a plain tensor (compressed layers replace float weights), then the GGUF
+        # quantizer dropped: transformers refuses to save a model that still carries it.
         model = transformers.AutoModelForCausalLM.from_pretrained(
             str(path.parent), gguf_file=path.name, quantization_config=transformers.GgufConfig(dequantize=True)
         )
-        quantizer = getattr(model, "hf_quantizer", None)
-        if quantizer is not None:
-            quantizer.remove_quantization_config(model)
+        release_gguf(model)
         return model
     if not path.is_dir():
         raise ModelLoadError(f"{path} does not exist; pass a model folder (with config.json) or a .gguf file")

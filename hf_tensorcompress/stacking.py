@@ -94,16 +94,38 @@ def _copy(module: nn.Module) -> nn.Module:
     return duplicate
 
 
+def is_dequantized_gguf(model: nn.Module) -> bool:
+    """Whether ``model`` was loaded from a GGUF file (``from_pretrained(..., gguf_file=...)``) with its weights
+    dequantized to float tensors (transformers does so where no GGUF kernel is installed, or when asked with
+    ``GgufConfig(dequantize=True)``): only its quantizer object says where they came from."""
+    config = getattr(getattr(model, "hf_quantizer", None), "quantization_config", None)
+    method = getattr(config, "quant_method", None)
+    return str(getattr(method, "value", method)) == "gguf" and bool(getattr(config, "dequantize", False))
+
+
+def release_gguf(model: nn.Module) -> None:
+    """Drop the quantizer of a model loaded from a GGUF file (its weights are float already): transformers refuses
+    to save a model that still carries it."""
+    if is_dequantized_gguf(model):
+        model.hf_quantizer.remove_quantization_config(model)
+
+
 def adopted_torchao(model: nn.Module, targets: list[str]) -> TorchAoConfig | None:
     """Before compressing ``model``: the ``TorchAoConfig`` its Linears were quantized with while loading (``attach``
     records it beside the compression afterwards), or None. Other quantizers, and torchao-quantized targets,
     are refused: compressing replaces float weights, and one checkpoint carries one quantization_config."""
     quantizer = getattr(model, "hf_quantizer", None)
-    if quantizer is None:
+    if quantizer is None or is_dequantized_gguf(model):
         return None
     config = quantizer.quantization_config
     if not isinstance(config, TorchAoConfig):
         method = getattr(config.quant_method, "value", config.quant_method)
+        if str(method) == "gguf":
+            raise ValueError(
+                f"{type(model).__name__} holds GGUF-packed weights, and compressing needs float ones: load the file "
+                "with hf_tensorcompress.load_model(path) or from_pretrained(..., gguf_file=..., "
+                "quantization_config=GgufConfig(dequantize=True))"
+            )
         raise ValueError(
             f"{type(model).__name__} is quantized with {method!r}; compressing it would drop that quantization. Load "
             "the float model, compress it, then quantize its Linears with quantize_linears(model, TorchAoConfig(...))"

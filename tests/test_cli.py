@@ -51,7 +51,8 @@ def dense_folder(tmp_path_factory) -> Path:
 def compressed_folder(dense_folder, tmp_path_factory) -> Path:
     output = tmp_path_factory.mktemp("cli") / "svd"
     result = cli("compress", str(dense_folder), str(output), "--method", "svd", "--rank", "4")
-    assert f"saved compressed model (svd, 6 modules) to {output}" in result.stdout
+    assert f"saved compressed model (svd, 6 modules, the rest in float32) to {output}" in result.stdout
+    assert "size on disk: " in result.stdout.splitlines()[-1]
     return output
 
 

@@ -10,7 +10,7 @@ import datasets
 import torch
 
 
-def _natural_key(path: Path) -> list:
+def natural_key(path: Path) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
 
 
@@ -27,7 +27,7 @@ def text_dataset(folder: str | Path, mail_bodies: bool = False) -> datasets.Data
     ``text``. ``mail_bodies=True`` keeps only each text's body (``mail_body``: the SpamAssassin mails are raw
     messages whose routing headers are not prose); documents left empty are dropped."""
     rows = []
-    for path in sorted(Path(folder).glob("*.json"), key=_natural_key):
+    for path in sorted(Path(folder).glob("*.json"), key=natural_key):
         record = json.loads(path.read_text(encoding="utf-8"))
         if isinstance(record, dict) and isinstance(record.get("text"), str):
             text = mail_body(record["text"]) if mail_bodies else record["text"]

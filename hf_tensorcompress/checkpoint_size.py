@@ -1,0 +1,73 @@
+"""What a model takes on disk before and after compression, and the precision its uncompressed parts keep.
+
+A user who asks for a smaller model must get one: the parts a method does not compress keep the source's
+precision (bf16 when the source is bf16 or a GGUF file, whose block weights are 4–8-bit), and the command line ends
+with the bytes that went in and came out, naming what dominates the output.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+#: Files that hold a checkpoint's weights.
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.pt", "*.gguf")
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def source_dtype(source: str | Path) -> torch.dtype:
+    """The precision of a source's weights: bf16 for a GGUF file (dequantized 4–8-bit values need no more than
+    that for the parts left uncompressed), else the ``dtype`` its ``config.json`` records (float32 if none)."""
+    source = Path(source)
+    if source.suffix == ".gguf":
+        return torch.bfloat16
+    config = json.loads((source / "config.json").read_text(encoding="utf-8"))
+    name = config.get("dtype") or config.get("torch_dtype") or "float32"
+    return DTYPES.get(str(name), torch.float32)
+
+
+def weight_bytes(path: str | Path) -> int:
+    """Bytes of a GGUF file, or of the weight files of a model folder."""
+    path = Path(path)
+    if path.is_file():
+        return path.stat().st_size
+    return sum(file.stat().st_size for pattern in WEIGHT_PATTERNS for file in path.glob(pattern))
+
+
+def bytes_by_part(folder: str | Path) -> dict[str, int]:
+    """Bytes of a saved checkpoint's tensors: the compressed modules' in one entry, the rest by dtype (from the
+    safetensors headers, nothing loaded)."""
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    compressed = tuple(f"{name}." for name in (config.get("compression_config") or {}).get("modules", {}))
+    parts: dict[str, int] = {}
+    for file in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as handle:
+            for key in handle.keys():
+                view = handle.get_slice(key)
+                size = torch.Size(view.get_shape()).numel() * _element_size(view.get_dtype())
+                part = "compressed modules" if key.startswith(compressed) else f"uncompressed {view.get_dtype()}"
+                parts[part] = parts.get(part, 0) + size
+    return parts
+
+
+def _element_size(safetensors_dtype: str) -> int:
+    """Bytes per element of a safetensors dtype name (``F32``, ``BF16``, ``U8``, ``I64``, ``F8_E4M3`` …)."""
+    digits = "".join(character for character in safetensors_dtype.split("_")[0] if character.isdigit())
+    return max(1, int(digits or 8) // 8)
+
+
+def size_line(source: str | Path, output: str | Path) -> str:
+    """One line: input bytes → output bytes on disk, and the part of the output that dominates."""
+    before, after = weight_bytes(source), weight_bytes(output)
+    parts = bytes_by_part(output)
+    largest = max(parts, key=parts.get) if parts else "nothing"
+    share = parts.get(largest, 0) / max(1, sum(parts.values()))
+    return (
+        f"size on disk: {Path(source).name} {before / 1e6:,.1f} MB -> {Path(output).name} {after / 1e6:,.1f} MB "
+        f"({after / max(1, before):.2f}x the input); {largest} hold {share:.0%} of it"
+    )

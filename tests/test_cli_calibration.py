@@ -1,0 +1,131 @@
+"""``hf-tensorcompress compress`` with calibration text (``--calibration``), the precision of what a method leaves
+uncompressed (``--dtype``) and the bytes line it ends with."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import save_word_level_lm
+from safetensors import safe_open
+from test_cli import assert_user_error, cli
+from transformers import AutoTokenizer, LlamaForCausalLM
+
+from hf_tensorcompress import CompressionConfig, apply_tiered
+from hf_tensorcompress.data.calibration import calibration_ids, read_calibration_text
+
+VOCAB, HIDDEN = 64, 32
+TIERED = ["--method", "tiered", "--tier-tokens", "16", "--tier-bits", "8", "4", "--tier-group-size", "16"]
+
+
+@pytest.fixture(scope="module")
+def lm_folder(tmp_path_factory) -> Path:
+    return save_word_level_lm(tmp_path_factory.mktemp("lm"), VOCAB, HIDDEN)
+
+
+def text_of(words: int, seed: int = 0) -> str:
+    generator = torch.Generator().manual_seed(seed)
+    return " ".join(f"w{int(i)}" for i in torch.randint(1, VOCAB, (words,), generator=generator))
+
+
+def tensors(folder: Path) -> dict[str, torch.Tensor]:
+    with safe_open(str(folder / "model.safetensors"), framework="pt") as handle:
+        return {key: handle.get_tensor(key) for key in handle.keys()}
+
+
+def test_output_rounding_from_the_command_line_equals_apply_tiered(lm_folder, tmp_path):
+    (tmp_path / "calibration.txt").write_text(text_of(600), encoding="utf-8")
+    output = tmp_path / "out"
+    result = cli(
+        "compress", str(lm_folder), str(output), *TIERED, "--rounding", "output", "--tier-order", "calibration",
+        "--calibration", str(tmp_path / "calibration.txt"), "--calibration-tokens", "500",
+    )  # fmt: skip
+    assert "calibration: " in result.stderr and "a text file, 1 document(s)" in result.stderr
+    assert "500 tokens used" in result.stderr
+    tokenizer = AutoTokenizer.from_pretrained(lm_folder)
+    ids = calibration_ids(tokenizer, [text_of(600)], 500)
+    config = CompressionConfig(
+        method="tiered", tier_tokens=[16], tier_bits=[8, 4], tier_group_size=16, rounding="output",
+        tier_order="calibration",
+    )  # fmt: skip
+    expected = apply_tiered(LlamaForCausalLM.from_pretrained(lm_folder), config, ids)
+    stored = tensors(output)
+    for key, value in expected.state_dict().items():
+        if key.startswith("model.embed_tokens."):
+            assert torch.equal(stored[key], value), key
+
+
+def test_options_that_need_calibration_are_refused_before_loading(lm_folder, tmp_path):
+    result = cli("compress", str(lm_folder), str(tmp_path / "o"), *TIERED, "--rounding", "output", check=False)
+    assert_user_error(result, "needs calibration text", "--calibration FILE")
+    assert "loading" not in result.stderr  # refused before the model load
+    result = cli(
+        "compress", str(lm_folder), str(tmp_path / "o"), "--method", "svd", "--calibration", "x.txt", check=False
+    )
+    assert_user_error(result, "method 'svd' takes no calibration text")
+
+
+@pytest.mark.parametrize("kind", ["folder", "jsonl", "csv", "dataset"])
+def test_calibration_text_is_read_from_folders_tables_and_saved_datasets(kind, tmp_path):
+    import datasets
+
+    texts = [text_of(20, seed) for seed in range(3)]
+    if kind == "folder":
+        (tmp_path / "docs").mkdir()
+        for number, text in enumerate(texts):
+            (tmp_path / "docs" / f"{number}.txt").write_text(text, encoding="utf-8")
+        path = tmp_path / "docs"
+    elif kind == "jsonl":
+        path = tmp_path / "docs.jsonl"
+        path.write_text("".join(json.dumps({"body": text}) + "\n" for text in texts), encoding="utf-8")
+    elif kind == "csv":
+        path = tmp_path / "docs.csv"
+        datasets.Dataset.from_dict({"body": texts}).to_csv(str(path), index=False)
+    else:
+        path = tmp_path / "saved"
+        datasets.Dataset.from_dict({"body": texts}).save_to_disk(str(path))
+    column = "text" if kind == "folder" else "body"
+    read, description = read_calibration_text(path, column)
+    assert read == texts and "3 document(s)" in description
+    if kind != "folder":
+        with pytest.raises(ValueError, match=r"no column 'text'.*\['body'\].*--calibration-column"):
+            read_calibration_text(path)
+
+
+def test_the_rest_keeps_the_source_precision_and_the_size_line_says_what_dominates(lm_folder, tmp_path):
+    model = LlamaForCausalLM.from_pretrained(lm_folder).to(torch.bfloat16)
+    model.save_pretrained(tmp_path / "bf16")
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (tmp_path / "bf16" / name).write_bytes((lm_folder / name).read_bytes())
+    result = cli("compress", str(tmp_path / "bf16"), str(tmp_path / "out"), *TIERED)
+    assert "the rest in bfloat16" in result.stdout
+    stored = tensors(tmp_path / "out")
+    floats = {key: value.dtype for key, value in stored.items() if value.is_floating_point()}
+    assert all(dtype == torch.bfloat16 for key, dtype in floats.items() if "embed_tokens" not in key), floats
+    line = result.stdout.strip().splitlines()[-1]
+    assert line.startswith("size on disk: bf16 ") and "uncompressed BF16 hold" in line
+    forced = cli("compress", str(tmp_path / "bf16"), str(tmp_path / "out32"), *TIERED, "--dtype", "float32")
+    assert "the rest in float32" in forced.stdout
+    assert tensors(tmp_path / "out32")["model.norm.weight"].dtype == torch.float32
+
+
+@pytest.mark.slow
+def test_a_model_loaded_from_a_gguf_file_compresses_and_saves(tmp_path):
+    """transformers dequantises SmolLM2's GGUF weights where no GGUF kernel is installed; such a model compresses
+    (its GGUF quantizer dropped) and saves like any other."""
+    from transformers import AutoModelForCausalLM
+
+    from hf_tensorcompress import apply_compression
+    from hf_tensorcompress.assets import smollm2_gguf
+
+    gguf = smollm2_gguf()
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    ids = torch.tensor([[1, 2, 3, 4]])
+    apply_compression(model, CompressionConfig(method="tiered", tier_bits=[8]))
+    expected = model(ids).logits
+    model.save_pretrained(tmp_path / "out")
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    assert loaded.config.compression_config["method"] == "tiered"
+    assert torch.equal(loaded(ids).logits, expected)
