@@ -344,6 +344,7 @@ def report_command(args: argparse.Namespace) -> int:
                 for label, b in (
                     ("compressed modules", report["bytes"]["targets"]),
                     ("every Linear layer", report["bytes"]["linear"]),
+                    ("whole model", report["bytes"]["model"]),
                 )
             ],
         )

@@ -33,6 +33,8 @@ METHOD_DESCRIPTIONS = {
     "biprop": "frozen random weights with learned scores choosing a sparse binary mask (sign · α), Sparse Binary "
     "Transformers",
     "tt": "each token's embedding vector kept as a tensor train (matrix product state), TensorSLM",
+    "tiered": "the token embedding's rows kept as tiers of packed low-bit codes (int2–int8 with group scales) or "
+    "codebook indices, rounded output-aware (GPTQ / GPTVQ) where calibrated; the tied output layer reads them",
 }
 
 #: Hub pipeline tag by the model class's task suffix.

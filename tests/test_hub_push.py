@@ -188,3 +188,9 @@ def test_refused_push_is_clear_and_leaves_the_model_alone(hub, case, monkeypatch
     after = _snapshot(model)
     assert after[1:] == before[1:]
     assert all(torch.equal(before[0][key], value) for key, value in after[0].items())
+
+
+def test_every_method_has_a_card_description():
+    from hf_tensorcompress.hub import METHOD_DESCRIPTIONS
+
+    assert set(registered_methods()) <= set(METHOD_DESCRIPTIONS)

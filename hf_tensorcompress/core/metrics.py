@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from .contract import CompressedLayer
+from .contract import CompressedLayer, TiedHead
 
 
 @dataclass
@@ -45,6 +45,18 @@ def layer_path(layer: CompressedLayer, tokens: int) -> str:
     return layer.multiply_adds(tokens, cached=True)[1]
 
 
+def tied_head_costs(model: nn.Module, layers: dict[str, CompressedLayer], tokens: int) -> list[ModuleCost]:
+    """The output layer of a tied model that reads a compressed embedding's storage: no tensors of its own, but the
+    FLOPs of the full ``hidden @ tableᵀ`` (every row is decoded or looked up at every step)."""
+    rows = []
+    for name, module in model.named_modules():
+        embedding = getattr(module, "embedding", None)
+        if isinstance(module, TiedHead) and any(embedding is layer for layer in layers.values()):
+            flops = 2 * tokens * module.in_features * module.out_features
+            rows.append(ModuleCost(name, "tied_head", 0, 0, 0, 0, flops, flops))
+    return rows
+
+
 def compression_report(model: nn.Module, tokens: int = 1) -> dict:
     """Per compressed module and in total: parameters, storage bits and FLOPs, dense (before) and now (after).
 
@@ -52,39 +64,77 @@ def compression_report(model: nn.Module, tokens: int = 1) -> dict:
     times channels for channel-independent models like PatchTST). FLOPs count a multiply-add as 2 and follow
     the path each layer actually takes at inference, named in each module row's ``path`` (see
     ``CPLinear.multiply_adds``: a CP layer whose factorized product would cost more than a dense matmul runs the
-    dense matmul with its rebuilt weight cached, ``"reconstruct"``, so its FLOPs equal the dense ones).
+    dense matmul with its rebuilt weight cached, ``"reconstruct"``, so its FLOPs equal the dense ones). A tied output
+    layer reading a compressed embedding is a row of its own (FLOPs only: it stores nothing). ``model``: parameters
+    of the whole model (a compressed layer counts its stored values, whatever their width, buffers included);
+    ``bytes``: on disk and in RAM, of the compressed modules, of every Linear layer and of the whole model, against
+    fp32 (``dense``).
     """
     compression = getattr(model.config, "compression_config", None) or {}
     layers = {name: model.get_submodule(name) for name in compression.get("modules", {})}
     rows = [module_cost(name, layer, tokens) for name, layer in layers.items()]
-    model_params = sum(p.numel() for p in model.parameters())
+    rows += tied_head_costs(model, layers, tokens)
+    inside = {id(t) for layer in layers.values() for t in [*layer.parameters(), *layer.buffers()]}
+    outside = sum(p.numel() for p in model.parameters() if id(p) not in inside)
     total = {
         key: sum(getattr(row, key) for row in rows)
         for key in ("dense_params", "params", "dense_bits", "bits", "dense_flops", "flops")
     }
+    model_params = {"dense_params": outside + total["dense_params"], "params": outside + total["params"]}
     return {
         "method": compression.get("method", "dense"),
         "tokens": tokens,
         # "path": how each module computes its forward at inference (e.g. CP "factorized", or "reconstruct": one
         # dense matmul with the weight rebuilt once and cached, taken when that is cheaper for ``tokens`` rows)
-        "modules": [asdict(row) | {"path": layer_path(layers[row.name], tokens)} for row in rows],
+        "modules": [asdict(row) | {"path": _path(layers.get(row.name), tokens)} for row in rows],
         "targets": total,
-        "model": {
-            "dense_params": model_params - total["params"] + total["dense_params"],
-            "params": model_params,
+        "model": model_params,
+        "bytes": {
+            "targets": _with_ratios(_layer_bytes(layers.values())),
+            "linear": _bytes_of(model),
+            "model": _with_ratios(_model_bytes(model, model_params["dense_params"])),
         },
-        # bytes on disk and in RAM (fp32 = "dense"): of the compressed modules, and of every Linear layer
-        "bytes": {"targets": _bytes_of(model, list(layers)), "linear": _bytes_of(model, None)},
     }
 
 
-def _bytes_of(model: nn.Module, names: list[str] | None) -> dict:
-    """``linear_bytes`` totals of the modules ``names`` (every Linear layer if None), with ratios to fp32."""
-    rows = linear_bytes(model)["modules"]
-    chosen = [row for name, row in rows.items() if names is None or name in names]
-    total = {key: sum(row[key] for row in chosen) for key in ("dense", "disk", "ram")}
+def _path(layer: CompressedLayer | None, tokens: int) -> str:
+    return "tied to the embedding" if layer is None else layer_path(layer, tokens)
+
+
+def _with_ratios(total: dict) -> dict:
     dense = total["dense"] or 1
     return total | {"disk_ratio": total["disk"] / dense, "ram_ratio": total["ram"] / dense}
+
+
+def _layer_bytes(layers) -> dict:
+    """Compressed layers: what they store (disk), hold (RAM) and replaced (dense, fp32)."""
+    layers = list(layers)
+    return {
+        "dense": sum(layer.dense_parameters() * 4 for layer in layers),
+        "disk": sum(layer.storage_bits() // 8 for layer in layers),
+        "ram": sum(resident_bytes(layer) for layer in layers),
+    }
+
+
+def _model_bytes(model: nn.Module, dense_params: int) -> dict:
+    """The whole model: what ``save_pretrained`` writes (a compressed layer as it stores itself, every other
+    tensor of the state dict once; non-persistent buffers are not saved), what it holds in memory, and the dense
+    model in fp32."""
+    layers = {f"{name}.": m for name, m in model.named_modules() if isinstance(m, CompressedLayer)}
+    rest = {
+        id(tensor): tensor
+        for key, tensor in model.state_dict(keep_vars=True).items()
+        if not key.startswith(tuple(layers))  # a layer may write its storage as tensors made for the state dict
+    }
+    disk = sum(layer.storage_bits() // 8 for layer in layers.values())
+    disk += sum(tensor_bytes(t)[0] for t in rest.values())
+    ram = sum(resident_bytes(layer) for layer in layers.values()) + sum(tensor_bytes(t)[1] for t in rest.values())
+    return {"dense": dense_params * 4, "disk": disk, "ram": ram}
+
+
+def _bytes_of(model: nn.Module) -> dict:
+    """``linear_bytes`` totals of every Linear layer, with ratios to fp32."""
+    return _with_ratios({key: linear_bytes(model)[key] for key in ("dense", "disk", "ram")})
 
 
 # ---------------------------------------------------------------------- SBT: non-zero FLOPs of a whole forward

@@ -81,6 +81,16 @@ def summary_rows(report: dict) -> list[tuple[str, str, str, str]]:
             human_bytes(total.bits),
             ratio(total.dense_bits, total.bits),
         ),
+        *(
+            (
+                f"bytes {where}, whole model",
+                human_bytes(report["bytes"]["model"]["dense"] * 8),
+                human_bytes(report["bytes"]["model"][key] * 8),
+                ratio(report["bytes"]["model"]["dense"], report["bytes"]["model"][key]),
+            )
+            for where, key in (("on disk", "disk"), ("in RAM", "ram"))
+            if "model" in report.get("bytes", {})
+        ),
         (
             f"FLOPs per forward of {report['tokens']} token(s)/row(s), compressed modules",
             f"{total.dense_flops:,}",
