@@ -48,11 +48,12 @@ def test_a_rank_override_matching_no_module_is_an_error():
     assert_untouched(model, before)
 
 
-def test_tt_on_a_model_without_token_embedding_says_so():
+@pytest.mark.parametrize("config", [dict(method="tt", tt_ranks=2), dict(method="tiered", tier_bits=[4])])
+def test_an_embedding_method_on_a_model_without_token_embedding_says_so(config):
     model = patchtst()
     before = snapshot(model)
-    with pytest.raises(ValueError, match="has no token embedding"):
-        apply_compression(model, CompressionConfig(method="tt", tt_ranks=2))
+    with pytest.raises(ValueError, match=f"has no token embedding: method '{config['method']}' compresses"):
+        apply_compression(model, CompressionConfig(**config))
     assert_untouched(model, before)
 
 

@@ -86,7 +86,7 @@ register_method(
     Method(
         "tiered",
         TieredConfig,
-        input_embedding_name,
+        lambda model: input_embedding_name(model, "tiered"),
         build,
         accepts=(nn.Embedding,),
         prepare=check_calibration,

@@ -23,8 +23,9 @@ from .storage import check_code_storage
 DEFAULT_ORDER = 3
 
 
-def input_embedding_name(model: nn.Module) -> list[str]:
-    """The full name of ``model.get_input_embeddings()`` when it is a token embedding (an ``nn.Embedding``)."""
+def input_embedding_name(model: nn.Module, method: str = "tt") -> list[str]:
+    """The full name of ``model.get_input_embeddings()`` when it is a token embedding (an ``nn.Embedding``); the
+    error names ``method``, the one that asked."""
     getter = getattr(model, "get_input_embeddings", None)
     try:
         embedding = getter() if getter is not None else None
@@ -35,7 +36,7 @@ def input_embedding_name(model: nn.Module) -> list[str]:
         found = f" (get_input_embeddings() is {type(embedding).__name__})" if embedding is not None else ""
         families = ", ".join(f.model_type for f in FAMILIES.values() if f.token_embedding)
         raise ValueError(
-            f"{type(model).__name__} has no token embedding{found}: method 'tt' compresses the token embedding "
+            f"{type(model).__name__} has no token embedding{found}: method {method!r} compresses the token embedding "
             f"of language models ({families}, or any model whose get_input_embeddings() is an nn.Embedding); "
             "pass target_modules naming an nn.Embedding"
         )
