@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
+import re
 import sys
 from dataclasses import Field, fields
 from pathlib import Path
@@ -95,6 +97,28 @@ def config_flags() -> dict[str, tuple[Field, tuple[str, ...]]]:
             if item.name not in ("modules", "version"):
                 flags[item.name] = (item, flags.get(item.name, (None, ()))[1] + (method,))
     return flags
+
+
+def field_descriptions(cls: type) -> dict[str, str]:
+    """``{field: description}`` from the ``Args:`` sections of ``cls``'s docstring and its bases' (the config
+    classes document every option there, allowed values included), so ``--help`` says what each flag takes."""
+    found: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        lines = inspect.cleandoc(klass.__dict__.get("__doc__") or "").splitlines()
+        inside, name = False, None
+        for line in lines:
+            if line.strip() == "Args:":
+                inside = True
+                continue
+            entry = re.match(r"^ {4}(\w+): (.*)$", line)
+            if inside and entry:
+                name = entry.group(1)
+                found[name] = entry.group(2)
+            elif inside and name and line.startswith(" " * 8):
+                found[name] += " " + line.strip()
+            elif inside and line.strip():
+                inside, name = False, None
+    return {key: text.replace("``", "").replace("%", "%%") for key, text in found.items()}
 
 
 def _is_list(item: Field) -> bool:
@@ -440,7 +464,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="tokens of calibration text to use (default: 65536; the hidden-state covariance uses the first 4096)",
     )
     flags = config_flags()
+    descriptions = {}
+    for cls in config_classes().values():
+        descriptions = field_descriptions(cls) | descriptions  # the first class documenting a field keeps it
     for name, (item, methods) in flags.items():
+        about = descriptions.get(name, name)
         flag = "--" + name.replace("_", "-")
         default = item.default if not callable(item.default_factory) else item.default_factory()
         if name == "target_modules":
@@ -456,13 +484,13 @@ def build_parser() -> argparse.ArgumentParser:
                 flag,
                 nargs="+",
                 metavar="VALUE",
-                help=f"{'/'.join(methods)}: {name}, a list: space- or comma-separated "
-                f"values or one JSON list (default: {default!r})",
+                help=f"{'/'.join(methods)}: {about} A list: space- or comma-separated values or one JSON list "
+                f"(default: {default!r})",
             )
         elif name == "method":
             compress.add_argument(flag, metavar="VALUE", help=f"one of {list(methods)} (default: 'cp')")
         else:
-            compress.add_argument(flag, metavar="VALUE", help=f"{'/'.join(methods)}: {name} (default: {default!r})")
+            compress.add_argument(flag, metavar="VALUE", help=f"{'/'.join(methods)}: {about} (default: {default!r})")
 
     evaluate = command(
         "evaluate", "Forecast a data set's test windows with a saved model and write MSE/MAE as JSON.", evaluate_command

@@ -47,8 +47,8 @@ class CompressionConfig(QuantizationConfigMixin):
     compresses while loading (``hf_tensorcompress.quantizer``).
 
     Args:
-        method: ``"cp"``, ``"svd"``, ``"biprop"`` or ``"tt"``; the other keyword arguments are that method's options
-            (``CPConfig``, ``SVDConfig``, ``BipropConfig``, ``TTConfig``).
+        method: ``"cp"``, ``"svd"``, ``"biprop"``, ``"tt"`` or ``"tiered"``; the other keyword arguments are that
+            method's options (``CPConfig``, ``SVDConfig``, ``BipropConfig``, ``TTConfig``, ``TieredConfig``).
         target_modules: module names (a module matches if its full name equals or ends with ``.<name>``) or one
             regular expression matched against full names. ``None`` takes the method's default for the model
             family (attention projections for cp/svd/biprop, the input embedding for tt).
