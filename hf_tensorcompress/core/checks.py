@@ -175,10 +175,17 @@ def check_shapes(folder: str | os.PathLike) -> None:
         )
 
 
-def torchao_parts(metadata: dict[str, str]) -> dict[str, list[str]]:
-    """``{Linear weight key: the flattened keys torchao saved it as}`` from a checkpoint's safetensors metadata
-    (torchao writes ``<module>._<name>_<part>`` for each of a quantized tensor's ``_tensor_data_names``)."""
-    parts = {}
+class TorchAoWeight(NamedTuple):
+    """A torchao-quantized weight as a checkpoint's safetensors metadata describes it."""
+
+    parts: dict[str, str]  # part name (qdata, scale, …) -> the key torchao flattened it to
+    block_size: list[int] | None
+
+
+def torchao_weights(metadata: dict[str, str]) -> dict[str, TorchAoWeight]:
+    """``{Linear weight key: TorchAoWeight}`` from a checkpoint's safetensors metadata (torchao writes
+    ``<module>._<name>_<part>`` for each of a quantized tensor's ``_tensor_data_names``)."""
+    weights = {}
     for key, value in metadata.items():
         try:
             described = json.loads(value)
@@ -187,34 +194,71 @@ def torchao_parts(metadata: dict[str, str]) -> dict[str, list[str]]:
         names = described.get("_tensor_data_names") if isinstance(described, dict) else None
         if names:
             module, _, name = key.rpartition(".")
-            parts[key] = [f"{module}._{name}_{part}" for part in names]
-    return parts
+            block = (described.get("_data") or {}).get("block_size")
+            weights[key] = TorchAoWeight({part: f"{module}._{name}_{part}" for part in names}, block)
+    return weights
 
 
-def check_before_loading(folder: str | os.PathLike | None) -> None:
-    """What can be checked from a local checkpoint's headers before any weight is read: the shapes its specs
-    describe, and its torchao-quantized Linears (every flattened part present, and a ``linears`` entry in
-    ``quantization_config`` saying how to read them; without it transformers would leave those Linears random)."""
-    if folder is None or not os.path.isdir(str(folder)):
-        return
-    check_shapes(folder)
-    stored, parts = stored_tensors(folder), torchao_parts(stored_metadata(folder))
-    marker = saved_config(folder).get("quantization_config")
-    linears = marker.get("linears") if isinstance(marker, dict) else None
-    for weight, keys in parts.items():
+def _check_torchao(stored: dict[str, StoredTensor], weights: dict[str, TorchAoWeight], linears: object) -> None:
+    """Every flattened part of each torchao weight present, the scale-like parts one entry per block of
+    ``qdata`` (transformers' torchao loader fails on anything else without naming the tensor), and a ``linears``
+    entry in ``quantization_config`` saying how to read them (without it transformers leaves those Linears random)."""
+    for weight, described in weights.items():
+        keys = list(described.parts.values())
         missing = [key for key in keys if key not in stored]
         if missing:
             raise CompressedCheckpointError(
                 f"{WEIGHTS_NAME}: the torchao-quantized weight {weight!r} lacks {missing} (of {keys}), so it cannot "
                 f"be rebuilt; {SAVE_AGAIN}"
             )
-    flattened = sorted(key for keys in parts.values() for key in keys if key in stored)
+        qdata, block = described.parts.get("qdata"), described.block_size
+        if qdata is None or not isinstance(block, list) or len(block) != len(stored[qdata].shape):
+            continue
+        blocks = [size // step if step else -1 for size, step in zip(stored[qdata].shape, block)]
+        for part, key in described.parts.items():
+            if part != "qdata" and list(stored[key].shape) != blocks:
+                raise _problem(
+                    stored,
+                    key,
+                    f"has shape {list(stored[key].shape)}, where {qdata!r} {list(stored[qdata].shape)} "
+                    f"in blocks of {block} needs {blocks}",
+                )
+    flattened = sorted(key for described in weights.values() for key in described.parts.values())
     if flattened and linears is None:
         raise CompressedCheckpointError(
             f"{stored[flattened[0]].file}: {flattened[0]!r} is part of a torchao-quantized Linear weight, but "
             "config.json's quantization_config has no 'linears' entry saying how to read it (the Linears would load "
             f"at random); restore config.json from the saved checkpoint, or {SAVE_AGAIN}"
         )
+
+
+def _check_tombstones(stored: dict[str, StoredTensor], compression: dict) -> None:
+    """Each tombstone (a uint8 scalar under a replaced module's dense key) has a spec: without one the module would
+    be built dense and read that scalar as its weight."""
+    modules = compression.get("modules") if isinstance(compression.get("modules"), dict) else {}
+    for key, found in stored.items():
+        name = key.removesuffix("." + TOMBSTONE_KEY)
+        if name != key and found.dtype == torch.uint8 and found.shape == () and name not in modules:
+            raise CompressedCheckpointError(
+                f"{found.file}: {key!r} marks {name!r} as a compressed module, but config.json's "
+                f"compression_config['modules'] has no spec for it; restore config.json from the saved checkpoint, "
+                f"or {SAVE_AGAIN}"
+            )
+
+
+def check_before_loading(folder: str | os.PathLike | None) -> None:
+    """What can be checked from a local checkpoint's headers before any weight is read: the shapes its specs
+    describe, a spec for every replaced module, and its torchao-quantized Linears (``_check_torchao``)."""
+    if folder is None or not os.path.isdir(str(folder)):
+        return
+    check_shapes(folder)
+    stored, config = stored_tensors(folder), saved_config(folder)
+    compression = config.get("compression_config")
+    _check_tombstones(stored, compression if isinstance(compression, dict) else {})
+    marker = config.get("quantization_config")
+    _check_torchao(
+        stored, torchao_weights(stored_metadata(folder)), marker.get("linears") if isinstance(marker, dict) else None
+    )
 
 
 def _problem(stored: dict[str, StoredTensor], key: str, problem: str) -> CompressedCheckpointError:
