@@ -180,6 +180,13 @@ class TorchAoWeight(NamedTuple):
 
     parts: dict[str, str]  # part name (qdata, scale, …) -> the key torchao flattened it to
     block_size: list[int] | None
+    kind: str  # torchao's tensor class, e.g. IntxUnpackedToInt8Tensor
+    dtype: str | None  # the dtype it dequantizes to
+
+
+#: Dtypes of the parts of the torchao tensor classes ``quantize_linears`` is used with (``scale``: the weight's dtype,
+#: unless the config sets ``scale_dtype``); transformers' torchao loader fails on others without naming the tensor.
+TORCHAO_PART_DTYPES = {"IntxUnpackedToInt8Tensor": {"qdata": torch.int8, "zero_point": torch.int8}}
 
 
 def torchao_weights(metadata: dict[str, str]) -> dict[str, TorchAoWeight]:
@@ -194,15 +201,29 @@ def torchao_weights(metadata: dict[str, str]) -> dict[str, TorchAoWeight]:
         names = described.get("_tensor_data_names") if isinstance(described, dict) else None
         if names:
             module, _, name = key.rpartition(".")
-            block = (described.get("_data") or {}).get("block_size")
-            weights[key] = TorchAoWeight({part: f"{module}._{name}_{part}" for part in names}, block)
+            data = described.get("_data") or {}
+            dtype = (data.get("dtype") or {}).get("_data") if isinstance(data.get("dtype"), dict) else None
+            parts = {part: f"{module}._{name}_{part}" for part in names}
+            weights[key] = TorchAoWeight(parts, data.get("block_size"), str(described.get("_type")), dtype)
     return weights
 
 
+def _torchao_scale_dtype(linears: object, described: TorchAoWeight) -> torch.dtype | None:
+    """The dtype a weight's ``scale`` is stored in: the config's ``scale_dtype``, else the weight's own dtype."""
+    try:
+        chosen = linears["quant_type"]["default"]["_data"].get("scale_dtype")
+    except (KeyError, TypeError, AttributeError):
+        chosen = None
+    name = chosen.get("_data") if isinstance(chosen, dict) else described.dtype
+    dtype = getattr(torch, name, None) if isinstance(name, str) else None
+    return dtype if isinstance(dtype, torch.dtype) else None
+
+
 def _check_torchao(stored: dict[str, StoredTensor], weights: dict[str, TorchAoWeight], linears: object) -> None:
-    """Every flattened part of each torchao weight present, the scale-like parts one entry per block of
-    ``qdata`` (transformers' torchao loader fails on anything else without naming the tensor), and a ``linears``
-    entry in ``quantization_config`` saying how to read them (without it transformers leaves those Linears random)."""
+    """Every flattened part of each torchao weight present, in its dtype, the scale-like parts one entry per
+    block of ``qdata`` (transformers' torchao loader fails on anything else without naming the tensor, or rounds a
+    scale), and a ``linears`` entry in ``quantization_config`` saying how to read them (without it transformers
+    leaves those Linears random)."""
     for weight, described in weights.items():
         keys = list(described.parts.values())
         missing = [key for key in keys if key not in stored]
@@ -211,9 +232,22 @@ def _check_torchao(stored: dict[str, StoredTensor], weights: dict[str, TorchAoWe
                 f"{WEIGHTS_NAME}: the torchao-quantized weight {weight!r} lacks {missing} (of {keys}), so it cannot "
                 f"be rebuilt; {SAVE_AGAIN}"
             )
+        dtypes = dict(TORCHAO_PART_DTYPES.get(described.kind, {}))
+        if described.kind in TORCHAO_PART_DTYPES:
+            dtypes["scale"] = _torchao_scale_dtype(linears, described)
+        for part, dtype in dtypes.items():
+            key = described.parts.get(part)
+            if key is not None and dtype is not None and stored[key].dtype != dtype:
+                raise _problem(stored, key, f"is stored as {stored[key].dtype}, where {described.kind} stores {dtype}")
         qdata, block = described.parts.get("qdata"), described.block_size
-        if qdata is None or not isinstance(block, list) or len(block) != len(stored[qdata].shape):
+        if qdata is None or not isinstance(block, list):
             continue
+        if len(block) != len(stored[qdata].shape):
+            raise _problem(
+                stored,
+                qdata,
+                f"has shape {list(stored[qdata].shape)}, where blocks {block} need one of rank {len(block)}",
+            )
         blocks = [size // step if step else -1 for size, step in zip(stored[qdata].shape, block)]
         for part, key in described.parts.items():
             if part != "qdata" and list(stored[key].shape) != blocks:
@@ -248,13 +282,20 @@ def _check_tombstones(stored: dict[str, StoredTensor], compression: dict) -> Non
 
 def check_before_loading(folder: str | os.PathLike | None) -> None:
     """What can be checked from a local checkpoint's headers before any weight is read: the shapes its specs
-    describe, a spec for every replaced module, and its torchao-quantized Linears (``_check_torchao``)."""
+    describe, a spec for every replaced module, each compressed module's tensors (``_check_layer_file``), and the
+    torchao-quantized Linears (``_check_torchao``)."""
     if folder is None or not os.path.isdir(str(folder)):
         return
     check_shapes(folder)
     stored, config = stored_tensors(folder), saved_config(folder)
     compression = config.get("compression_config")
-    _check_tombstones(stored, compression if isinstance(compression, dict) else {})
+    compression = compression if isinstance(compression, dict) else {}
+    _check_tombstones(stored, compression)
+    saved_dtype = config.get("dtype", config.get("torch_dtype"))
+    dtype = getattr(torch, saved_dtype, None) if isinstance(saved_dtype, str) else None
+    modules = compression.get("modules")
+    for name, spec in (modules if isinstance(modules, dict) else {}).items():
+        _check_layer_file(name, spec, stored, dtype if isinstance(dtype, torch.dtype) else None)
     marker = config.get("quantization_config")
     _check_torchao(
         stored, torchao_weights(stored_metadata(folder)), marker.get("linears") if isinstance(marker, dict) else None
@@ -295,40 +336,58 @@ def _check_finite_layer(stored: dict[str, StoredTensor], name: str, tensors: dic
             )
 
 
-def _check_layer(model: nn.Module, name: str, spec: dict, stored: dict[str, StoredTensor], dtype) -> None:
-    """One compressed module: its tensors in the file (no key missing or extra), their dtypes and shapes in the
-    file and in memory against an empty layer built from the spec, and the layer's own ``check_state``."""
+def _fixed_dtype(layer: nn.Module, key: str, expected: torch.Tensor) -> bool:
+    """Whether a tensor must be stored in exactly its layer's dtype: integers, and the buffers of stored matrices
+    (their dtypes are the format); float parameters follow the model's dtype."""
+    owner = layer.get_submodule(key.rpartition(".")[0]) if "." in key else layer
+    return not expected.is_floating_point() or getattr(owner, "keeps_dtypes", False)
+
+
+def _check_layer_file(name: str, spec: dict, stored: dict[str, StoredTensor], dtype: torch.dtype | None) -> None:
+    """Before loading, module ``name`` (as the file spells it) against an empty layer built from its spec: no
+    tensor missing or extra in the file, each in the dtype the layer stores (float parameters: the model's dtype
+    that config.json records). Transformers would load another dtype into the buffer as it is, or round it."""
+    with torch.device("meta"):
+        layer = build_recorded(name, spec)
+    reference, parameters = layer.state_dict(), dict(layer.named_parameters())
+    in_file = {key[len(name) + 1 :] for key in stored if key.startswith(name + ".")} - {TOMBSTONE_KEY}
+    extra, missing = sorted(in_file - reference.keys()), sorted(reference.keys() - in_file)
+    if extra or missing:
+        key = f"{name}.{(extra or missing)[0]}"
+        raise CompressedCheckpointError(
+            f"{file_of(stored, key)}: the tensors of {name!r} do not match its spec in config.json "
+            f"(compression_config['modules']): {'extra' if extra else 'missing'} {key!r}"
+            + (f" (and {len(extra) + len(missing) - 1} more)" if len(extra) + len(missing) > 1 else "")
+            + ". A spec field (bits, rank, tiers) was edited or a tensor added or removed: restore config.json "
+            f"from the saved checkpoint, or {SAVE_AGAIN}"
+        )
+    for key, expected in reference.items():
+        full, found = f"{name}.{key}", stored[f"{name}.{key}"]
+        if _fixed_dtype(layer, key, expected):
+            wanted = expected.dtype
+        elif key in parameters and dtype is not None:
+            wanted = dtype
+        else:
+            wanted = found.dtype if isinstance(found.dtype, torch.dtype) and found.dtype.is_floating_point else None
+        if found.dtype != wanted:
+            raise _problem(stored, full, f"is stored as {found.dtype}, where this layer stores {wanted or 'floats'}")
+
+
+def _check_layer(model: nn.Module, name: str, spec: dict, stored: dict[str, StoredTensor]) -> None:
+    """After loading, module ``name`` in memory: dtypes and shapes against an empty layer built from its spec
+    (what the kernels and indices will read), finiteness, and each submodule's own ``check_state``."""
     layer = model.get_submodule(name)
     with torch.device("meta"):
         reference = build_recorded(name, spec).state_dict()
     loaded = layer.state_dict()
-    prefix = _file_prefix(stored, name, model)
-    if stored:
-        in_file = {key[len(prefix) + 1 :] for key in stored if key.startswith(prefix + ".")} - {TOMBSTONE_KEY}
-        extra, missing = sorted(in_file - reference.keys()), sorted(reference.keys() - in_file)
-        if extra or missing:
-            key = f"{prefix}.{(extra or missing)[0]}"
-            raise CompressedCheckpointError(
-                f"{file_of(stored, key)}: the tensors of {name!r} do not match its spec in config.json "
-                f"(compression_config['modules']): {'extra' if extra else 'missing'} {key!r}"
-                + (f" (and {len(extra) + len(missing) - 1} more)" if len(extra) + len(missing) > 1 else "")
-                + ". A spec field (bits, rank, tiers) was edited or a tensor added or removed: restore config.json "
-                f"from the saved checkpoint, or {SAVE_AGAIN}"
-            )
     for key, expected in reference.items():
         full, tensor = f"{name}.{key}", loaded.get(key)
         if tensor is None:
             raise _problem(stored, full, "is not in the loaded model")
-        owner = layer.get_submodule(key.rpartition(".")[0]) if "." in key else layer
-        exact = not expected.is_floating_point() or getattr(owner, "keeps_dtypes", False)
-        found = stored.get(f"{prefix}.{key}")
-        if exact and (tensor.dtype != expected.dtype or (found is not None and found.dtype != expected.dtype)):
-            actual = found.dtype if found is not None and found.dtype != expected.dtype else tensor.dtype
-            raise _problem(stored, full, f"is stored as {actual}, where this layer stores {expected.dtype}")
-        if not exact and not tensor.is_floating_point():
+        if _fixed_dtype(layer, key, expected) and tensor.dtype != expected.dtype:
+            raise _problem(stored, full, f"is {tensor.dtype}, where this layer stores {expected.dtype}")
+        if not tensor.is_floating_point() and expected.is_floating_point():
             raise _problem(stored, full, f"is {tensor.dtype}, where this layer holds floats")
-        if not exact and found is not None and dtype is not None and found.dtype != dtype:
-            raise _problem(stored, full, f"is stored as {found.dtype}, but config.json says the model is {dtype}")
         if tuple(tensor.shape) != tuple(expected.shape):
             raise _problem(
                 stored, full, f"has shape {list(tensor.shape)}, where its spec builds {list(expected.shape)}"
@@ -408,11 +467,9 @@ def check_loaded(model: nn.Module, folder: str | os.PathLike | None = None) -> N
     output layer, and the model's other tensors. ``folder``: the local checkpoint (its headers give the file's own
     dtypes and keys); without one, what is in memory is checked."""
     stored, config = stored_tensors(folder), saved_config(folder)
-    saved_dtype = config.get("dtype", config.get("torch_dtype"))
-    dtype = SAFETENSORS_DTYPES.get({"float32": "F32", "float16": "F16", "bfloat16": "BF16"}.get(saved_dtype, ""))
     modules = model.config.compression_config.get("modules", {})
     for name, spec in modules.items():
-        _check_layer(model, name, spec, stored, dtype)
+        _check_layer(model, name, spec, stored)
     for name in modules:
         _check_tied_output(model, name, stored)
     _check_other_tensors(model, stored, config)

@@ -31,10 +31,11 @@ def build_layer(spec: dict) -> nn.Module:
 
 
 def build_recorded(name: str, spec: dict) -> nn.Module:
-    """``build_layer(spec)`` for module ``name`` of ``compression_config``, with an error naming the module."""
+    """``build_layer(spec)`` for module ``name`` of ``compression_config``, with an error naming the module: a spec
+    is read from a file, so any failure to build from it (a size of 0, a negative one) is the spec's fault."""
     try:
         return build_layer(spec)
-    except (KeyError, TypeError, ValueError) as error:
+    except Exception as error:
         if isinstance(error, CompressedCheckpointError):
             raise
         raise CompressedCheckpointError(
@@ -58,7 +59,14 @@ def install_layers(model: nn.Module, module_specs: dict[str, dict]) -> None:
         if reference is not None:
             layer.to(device=reference.device, dtype=reference.dtype)
         model.set_submodule(name, layer)
-    bind_layers(model, module_specs)
+    for name in module_specs:  # recorded specs: a field that does not fit the model (tied_output) is the spec's fault
+        try:
+            bind_layers(model, [name])
+        except Exception as error:
+            raise CompressedCheckpointError(
+                f"config.json: compression_config['modules'][{name!r}] does not fit this model ({type(error).__name__}"
+                f": {error}); restore config.json from the saved checkpoint, or save the compressed model again"
+            ) from error
 
 
 def bind_layers(model: nn.Module, names) -> None:
