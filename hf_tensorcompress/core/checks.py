@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from typing import NamedTuple
 
 import torch
@@ -286,10 +287,11 @@ def check_before_loading(folder: str | os.PathLike | None) -> None:
     """What can be checked from a local checkpoint's headers before any weight is read: the shapes its specs
     describe, a spec for every replaced module, each compressed module's tensors (``_check_layer_file``), and the
     torchao-quantized Linears (``_check_torchao``)."""
-    if folder is None or not os.path.isdir(str(folder)):
+    stored = stored_tensors(folder)
+    if not stored:  # not local, or a Hub repo whose weights are not downloaded yet (check_loaded runs this again)
         return
     check_shapes(folder)
-    stored, config = stored_tensors(folder), saved_config(folder)
+    config = saved_config(folder)
     compression = config.get("compression_config")
     compression = compression if isinstance(compression, dict) else {}
     _check_tombstones(stored, compression)
@@ -445,10 +447,11 @@ def _check_other_tensors(model: nn.Module, stored: dict[str, StoredTensor], conf
     each one it loads): a deleted key, or torchao Linears read without their config, would leave random weights.
     torchao-quantized weights: each part finite."""
     if _saved_class(model, config):
+        optional = [re.compile(pattern) for pattern in getattr(model, "_keys_to_ignore_on_load_missing", None) or ()]
         unloaded = sorted(
             key
             for key, tensor in model.state_dict(keep_vars=True).items()
-            if not getattr(tensor, "_is_hf_initialized", False)
+            if not getattr(tensor, "_is_hf_initialized", False) and not any(p.search(key) for p in optional)
         )
         if unloaded:
             raise CompressedCheckpointError(
@@ -468,6 +471,7 @@ def check_loaded(model: nn.Module, folder: str | os.PathLike | None = None) -> N
     """After the weights load, on both load paths: every compressed module checked (``_check_layer``), the tied
     output layer, and the model's other tensors. ``folder``: the local checkpoint (its headers give the file's own
     dtypes and keys); without one, what is in memory is checked."""
+    check_before_loading(folder)  # again: a Hub repo's weights are on disk only now
     stored, config = stored_tensors(folder), saved_config(folder)
     modules = model.config.compression_config.get("modules", {})
     for name, spec in modules.items():
