@@ -320,3 +320,25 @@ def test_every_mutation_is_refused_or_harmless(tmp_path):
 @pytest.mark.slow
 def test_many_mutations_are_refused_or_harmless(tmp_path):
     check(tmp_path, SLOW)
+
+
+FAKE_WORKER = """
+import json, os, signal, sys
+for job in json.load(open(sys.argv[2])):
+    if job["mutation"]["op"] == "crash":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    print(json.dumps({"id": job["id"], "outcome": "equal"}), flush=True)
+"""
+
+
+def test_a_crash_is_reported_and_the_rest_run_in_a_new_child(tmp_path, monkeypatch):
+    """The harness itself: a child killed by a signal fails its mutation in flight, not pytest, and the mutations
+    after it still run."""
+    fake = tmp_path / "fake_worker.py"
+    fake.write_text(FAKE_WORKER)
+    monkeypatch.setattr(sys.modules[__name__], "WORKER", fake)
+    ops = ["none", "crash", "none", "crash", "none"]
+    jobs = [{"id": str(index), "mutation": {"op": op}} for index, op in enumerate(ops)]
+    results = collect(worker("native", jobs, tmp_path / "run"), jobs, "native", tmp_path / "run")
+    assert [results[str(index)]["outcome"] for index in range(5)] == ["equal", "crash", "equal", "crash", "equal"]
+    assert "exit -11" in results["1"]["error"]
