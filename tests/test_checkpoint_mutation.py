@@ -103,12 +103,10 @@ def build(kind: str, root: Path) -> Path:
     return folder
 
 
-def headers(folder: Path) -> tuple[dict[str, tuple[str, list[int]]], dict[str, str]]:
+def headers(folder: Path) -> dict[str, tuple[str, list[int]]]:
+    """``{key: (safetensors dtype name, shape)}`` of a saved checkpoint."""
     with safe_open(folder / "model.safetensors", framework="pt") as handle:
-        return (
-            {key: (handle.get_slice(key).get_dtype(), handle.get_slice(key).get_shape()) for key in handle.keys()},
-            handle.metadata() or {},
-        )
+        return {key: (handle.get_slice(key).get_dtype(), handle.get_slice(key).get_shape()) for key in handle.keys()}
 
 
 def padded_codes(modules: dict[str, dict]) -> set[str]:
@@ -182,7 +180,7 @@ def spec_mutations(name: str, spec: dict) -> list[dict]:
 
 def candidates(folder: Path) -> list[dict]:
     """Every mutation of ``folder``'s checkpoint this test knows, in a fixed order."""
-    tensors, metadata = headers(folder)
+    tensors = headers(folder)
     config = json.loads((folder / "config.json").read_text())
     modules = config["compression_config"]["modules"]
     marker = config["quantization_config"]
@@ -227,7 +225,6 @@ def candidates(folder: Path) -> list[dict]:
             {"op": "config", "path": [*linears, "quant_type", "default", "_type"], "value": "Int8WeightOnlyConfig"},
             {"op": "config", "path": [*linears, "modules_to_not_convert"], "value": ["model.layers.0.mlp.up_proj"]},
         ]
-    assert metadata is not None
     return [{"op": "none"}, *found]
 
 

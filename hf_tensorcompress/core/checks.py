@@ -1,13 +1,15 @@
-"""Load-time checks of a compressed checkpoint, each failure naming the file and the key to fix. A checkpoint is
-executable input: the fused kernels read buffers by their sizes and indices select rows, so everything the library
-reads is checked before it is used, on the native path (the quantizer) and the ``trust_remote_code`` path
-(``Compressed<Base>.from_pretrained``) alike:
+"""Load-time checks of a compressed checkpoint, each failure a ``CompressedCheckpointError`` naming the file and the
+key to fix. A checkpoint is executable input: the fused kernels read buffers by their sizes and indices select rows,
+so everything the library reads is checked before it is used, by this one implementation on the native path (the
+quantizer) and the ``trust_remote_code`` path (``Compressed<Base>.from_pretrained``) alike:
 
-- before the weights load (``check_before_loading``): tensor shapes against the specs in ``config.json`` (ahead of
-  transformers' generic size-mismatch message), and torchao-quantized Linears against ``quantization_config``;
-- after (``check_loaded``): every compressed tensor's dtype and shape (in the file and in memory), no tensor of a
-  compressed module missing or extra, finiteness, each layer's own ``check_state`` (ranges: indices, slot maps,
-  masks), the tied output layer, and, for a model of the class that was saved, every tensor loaded from the file.
+- from the safetensors headers, before the weights load (``check_before_loading``; again after, for a Hub repo
+  whose weights were not on disk yet): shapes against the specs in ``config.json``, each compressed module's keys
+  (none missing or extra) and dtypes, a spec for every tombstone, the torchao-quantized Linears complete, in their
+  dtypes and block shapes, and read with their ``linears`` config;
+- in memory, after (``check_loaded``): every compressed tensor's dtype, shape and finiteness, each submodule's
+  ``check_state`` (value ranges: slot maps, indices, masks, padding), the tied output layer against the file, and,
+  for a model of the class that was saved, every tensor loaded from the file (torchao parts finite).
 
 Ships inside saved checkpoints: torch, safetensors (a transformers dependency) and sibling files only.
 """
@@ -53,6 +55,7 @@ class StoredTensor(NamedTuple):
 
 
 def _weight_files(folder: str) -> list[str]:
+    """The safetensors files of a local checkpoint (one, or those its index names)."""
     index = os.path.join(folder, WEIGHTS_INDEX_NAME)
     if os.path.isfile(index):
         with open(index, encoding="utf-8") as handle:
@@ -89,11 +92,6 @@ def stored_metadata(folder: str | os.PathLike | None) -> dict[str, str]:
         with safe_open(os.path.join(str(folder), name), framework="pt") as handle:
             metadata.update(handle.metadata() or {})
     return metadata
-
-
-def stored_shapes(folder: str | os.PathLike) -> dict[str, tuple[str, tuple[int, ...]]]:
-    """``{key: (file name, shape)}`` of a local checkpoint's safetensors files (``stored_tensors``)."""
-    return {key: (stored.file, stored.shape) for key, stored in stored_tensors(folder).items()}
 
 
 def local_folder(pretrained: str | os.PathLike | None, **source) -> str | None:
@@ -307,6 +305,7 @@ def check_before_loading(folder: str | os.PathLike | None) -> None:
 
 
 def _problem(stored: dict[str, StoredTensor], key: str, problem: str) -> CompressedCheckpointError:
+    """The error for tensor ``key``: its file, the key, what is wrong, and the fix."""
     return CompressedCheckpointError(f"{file_of(stored, key)}: tensor {key!r} {problem}; {SAVE_AGAIN}")
 
 
@@ -321,15 +320,8 @@ def _file_prefix(stored: dict[str, StoredTensor], name: str, model: nn.Module) -
     return name
 
 
-def check_finite(model: nn.Module, folder: str | os.PathLike | None = None) -> None:
-    """Every floating tensor of every compressed layer is finite: a NaN in a factor or core would otherwise load
-    without a word and poison every output."""
-    stored = stored_tensors(folder)
-    for name in model.config.compression_config.get("modules", {}):
-        _check_finite_layer(stored, name, model.get_submodule(name).state_dict())
-
-
 def _check_finite_layer(stored: dict[str, StoredTensor], name: str, tensors: dict[str, torch.Tensor]) -> None:
+    """Every floating tensor of module ``name`` is finite: one NaN would poison every output without a word."""
     for key, tensor in tensors.items():
         if tensor.is_floating_point() and not tensor.is_meta and not torch.isfinite(tensor).all():
             full = f"{name}.{key}"
