@@ -261,7 +261,9 @@ class TTEmbedding(TTVocabulary, TTLogits, CompressedLayer, nn.Embedding):
             return
         if self.ranks:
             low = self.token_ranks < 1
-            high = self.token_ranks > torch.tensor(self.ranks, dtype=self.token_ranks.dtype)
+            high = self.token_ranks > torch.tensor(
+                self.ranks, dtype=self.token_ranks.dtype, device=self.token_ranks.device
+            )
             if (low | high).any():
                 token = int((low | high).any(dim=1).nonzero()[0])
                 raise TensorProblem(
