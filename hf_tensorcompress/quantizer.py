@@ -116,13 +116,13 @@ class TensorCompressQuantizer(HfQuantizer):
 
     def _process_model_before_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
         from .core import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
-        from .core.checks import check_shapes
+        from .core.checks import check_before_loading, local_folder
         from .saving import save_extras
 
         if self.pre_quantized:
             check_method(modeling.compression_of(model.config))
             modeling.make_compressed(model, save_extras)
-            check_shapes(model.config.name_or_path)  # before transformers' generic size-mismatch message
+            check_before_loading(local_folder(model.config.name_or_path))  # before transformers' generic messages
             if self.linears is not None:
                 self.linears._process_model_before_weight_loading(model, **kwargs)
             return model
@@ -138,7 +138,7 @@ class TensorCompressQuantizer(HfQuantizer):
 
     def _process_model_after_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
         from .core import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
-        from .core.checks import check_finite
+        from .core.checks import check_loaded, local_folder
         from .core.structure import CompressedCheckpointError
 
         if self.pre_quantized:
@@ -148,7 +148,7 @@ class TensorCompressQuantizer(HfQuantizer):
                     f"The checkpoint does not match its compression_config: missing_keys: {missing[:6]}. Save the "
                     "model again with save_pretrained, or fix compression_config in config.json."
                 )
-            check_finite(model, model.config.name_or_path)
+            check_loaded(model, local_folder(model.config.name_or_path))
         config = self.quantization_config
         if self.linears is not None:  # the Linears stay quantized: this quantizer stays, to save them
             model.config.quantization_config = config.to_dict()

@@ -117,7 +117,13 @@ def test_it_steps_aside_where_it_does_not_apply(monkeypatch):
         return lowbit_kernel.fused_matmul_t(codes, stored.scale, stored.minimum, 4, group, hidden)
 
     assert fused(torch.randn(lowbit_kernel.MAX_VECTORS + 1, 64)) is None  # a prompt: the chunked GEMM
-    assert fused(torch.randn(1, 64), group=4) is None  # groups not a multiple of 8 codes
+    small_groups = LowBitTensor.quantize(torch.randn(40, 64), 4, 4)  # groups not a multiple of 8 codes
+    assert (
+        lowbit_kernel.fused_matmul_t(
+            small_groups.codes, small_groups.scale, small_groups.minimum, 4, 4, torch.randn(1, 64)
+        )
+        is None
+    )
     assert fused(torch.randn(0, 64)) is None
     monkeypatch.setenv("HF_TENSORCOMPRESS_KERNELS", "0")
     assert fused(torch.randn(1, 64)) is None
@@ -139,3 +145,46 @@ def test_a_missing_compiler_falls_back_with_one_warning(monkeypatch, tmp_path):
         torch.testing.assert_close(stored.matmul_t(hidden), hidden @ stored.dequantize().T)
     finally:
         lowbit_kernel.load_kernel.cache_clear()
+
+
+@pytest.mark.parametrize("kernels", ["1", "0"])
+def test_a_hidden_width_other_than_the_stored_columns_is_refused(kernels, monkeypatch):
+    """The kernel took the width from its input: a wider vector read past every row (a crash or NaN)."""
+    monkeypatch.setenv("HF_TENSORCOMPRESS_KERNELS", kernels)
+    stored = LowBitTensor.quantize(torch.randn(40, 64), 4, 16)
+    table = CodebookTensor((40, 64), 4, 1024)
+    table.reset_parameters()
+    for matrix in (stored, table):
+        for width in (72, 56, 4096):
+            with pytest.raises(ValueError, match=f"hidden states have {width} columns, but the stored matrix has 64"):
+                matrix.matmul_t(torch.randn(1, width))
+
+
+@pytest.mark.parametrize(
+    ("name", "bad"),
+    [
+        ("scale", lambda t: t.to(torch.uint8)),
+        ("minimum", lambda t: t.to(torch.int8)),
+        ("codes", lambda t: t.to(torch.int16)),
+        ("codes", lambda t: t[:, :-4]),
+        ("scale", lambda t: t[:-1]),
+    ],
+)
+def test_the_lowbit_kernel_checks_its_buffers_before_the_call(name, bad):
+    stored = LowBitTensor.quantize(torch.randn(40, 64), 4, 16)
+    buffers = {"codes": stored.codes, "scale": stored.scale, "minimum": stored.minimum}
+    buffers[name] = bad(buffers[name])
+    with pytest.raises(ValueError, match=f"fused kernel: {name} is"):
+        lowbit_kernel.fused_matmul_t(*buffers.values(), 4, 16, torch.randn(1, 64), columns=64)
+
+
+@pytest.mark.parametrize("name", ["low", "high", "scale", "codebook"])
+def test_the_codebook_kernel_checks_its_buffers_before_the_call(name):
+    table = CodebookTensor((40, 64), 4, 1024)
+    table.reset_parameters()
+    buffers = {"low": table.codes, "high": table.high, "scale": table.scale, "codebook": table.codebook}
+    buffers[name] = buffers[name][:-1] if name == "codebook" else buffers[name].to(torch.int32)
+    with pytest.raises(ValueError, match=f"fused kernel: {name} is"):
+        lowbit_kernel.fused_codebook_matmul_t(
+            buffers["low"], buffers["high"], 2, buffers["scale"], buffers["codebook"], torch.randn(1, 64)
+        )

@@ -1,7 +1,7 @@
 """Vector-quantized storage of a matrix: every ``dim`` consecutive columns of a row are one index into a shared
 codebook of ``entries`` vectors, and each row has its own fp16 scale.
 
-Ships inside saved checkpoints (imports torch only). Below 3 bits a weight, scalar codes with group scales run out
+Ships inside saved checkpoints (imports torch and sibling shipped files only). Below 3 bits a weight, scalar codes with group scales run out
 of levels (int2 with a scale and minimum per 64 columns spends 2.5 bits a weight on 4 levels); a codebook of 1,024
 4-vectors spends the same 2.5 bits on 1,024 joint values, fitted to where the rows actually lie. Rows are rebuilt as
 ``scale · [codebook[i₀], codebook[i₁], …]`` only for the rows a forward needs (``rows``) or a chunk at a time
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import torch
 
+from .contract import TensorProblem, expect_tensor
 from .lowbit import StoredMatrix, pack, unpack
 from .lowbit_kernel import fused_codebook_matmul_t
 
@@ -66,6 +67,23 @@ class CodebookTensor(StoredMatrix):
     def spec(self) -> dict:
         return {"shape": list(self.shape), "codebook_dim": self.dim, "codebook_size": self.entries}
 
+    def check_state(self) -> None:
+        """Dtypes and shapes of the buffers, and zero padding in ``high``. Every index a byte plus ``high_bits``
+        bits can hold is below the codebook size (``256 · 2^high_bits`` entries), so no stored index is out of
+        range once the shapes are right."""
+        rows, columns = self.shape
+        vectors = columns // self.dim
+        expect_tensor(self.codes, "codes", torch.uint8, (rows, vectors))
+        expect_tensor(self.scale, "scale", torch.float16, (rows, 1))
+        expect_tensor(self.codebook, "codebook", torch.float16, (self.entries, self.dim))
+        if not self.high_bits:
+            return
+        expect_tensor(self.high, "high", torch.uint8, (rows, -(-vectors // 8) * self.high_bits))
+        if vectors % 8 and rows and not self.high.is_meta:
+            tail = unpack(self.high[:, -self.high_bits :], self.high_bits, 8)[:, vectors % 8 :]
+            if tail.any():
+                raise TensorProblem("high", f"holds index bits past the {vectors} indices of a row (padding is 0)")
+
     def _indices(self, rows: slice | torch.Tensor) -> torch.Tensor:
         indices = self._take(self.codes, rows).to(torch.int64)
         if self.high_bits:
@@ -83,6 +101,7 @@ class CodebookTensor(StoredMatrix):
         """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``): at batch ≤ 8 on the CPU through the fused lookup-table
         kernel, else decoding ``chunk`` rows at a time into one reused buffer; the transient is never the whole float
         table."""
+        self.check_width(hidden)
         fused = fused_codebook_matmul_t(
             self.codes, self.high if self.high_bits else None, self.high_bits, self.scale, self.codebook, hidden
         )

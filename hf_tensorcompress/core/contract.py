@@ -47,6 +47,23 @@ def tombstones(module_names) -> dict[str, torch.Tensor]:
     return {**marks, SIGNPOST_KEY: torch.zeros((), dtype=torch.uint8)}
 
 
+class TensorProblem(ValueError):
+    """A loaded tensor that no saved layer holds (``check_state``): ``key`` names it relative to the module that
+    raises, so the load-time check (``core/checks.py``) can name the file and the full key."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        super().__init__(f"{key}: {problem}")
+        self.key, self.problem = key, problem
+
+
+def expect_tensor(tensor: torch.Tensor, key: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    """``tensor`` has exactly ``dtype`` and ``shape`` (a kernel or an index would otherwise read past it)."""
+    if tensor.dtype != dtype or tuple(tensor.shape) != tuple(shape):
+        raise TensorProblem(
+            key, f"is {tensor.dtype} of shape {list(tensor.shape)}, where {dtype} of shape {list(shape)} is stored"
+        )
+
+
 class CompressedLayer(nn.Module):
     """A module that replaces a dense one. What the library relies on:
 
@@ -111,6 +128,11 @@ class CompressedLayer(nn.Module):
 
     def bind(self, model: nn.Module) -> None:
         """Nothing to do for a layer that only replaces its own module."""
+
+    def check_state(self) -> None:
+        """Raise ``TensorProblem`` for a loaded tensor of this module (not its submodules: each checks its own) whose
+        values no saved layer holds, e.g. an index out of range. Dtypes, shapes and finiteness are checked for every
+        layer by ``core/checks.py``; the default has nothing more to check."""
 
     def dense_weight(self) -> torch.Tensor:
         """The dense weight this layer computes (``nn.Linear``/``nn.Embedding`` orientation), for ``decompress``."""

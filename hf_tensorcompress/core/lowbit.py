@@ -1,6 +1,6 @@
 """Low-bit storage of a matrix: integer codes packed into bytes with per-group fp16 scale and minimum.
 
-Ships inside saved checkpoints (imports torch only). Compressed layers keep their factors, cores or rows in a
+Ships inside saved checkpoints (imports torch and the layer contract only). Compressed layers keep their factors, cores or rows in a
 ``LowBitTensor`` so that what sits on disk *and* in memory is the packed form; the float values are rebuilt only for
 the rows a forward needs (``rows``) or a chunk at a time (``matmul_t``), never as a whole float copy.
 
@@ -16,6 +16,7 @@ import sys
 import torch
 from torch import nn
 
+from .contract import TensorProblem, expect_tensor
 from .lowbit_kernel import fused_matmul_t
 
 #: Bit widths a LowBitTensor stores.
@@ -104,6 +105,22 @@ class StoredMatrix(nn.Module):
     subclass's ``_decode``, and a product decodes a chunk of rows at a time into one reused buffer."""
 
     shape: tuple[int, int]
+    #: The buffers' dtypes are the format: a checkpoint must hold exactly these (``core/checks.py``), where a float
+    #: parameter of a layer may be stored in any float dtype the model is loaded in.
+    keeps_dtypes = True
+
+    def check_state(self) -> None:
+        """Raise ``TensorProblem`` for a buffer that is not what a saved matrix of this format holds (the fused
+        kernels read them by their sizes, so a wrong dtype or shape would read past them)."""
+        raise NotImplementedError
+
+    def check_width(self, hidden: torch.Tensor) -> None:
+        """``hidden``'s last size is the stored columns (a product with another width has no meaning)."""
+        if hidden.shape[-1] != self.shape[1]:
+            raise ValueError(
+                f"matmul_t: the hidden states have {hidden.shape[-1]} columns, but the stored matrix has "
+                f"{self.shape[1]}; pass (..., {self.shape[1]}) vectors"
+            )
 
     def _decode(self, rows: slice | torch.Tensor, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
         raise NotImplementedError
@@ -198,6 +215,22 @@ class LowBitTensor(StoredMatrix):
     def from_spec(cls, spec: dict) -> LowBitTensor:
         return cls(spec["shape"], spec["bits"], spec["group_size"])
 
+    def check_state(self) -> None:
+        rows, columns = self.shape
+        if self.bits == 16:
+            expect_tensor(self.codes, "codes", torch.bfloat16, (rows, columns))
+            return
+        groups = (rows, columns // self.group_size)
+        expect_tensor(self.codes, "codes", torch.uint8, (rows, -(-columns // 8) * self.bits))
+        expect_tensor(self.scale, "scale", torch.float16, groups)
+        expect_tensor(self.minimum, "minimum", torch.float16, groups)
+        if self.codes.is_meta or not rows:
+            return
+        if columns % 8 and unpack(self.codes[:, -self.bits :], self.bits, 8)[:, columns % 8 :].any():
+            raise TensorProblem("codes", f"holds codes past the {columns} columns, in the padding that is always 0")
+        if (self.scale <= 0).any():
+            raise TensorProblem("scale", "holds a value <= 0, where every group's scale is positive")
+
     def _with_buffers(self, rows: int, buffers: dict[str, torch.Tensor]) -> LowBitTensor:
         """A ``LowBitTensor`` stored like this one with ``rows`` rows held by ``buffers`` (no copy, no encoding)."""
         made = LowBitTensor((0, self.shape[1]), self.bits, self.group_size)
@@ -248,8 +281,11 @@ class LowBitTensor(StoredMatrix):
         """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``). A few hidden vectors (a decoding step) go through the
         fused CPU kernel (``lowbit_kernel``), which multiplies the codes without writing floats anywhere; otherwise
         ``chunk`` rows at a time are decoded and multiplied."""
+        self.check_width(hidden)
         if self.bits != 16:
-            fused = fused_matmul_t(self.codes, self.scale, self.minimum, self.bits, self.group_size, hidden)
+            fused = fused_matmul_t(
+                self.codes, self.scale, self.minimum, self.bits, self.group_size, hidden, columns=self.shape[1]
+            )
             if fused is not None:
                 return fused
         return self._chunked_matmul_t(hidden, chunk)

@@ -246,12 +246,45 @@ def covered(codes: torch.Tensor, bits: int, columns: int, group: int, vectors: i
     return _enabled(codes, vectors) and bits in (2, 3, 4, 8) and columns % 8 == 0 and group % 8 == 0
 
 
+def _expect(tensor: torch.Tensor, name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
+    """A buffer the C code reads by the sizes it is given: anything else would be read past its end."""
+    if tensor.dtype != dtype or tuple(tensor.shape) != tuple(shape):
+        raise ValueError(
+            f"fused kernel: {name} is {tensor.dtype} of shape {list(tensor.shape)}, expected {dtype} of shape "
+            f"{list(shape)}"
+        )
+
+
+def _expect_width(hidden: torch.Tensor, columns: int) -> None:
+    if hidden.shape[-1] != columns:
+        raise ValueError(
+            f"fused kernel: the hidden states have {hidden.shape[-1]} columns, but the stored matrix has {columns}"
+        )
+
+
 def fused_matmul_t(
-    codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, bits: int, group: int, hidden: torch.Tensor
+    codes: torch.Tensor,
+    scale: torch.Tensor,
+    minimum: torch.Tensor,
+    bits: int,
+    group: int,
+    hidden: torch.Tensor,
+    columns: int | None = None,
 ) -> torch.Tensor | None:
     """``hidden @ Wᵀ`` for the packed ``W`` (``(..., columns) → (..., rows)`` in ``hidden``'s dtype), or None where
-    the kernel does not cover it."""
-    rows, columns = codes.shape[0], hidden.shape[-1]
+    the kernel does not cover it. The sizes come from the stored tensors (``columns``: the matrix's width, by default
+    what the codes hold) and are checked before the C code runs: a ``hidden`` of another width, or buffers of
+    another dtype or shape, raise ValueError."""
+    if bits not in (2, 3, 4, 8):
+        return None
+    rows = codes.shape[0]
+    columns = codes.shape[1] // bits * 8 if columns is None else columns
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1 or columns % group:
+        raise ValueError(f"fused kernel: group={group!r} must be a positive int dividing the {columns} columns")
+    _expect(codes, "codes", torch.uint8, (rows, -(-columns // 8) * bits))
+    _expect(scale, "scale", torch.float16, (rows, columns // group))
+    _expect(minimum, "minimum", torch.float16, (rows, columns // group))
+    _expect_width(hidden, columns)
     flat = hidden.reshape(-1, columns)
     if not covered(codes, bits, columns, group, len(flat)):
         return None
@@ -283,11 +316,23 @@ def fused_codebook_matmul_t(
     """``hidden @ Wᵀ`` for a ``CodebookTensor``'s ``W`` (index low bytes ``low``, packed ``high`` bits, per-row fp16
     ``scale``, fp16 ``codebook``), or None where the kernel does not cover it. Each hidden vector's dot products with
     every codebook entry, slice by slice, form a table (a few hundred KB); each logit is then a sum of table entries
-    picked by the row's indices, so the rows are never decoded."""
-    rows, vectors = low.shape
-    entries, dim = codebook.shape
+    picked by the row's indices, so the rows are never decoded. The sizes come from the stored tensors and are
+    checked before the C code runs (an index is a byte plus ``high_bits`` bits, so the codebook must hold
+    ``256 · 2^high_bits`` entries): a ``hidden`` of another width, or buffers of another dtype or shape, raise
+    ValueError."""
+    if high_bits not in (0, 2, 3, 4):
+        return None
+    rows, vectors = low.shape[0], low.shape[-1]
+    dim = codebook.shape[-1]
+    _expect(low, "low", torch.uint8, (rows, vectors))
+    _expect(scale, "scale", torch.float16, (rows, 1))
+    _expect(codebook, "codebook", torch.float16, (256 << high_bits, dim))
+    if high_bits:
+        _expect(high, "high", torch.uint8, (rows, -(-vectors // 8) * high_bits))
+    entries = codebook.shape[0]
+    _expect_width(hidden, vectors * dim)
     flat = hidden.reshape(-1, vectors * dim)
-    if not (_enabled(low, len(flat)) and high_bits in (0, 2, 3, 4)):
+    if not _enabled(low, len(flat)):
         return None
     library = load_kernel()
     if library is None:

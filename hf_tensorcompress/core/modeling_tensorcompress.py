@@ -24,7 +24,7 @@ import transformers
 from torch import nn
 
 from .atomic import atomic_folder
-from .checks import check_finite, check_shapes
+from .checks import check_before_loading, check_loaded, check_shapes, local_folder
 from .contract import QUANT_METHOD, SIGNPOST_KEY, TOMBSTONE_KEY, CompressedLayer, tombstones
 from .structure import CompressedCheckpointError, active_options, install_layers, install_model_options
 
@@ -219,6 +219,8 @@ class CompressedModelMixin:
         from .torchao_linears import after_torchao_loading, before_torchao_loading
 
         wants_info = kwargs.pop("output_loading_info", False)
+        folder = local_folder(args[0] if args else kwargs.get("pretrained_model_name_or_path"), **kwargs)
+        check_before_loading(folder)
         marker = before_torchao_loading(cls, args[0] if args else kwargs.get("pretrained_model_name_or_path"), kwargs)
         quantizer_log = logging.getLogger("transformers.quantizers.auto")
         quiet = _NothingSkipped()
@@ -228,7 +230,6 @@ class CompressedModelMixin:
         except RuntimeError as error:
             if "mismatch" not in str(error):  # "size mismatch" (torch) / "ignore_mismatched_sizes" (transformers 5)
                 raise
-            folder = args[0] if args else kwargs.get("pretrained_model_name_or_path")
             if folder is not None:  # name the file, the key and the spec
                 check_shapes(folder)
             raise CompressedCheckpointError(
@@ -249,7 +250,7 @@ class CompressedModelMixin:
                 + "; ".join(f"{kind}: {keys[:6]}" for kind, keys in problems.items() if keys)
                 + ". Save the model again with save_pretrained, or fix compression_config in config.json."
             )
-        check_finite(model, args[0] if args else kwargs.get("pretrained_model_name_or_path"))
+        check_loaded(model, folder or local_folder(model.config.name_or_path))
         if marker is not None:
             after_torchao_loading(model, marker)
         return (model, info) if wants_info else model

@@ -30,6 +30,20 @@ def build_layer(spec: dict) -> nn.Module:
     return CompressedLayer.types[layer_type].from_spec(spec)
 
 
+def build_recorded(name: str, spec: dict) -> nn.Module:
+    """``build_layer(spec)`` for module ``name`` of ``compression_config``, with an error naming the module: a spec
+    is read from a file, so any failure to build from it (a size of 0, a negative one) is the spec's fault."""
+    try:
+        return build_layer(spec)
+    except Exception as error:
+        if isinstance(error, CompressedCheckpointError):
+            raise
+        raise CompressedCheckpointError(
+            f"config.json: compression_config['modules'][{name!r}] is not a valid spec ({type(error).__name__}: "
+            f"{error}); restore config.json from the saved checkpoint, or save the compressed model again"
+        ) from error
+
+
 def install_layers(model: nn.Module, module_specs: dict[str, dict]) -> None:
     """Swap each recorded module of ``model`` for an empty layer of the recorded type and shape."""
     for name, spec in module_specs.items():
@@ -40,18 +54,19 @@ def install_layers(model: nn.Module, module_specs: dict[str, dict]) -> None:
                 f"compression_config lists module {name!r}, but the model built from config.json has no such "
                 f"module; the config does not belong to this architecture."
             ) from error
-        try:
-            layer = build_layer(spec)
-        except (KeyError, TypeError, ValueError) as error:
-            raise CompressedCheckpointError(
-                f"config.json: compression_config['modules'][{name!r}] is not a valid spec ({type(error).__name__}: "
-                f"{error}); restore config.json from the saved checkpoint, or save the compressed model again"
-            ) from error
+        layer = build_recorded(name, spec)
         reference = next(old.parameters(), None)
         if reference is not None:
             layer.to(device=reference.device, dtype=reference.dtype)
         model.set_submodule(name, layer)
-    bind_layers(model, module_specs)
+    for name in module_specs:  # recorded specs: a field that does not fit the model (tied_output) is the spec's fault
+        try:
+            bind_layers(model, [name])
+        except Exception as error:
+            raise CompressedCheckpointError(
+                f"config.json: compression_config['modules'][{name!r}] does not fit this model ({type(error).__name__}"
+                f": {error}); restore config.json from the saved checkpoint, or save the compressed model again"
+            ) from error
 
 
 def bind_layers(model: nn.Module, names) -> None:

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...core.contract import CompressedLinear
+from ...core.contract import CompressedLinear, TensorProblem
 
 WEIGHT_INITS = ("kaiming_normal", "signed_constant")
 _MASK32 = 0xFFFFFFFF
@@ -297,6 +297,22 @@ class BipropLinear(CompressedLinear):
         else:
             weight = self.folded_weight()
         return F.linear(x, weight.to(x.dtype))
+
+    def check_state(self) -> None:
+        """The mask keeps exactly ``keep`` weights with nothing in the padding bits, and ``α`` is positive: the
+        packed forward reads the bits as they are, so an edited mask or scale would change the outputs."""
+        if self.mask_bits.is_meta:
+            return
+        numel = self.in_features * self.out_features
+        if numel % 8 and int(self.mask_bits[-1]) & ((1 << (8 - numel % 8)) - 1):
+            raise TensorProblem("mask_bits", f"has bits set past the {numel} weights (padding is 0)")
+        kept = int(unpack_bits(self.mask_bits, numel).sum())
+        if kept != self.keep:
+            raise TensorProblem(
+                "mask_bits", f"keeps {kept} weights, but keep_ratio={self.keep_ratio} keeps {self.keep}"
+            )
+        if not bool((self.alpha > 0).all()):
+            raise TensorProblem("alpha", f"is {self.alpha.tolist()}, where the scale of the kept weights is positive")
 
     # ------------------------------------------------------------------ structure
     def spec(self) -> dict:

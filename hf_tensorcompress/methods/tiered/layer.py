@@ -12,8 +12,42 @@ import torch
 from torch import nn
 
 from ...core.codebook import CodebookTensor
-from ...core.contract import CompressedLayer, TiedHead
+from ...core.contract import CompressedLayer, TensorProblem, TiedHead
 from ...core.lowbit import LowBitTensor
+
+#: What a tier may store (``methods/tiered/config.py: TIER_BITS``, which this shipped file cannot import).
+TIER_WIDTHS = (0, 2, 3, 4, 8, 16, "codebook")
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_tiers(
+    num_embeddings: int, embedding_dim: int, tiers: list[dict], rank: int, rank_bits: int, tied_output: str | None
+) -> None:
+    """A ``TieredEmbedding``'s structure as ``TieredConfig.validate`` allows it (a hand-edited spec would otherwise
+    build a layer whose rows are zero or garbage): ValueError naming the field and what would be right."""
+    if not (_count(num_embeddings) and num_embeddings >= 1 and _count(embedding_dim) and embedding_dim >= 1):
+        raise ValueError(f"num_embeddings={num_embeddings!r} and embedding_dim={embedding_dim!r} must be ints >= 1")
+    if not isinstance(tiers, list) or not tiers or not all(isinstance(tier, dict) for tier in tiers):
+        raise ValueError(f"tiers must be a non-empty list of dicts, got {tiers!r}")
+    for index, tier in enumerate(tiers):
+        rows, bits = tier.get("rows"), tier.get("bits")
+        if not _count(rows) or rows < 1:
+            raise ValueError(f"tiers[{index}]['rows'] = {rows!r} must be an int >= 1")
+        if isinstance(bits, bool) or bits not in TIER_WIDTHS:
+            raise ValueError(f"tiers[{index}]['bits'] = {bits!r} must be one of {list(TIER_WIDTHS)}")
+    if sum(tier["rows"] for tier in tiers) != num_embeddings:
+        raise ValueError(f"tiers {tiers} do not add up to the {num_embeddings} tokens")
+    if not _count(rank) or rank < 0:
+        raise ValueError(f"rank={rank!r} must be an int >= 0 (0: no low-rank part)")
+    if rank and (isinstance(rank_bits, bool) or rank_bits not in (8, 16)):
+        raise ValueError(f"rank_bits={rank_bits!r} must be 8 or 16")
+    if any(tier["bits"] == 0 for tier in tiers[:-1]) or (tiers[-1]["bits"] == 0 and not rank):
+        raise ValueError("bits=0 (rows from the low-rank part alone) is for the last tier and needs rank >= 1")
+    if tied_output is not None and (not isinstance(tied_output, str) or not tied_output):
+        raise ValueError(f"tied_output={tied_output!r} must be the output layer's module name or null")
 
 
 def tier_storage(tier: dict, columns: int) -> LowBitTensor | CodebookTensor:
@@ -42,8 +76,7 @@ class TieredEmbedding(CompressedLayer):
         tied_output: str | None = None,
     ) -> None:
         super().__init__()
-        if sum(tier["rows"] for tier in tiers) != num_embeddings:
-            raise ValueError(f"tiers {tiers} do not add up to the {num_embeddings} tokens")
+        check_tiers(num_embeddings, embedding_dim, tiers, rank, rank_bits, tied_output)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.tier_specs = [dict(tier) for tier in tiers]
         self.rank, self.rank_bits, self.tied_output = rank, rank_bits, tied_output
@@ -68,6 +101,23 @@ class TieredEmbedding(CompressedLayer):
                     torch.randn(stored.shape, device=stored.codes.device), stored.bits, stored.group_size
                 )
             )
+
+    def check_state(self) -> None:
+        """``slot`` maps the tokens one to one onto the stored rows (a permutation of 0..V-1): a duplicate would
+        give two tokens one row, a value out of range fail the first lookup."""
+        if self.slot.is_meta:
+            return
+        slot = self.slot.long()
+        bad = ((slot < 0) | (slot >= self.num_embeddings)).nonzero()
+        if len(bad):
+            token = int(bad[0])
+            raise TensorProblem(
+                "slot", f"maps token {token} to row {int(slot[token])}, outside 0..{self.num_embeddings - 1}"
+            )
+        counts = torch.bincount(slot, minlength=self.num_embeddings)
+        if (counts != 1).any():
+            row = int((counts > 1).nonzero()[0])
+            raise TensorProblem("slot", f"maps {int(counts[row])} tokens to row {row}: it must be a permutation")
 
     def _ranges(self) -> list[tuple[int, int]]:
         """(start, end) in the stored order of every tier that stores rows."""

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...core.contract import CompressedLayer
+from ...core.contract import CompressedLayer, TensorProblem
 from .head import TTTiedHead
 from .logits import FACTORED_BLOCK, TensorsState, TTLogits, token_minor_blocks
 from .solver import RECONSTRUCT_BLOCK, tt_reconstruct, tt_svd
@@ -253,6 +253,32 @@ class TTEmbedding(TTVocabulary, TTLogits, CompressedLayer, nn.Embedding):
         """The tensors holding the trains (cores, or codes, scales and minima): a derived copy is valid while these
         are unchanged (``TensorsState``)."""
         return list(self.cores) if self.code_bits is None else list(self.trains.buffers())
+
+    def check_state(self) -> None:
+        """Every token's ranks lie within the stored ones, and exact slots (``-1``: none) are distinct rows of
+        ``exact_rows``: an index out of range would fail the first lookup or read another token's row."""
+        if self.token_ranks.is_meta:
+            return
+        if self.ranks:
+            low = self.token_ranks < 1
+            high = self.token_ranks > torch.tensor(
+                self.ranks, dtype=self.token_ranks.dtype, device=self.token_ranks.device
+            )
+            if (low | high).any():
+                token = int((low | high).any(dim=1).nonzero()[0])
+                raise TensorProblem(
+                    "token_ranks",
+                    f"gives token {token} ranks {self.token_ranks[token].tolist()}, outside 1..{self.ranks}",
+                )
+        if self.exact_rows is None:
+            return
+        count = self.exact_rows.shape[0]
+        slots = self.exact_slot.long()
+        if ((slots < -1) | (slots >= count)).any():
+            raise TensorProblem("exact_slot", f"holds a slot outside -1..{count - 1}")
+        used = slots[slots >= 0]
+        if len(used.unique()) != len(used):
+            raise TensorProblem("exact_slot", "gives two tokens the same exact row")
 
     # ------------------------------------------------------------------ model integration
     def bind(self, model: nn.Module) -> None:
