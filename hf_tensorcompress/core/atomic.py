@@ -28,9 +28,9 @@ IN_PLACE = ".tensorcompress"
 #: What an in-place staging folder is renamed to once every file is written: from then on it is moved in, not removed.
 READY = "ready"
 
-#: Weight shards of an earlier save (``model-00001-of-00003.safetensors``): transformers removes those its new save
-#: does not rewrite, and so does a save here.
-SHARD = re.compile(r".+-\d{5}-of-\d{5}\.(safetensors|bin)")
+#: Weight files of a checkpoint (whole, sharded, their index): a save that writes weights keeps none of the old
+#: ones, so an old ``model.safetensors`` never shadows new shards (or old shards outlive a new single file).
+WEIGHTS = re.compile(r"(model|pytorch_model)(-\d{5}-of-\d{5})?\.(safetensors|bin)(\.index\.json)?")
 
 
 def check_folder_target(target: str | os.PathLike) -> Path:
@@ -124,10 +124,10 @@ def _alive(pid: int) -> bool:
 
 
 def _unmovable(target: Path) -> bool:
-    """Whether renaming ``target`` would fail (a mount point: EBUSY) or strand this process (it is or holds the
-    working directory)."""
+    """Whether renaming ``target`` would fail (a mount point: EBUSY; a parent this user cannot write) or strand this
+    process (it is or holds the working directory)."""
     cwd = Path(os.path.realpath(os.getcwd()))
-    return os.path.ismount(target) or cwd == target or target in cwd.parents
+    return os.path.ismount(target) or cwd == target or target in cwd.parents or not os.access(target.parent, os.W_OK)
 
 
 def _swap(staging: Path, target: Path) -> None:
@@ -153,11 +153,11 @@ def _swap(staging: Path, target: Path) -> None:
 
 
 def _carry_over(old: Path, new: Path) -> None:
-    """Link into ``new`` every entry of ``old`` it lacks (but stale weight shards when ``new`` holds weights)."""
+    """Link into ``new`` every entry of ``old`` it lacks (but the old weights when ``new`` holds weights)."""
     weights = _has_weights(new)
     for entry in os.scandir(old):
         source, destination = Path(entry.path), new / entry.name
-        if destination.exists() or destination.is_symlink() or (weights and SHARD.fullmatch(entry.name)):
+        if destination.exists() or destination.is_symlink() or (weights and WEIGHTS.fullmatch(entry.name)):
             continue
         if entry.is_symlink():
             os.symlink(os.readlink(source), destination)
@@ -176,7 +176,7 @@ def _link(source: str | os.PathLike, destination: str | os.PathLike) -> None:
 
 
 def _has_weights(folder: Path) -> bool:
-    return any(name.endswith((".safetensors", ".bin")) for name in os.listdir(folder))
+    return any(WEIGHTS.fullmatch(name) for name in os.listdir(folder))
 
 
 def _exchange(first: Path, second: Path) -> bool:
@@ -204,7 +204,7 @@ def _move_in(ready: Path, target: Path) -> None:
         (target / "config.json").unlink(missing_ok=True)
     if _has_weights(ready):
         for name in os.listdir(target):
-            if SHARD.fullmatch(name) and name not in names:
+            if WEIGHTS.fullmatch(name) and name not in names:
                 (target / name).unlink()
     for name in sorted(names, key=lambda name: name == "config.json"):
         destination = target / name
