@@ -112,7 +112,7 @@ def _dead(folder: Path, prefix: str) -> list[Path]:
 
 
 def _alive(pid: int) -> bool:
-    if pid == os.getpid():
+    if pid == os.getpid() or os.name == "nt":  # Windows' os.kill would terminate the process, not probe it
         return True
     try:
         os.kill(pid, 0)

@@ -205,7 +205,10 @@ def _run(command: list[str]) -> str:
         try:
             out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            if hasattr(os, "killpg"):
+                os.killpg(process.pid, signal.SIGKILL)
+            else:  # Windows: no process groups
+                process.kill()
             process.communicate()
             raise RuntimeError(f"{command[0]} ran longer than {timeout:g} s (HF_TENSORCOMPRESS_CC_TIMEOUT)") from None
     if process.returncode:
