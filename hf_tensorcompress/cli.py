@@ -8,6 +8,7 @@ argument errors never import torch or transformers; each command imports what it
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import inspect
 import json
@@ -542,12 +543,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def exit_code(error: Exception) -> int | None:
-    """2 for the user's mistakes, 1 for a failed download or a missing optional extra, None for bugs (traceback).
-    The modules defining the error types are only consulted if a command already imported them."""
+    """2 for the user's mistakes; 1 for a failed download, a missing optional extra or a full disk; None for bugs
+    (traceback). The modules defining the error types are only consulted if a command already imported them."""
     assets = sys.modules.get(f"{__package__}.assets")
     if assets is not None and isinstance(error, assets.AssetError):
         return 1  # a registry download failed: not the user's mistake, but no traceback either
-    if isinstance(error, MissingExtraError):
+    if isinstance(error, MissingExtraError) or _disk_full(error):
         return 1
     hub = sys.modules.get(f"{__package__}.hub")
     if isinstance(error, (UsageError, ValueError, FileNotFoundError, FileExistsError)) or (
@@ -555,6 +556,15 @@ def exit_code(error: Exception) -> int | None:
     ):
         return 2
     return None
+
+
+def _disk_full(error: BaseException | None) -> bool:
+    """Whether ``error`` (or what caused it) is a full disk: an OSError, or safetensors' error quoting the OS's."""
+    while error is not None:
+        if getattr(error, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or "No space left on device" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
 
 
 def _fail(command: str, error: Exception, code: int) -> int:

@@ -7,6 +7,7 @@ writes the model card. Errors name what was expected.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import transformers
 from torch import nn
 
 from .config import CompressionConfig
+from .core.atomic import recover
 from .core.modeling_tensorcompress import CLASS_PREFIX
 from .extras import require
 from .quantizer import check_method
@@ -61,6 +63,8 @@ def load_model(path: str | Path) -> nn.Module:
         )
         release_gguf(model)
         return model
+    with contextlib.suppress(OSError):  # a save killed mid-way: its previous folder back first
+        recover(path)
     if not path.is_dir():
         raise ModelLoadError(f"{path} does not exist; pass a model folder (with config.json) or a .gguf file")
     model = model_class(path).from_pretrained(str(path))

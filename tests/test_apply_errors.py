@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import tiny_patchtst_config
+from helpers import LM_VOCAB, tiny_causal_lm, tiny_patchtst_config
 from torch import nn
 from transformers import PatchTSTForPrediction
 
@@ -68,3 +68,35 @@ def test_a_config_shared_with_another_model_is_left_alone(tmp_path):
     assert first.config is not config and first.model.encoder.layers[0].self_attn.config is first.config
     second.save_pretrained(tmp_path)
     assert type(PatchTSTForPrediction.from_pretrained(tmp_path)) is PatchTSTForPrediction
+
+
+def test_a_float_codebook_size_is_refused_by_the_config():
+    with pytest.raises(ValueError, match=r"codebook_size must be an int >= 1 \(one of \[256, 1024"):
+        CompressionConfig(method="tiered", tier_tokens=[20], tier_bits=[4, "codebook"], codebook_size=1024.0)
+    with pytest.raises(ValueError, match="low_rank_bits must be an int"):
+        CompressionConfig(method="tiered", low_rank=2, low_rank_bits=8.0)
+
+
+TIERED = dict(method="tiered", tier_tokens=[20], tier_bits=[8, 4], tier_order="calibration", rounding="output")
+TT = dict(method="tt", tt_ranks=2, tt_basis="output")
+BAD_CALIBRATION = [
+    (torch.tensor([[3, 5, LM_VOCAB]]), {}, rf"calibration_ids must be token ids in \[0, {LM_VOCAB}\).*to {LM_VOCAB}"),
+    (torch.tensor([[3, -1, 5]]), {}, r"token ids in \[0, .*from -1 to 5"),
+    (torch.empty(1, 0, dtype=torch.long), {}, "calibration_ids is empty"),
+    (torch.tensor([[3.0, 5.0]]), {}, "must hold integer token ids, got dtype torch.float32"),
+    ([3, 5, 7], {}, "calibration_ids must be a torch.Tensor of token ids"),
+    (torch.tensor([[3, 5, 7]]), {"covariance_tokens": 0}, "covariance_tokens must be an int >= 1"),
+]
+
+
+@pytest.mark.parametrize(("apply", "options"), [("apply_tiered", TIERED), ("apply_tt", TT)])
+@pytest.mark.parametrize(("ids", "extra", "message"), BAD_CALIBRATION)
+def test_bad_calibration_ids_are_refused_before_anything_changes(apply, options, ids, extra, message):
+    from hf_tensorcompress import apply_tiered, apply_tt
+
+    function = {"apply_tiered": apply_tiered, "apply_tt": apply_tt}[apply]
+    model = tiny_causal_lm("llama")
+    before = snapshot(model)
+    with pytest.raises(ValueError, match=f"{apply}: .*{message}"):
+        function(model, CompressionConfig(**options), ids, **extra)
+    assert_untouched(model, before)

@@ -3,6 +3,11 @@ folder behind); the command line refuses outputs that would destroy its source, 
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +18,7 @@ from transformers import PatchTSTForPrediction
 
 from hf_tensorcompress import CompressionConfig, apply_compression, saving
 from hf_tensorcompress.cli import main
+from hf_tensorcompress.core import atomic
 from hf_tensorcompress.core.atomic import atomic_folder
 
 
@@ -146,3 +152,132 @@ def test_the_cli_writes_model_and_tokenizer_together(dense, tmp_path, monkeypatc
     with pytest.raises(Killed):
         main(["compress", str(dense), str(output), "--method", "svd", "--rank", "2", "--overwrite"])
     assert snapshot(output) == before
+
+
+def kill_saves(tmp_path: Path, kills: int) -> list[dict]:
+    """Run tests/kill_saves.py (its own process: it forks and SIGKILLs savers) over the three ways a save lands."""
+    tests = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests), os.environ.get("PYTHONPATH", "")])}
+    modes = "exchange,renames,in-place"
+    run = subprocess.run(
+        [sys.executable, str(tests / "kill_saves.py"), str(tmp_path), modes, str(kills), "0"],
+        env=env, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-3000:])
+    results = json.loads(run.stdout.strip().splitlines()[-1])
+    assert [result["loaded_old_or_new"] for result in results] == [kills] * 3, results
+    return results
+
+
+def test_twenty_one_killed_saves_leave_the_old_or_the_new_checkpoint(tmp_path):
+    kill_saves(tmp_path, 7)
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait()
+    return process.pid
+
+
+def test_a_save_killed_between_its_renames_is_recovered_by_the_next_load_and_cleaned_by_the_next_save(previous):
+    expected = output_of(previous)
+    pid = dead_pid()
+    previous.rename(previous.parent / f".model.{pid}.0a0a0a0a.old")  # the old folder renamed aside, then killed
+    (previous.parent / f".model.{pid}.0b0b0b0b.partial").mkdir()  # the new one, never moved in
+    torch.testing.assert_close(output_of(previous), expected)
+    assert (previous / "tokenizer.json").is_file()
+    (previous.parent / f".model.{pid}.0c0c0c0c.partial").mkdir()
+    compressed("svd").save_pretrained(previous)
+    assert sorted(p.name for p in previous.parent.iterdir()) == ["model"]
+
+
+def test_a_live_saves_staging_folder_is_left_alone(previous):
+    live = previous.parent / f".model.{os.getppid()}.0a0a0a0a.partial"
+    live.mkdir()
+    compressed("svd").save_pretrained(previous)
+    assert live.is_dir()
+
+
+def test_an_in_place_save_killed_while_moving_files_in_is_finished_by_the_next_load(previous, monkeypatch):
+    monkeypatch.setattr(atomic, "_unmovable", lambda target: True)
+    monkeypatch.setattr(atomic, "_move_in", lambda ready, target: None)  # killed right after staging
+    compressed("svd").save_pretrained(previous)
+    monkeypatch.undo()
+    (ready,) = [p for p in previous.iterdir() if p.name.startswith(atomic.IN_PLACE)]
+    pid = dead_pid()
+    ready = ready.rename(previous / f"{atomic.IN_PLACE}.{pid}.0a0a0a0a.{atomic.READY}")
+    (previous / "config.json").unlink()  # killed after the old config went out
+    torch.testing.assert_close(output_of(previous), output_of_model(compressed("svd")))
+    assert not ready.exists()
+
+
+def output_of_model(model: PatchTSTForPrediction) -> torch.Tensor:
+    torch.manual_seed(1)
+    inputs = torch.randn(1, model.config.context_length, model.config.num_input_channels)
+    with torch.no_grad():
+        return model(past_values=inputs).prediction_outputs
+
+
+def output_of(folder: Path) -> torch.Tensor:
+    return output_of_model(type(compressed()).from_pretrained(str(folder)).eval())
+
+
+def test_a_resave_links_the_files_it_keeps_instead_of_copying_them(previous):
+    kept = (previous / "tokenizer.json").stat().st_ino
+    compressed("svd").save_pretrained(previous)
+    assert (previous / "tokenizer.json").stat().st_ino == kept
+
+
+def test_saving_into_the_working_directory(previous, monkeypatch):
+    folder = previous.stat().st_ino
+    monkeypatch.chdir(previous)
+    compressed("svd").save_pretrained(".")
+    assert previous.stat().st_ino == folder and '"method": "svd"' in (previous / "config.json").read_text()
+    assert (previous / "tokenizer.json").is_file()
+    assert sorted(p.name for p in previous.parent.iterdir()) == ["model"]
+    assert not [p for p in previous.iterdir() if p.name.startswith(atomic.IN_PLACE)]
+    torch.testing.assert_close(output_of(previous), output_of_model(compressed("svd")))
+
+
+def test_saving_into_a_mount_point_writes_inside_it(previous, monkeypatch):
+    """A mount point cannot be renamed (EBUSY): the files are renamed in one by one instead."""
+    folder = previous.stat().st_ino
+    monkeypatch.setattr(atomic.os.path, "ismount", lambda path: Path(path) == previous)
+    monkeypatch.setattr(atomic, "_exchange", lambda first, second: pytest.fail("the mount point was renamed"))
+    compressed("svd").save_pretrained(previous)
+    assert previous.stat().st_ino == folder and (previous / "tokenizer.json").is_file()
+    torch.testing.assert_close(output_of(previous), output_of_model(compressed("svd")))
+
+
+def test_a_symlinked_target_is_written_through_and_stays_a_link(previous):
+    link = previous.parent / "link"
+    link.symlink_to(previous, target_is_directory=True)
+    compressed("svd").save_pretrained(link)
+    assert link.is_symlink() and '"method": "svd"' in (previous / "config.json").read_text()
+    assert sorted(p.name for p in previous.parent.iterdir()) == ["link", "model"]
+
+
+def test_the_cli_reports_a_full_disk_in_one_line(dense, tmp_path, monkeypatch, capsys):
+    def full(tensors, filename, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", filename)
+
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full)
+    output = tmp_path / "out"
+    assert main(["compress", str(dense), str(output), "--method", "svd", "--rank", "2"]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1].startswith("hf-tensorcompress compress: error: ") and "No space left" in lines[-1], lines
+    assert not any("Traceback" in line for line in lines)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("in_place", [False, True])
+def test_old_weight_files_do_not_outlive_a_new_save(previous, monkeypatch, in_place):
+    """An old shard or index beside the new ``model.safetensors`` could be loaded instead of it; other files stay."""
+    for name in ["model-00001-of-00002.safetensors", "model.safetensors.index.json"]:
+        (previous / name).write_text("old")
+    if in_place:
+        monkeypatch.chdir(previous)
+    compressed("svd").save_pretrained("." if in_place else previous)
+    names = {p.name for p in previous.iterdir()}
+    assert {"model.safetensors", "tokenizer.json"} <= names
+    assert not {"model-00001-of-00002.safetensors", "model.safetensors.index.json"} & names

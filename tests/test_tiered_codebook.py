@@ -9,6 +9,7 @@ from transformers import AutoModelForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.core.codebook import CODEBOOK_SIZES, CodebookTensor
+from hf_tensorcompress.methods.tiered import codebook_rounding
 from hf_tensorcompress.methods.tiered.apply import apply_tiered
 from hf_tensorcompress.methods.tiered.codebook_rounding import codebook_codes
 from hf_tensorcompress.methods.tiered.config import CODEBOOK_SIZES as TIERED_CODEBOOK_SIZES
@@ -108,3 +109,25 @@ def test_a_codebook_dim_that_does_not_divide_the_width_is_refused_before_anythin
     with pytest.raises(ValueError, match="dividing the 24 columns"):
         apply_compression(model, CompressionConfig(method="tiered", tier_bits=["codebook"], codebook_dim=5))
     assert model.get_input_embeddings() is before
+
+
+def test_the_nearest_entry_search_is_chunked_and_gives_the_unchunked_result(monkeypatch):
+    """65,536 entries against every vector at once took tens of GB; each block now holds at most ``block`` floats."""
+    generator = torch.Generator().manual_seed(0)
+    vectors, codebook = torch.randn(3000, 4, generator=generator), torch.randn(4096, 4, generator=generator)
+    exact = torch.cdist(vectors.double(), codebook.double()).argmin(1)
+    blocks = []
+    addmm = torch.addmm
+
+    def recording(*args, **kwargs):
+        result = addmm(*args, **kwargs)
+        blocks.append(result.numel())
+        return result
+
+    monkeypatch.setattr(codebook_rounding.torch, "addmm", recording)
+    chunked = codebook_rounding.nearest(vectors, codebook, block=100_000)
+    monkeypatch.undo()
+    assert len(blocks) == 125 and max(blocks) <= 100_000  # 24 vectors a block
+    assert torch.equal(chunked, codebook_rounding.nearest(vectors, codebook, block=len(vectors) * len(codebook)))
+    assert torch.equal(chunked, exact)
+    assert codebook_rounding.BLOCK * 4 <= 64 * 2**20  # 64 MB of distances at most

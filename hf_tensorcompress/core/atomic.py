@@ -1,17 +1,36 @@
-"""Folders written all or nothing: a save goes to a staging folder beside the target, which replaces the target
-only once every file is written, so a failure (an exception, a full disk) leaves the previous folder as it was.
+"""Folders written all or nothing: a save goes to a staging folder beside the target, which then takes the target's
+place in one step, so the target always holds the previous or the new complete checkpoint.
+
+Where the target cannot be renamed (a mount point, the working directory, a folder holding it) the new files are
+staged inside it and renamed into place one by one, ``config.json`` last after the old one is removed: a partial
+state has no config and cannot load as a mix. Every staging name carries the writer's process id, so the next
+save or load of that path (``recover``) finishes or removes what a killed process left, and never touches a live
+save's files. Kept files (a tokenizer saved there first) are hard-linked, not copied: a re-save needs no second copy.
 
 Ships inside saved checkpoints (``save_pretrained`` of the shipped ``Compressed<Base>`` uses it): standard library only.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import os
+import re
+import secrets
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+#: Name of the staging folder an in-place save makes inside its target.
+IN_PLACE = ".tensorcompress"
+
+#: What an in-place staging folder is renamed to once every file is written: from then on it is moved in, not removed.
+READY = "ready"
+
+#: Weight files of a checkpoint (whole, sharded, their index): a save that writes weights keeps none of the old
+#: ones, so an old ``model.safetensors`` never shadows new shards (or old shards outlive a new single file).
+WEIGHTS = re.compile(r"(model|pytorch_model)(-\d{5}-of-\d{5})?\.(safetensors|bin)(\.index\.json)?")
 
 
 def check_folder_target(target: str | os.PathLike) -> Path:
@@ -24,32 +43,105 @@ def check_folder_target(target: str | os.PathLike) -> Path:
 
 @contextmanager
 def atomic_folder(target: str | os.PathLike) -> Iterator[Path]:
-    """Yield a staging folder holding a copy of ``target``'s files; on success it replaces ``target``, on error it
-    is removed and ``target`` is untouched. Files already in ``target`` that the save does not rewrite are kept
-    (e.g. a tokenizer saved there first)."""
-    target = check_folder_target(target)
+    """Yield an empty staging folder; on success its files replace ``target``'s, on error it is removed and
+    ``target`` is untouched. Files already in ``target`` that the save does not write are kept. A symlinked target
+    is written through: the link stays a link."""
+    target = Path(os.path.realpath(check_folder_target(target)))
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".partial", dir=target.parent))
+    recover(target)
+    in_place = target.is_dir() and _unmovable(target)
+    staging = _staging(target / IN_PLACE if in_place else target.parent / f".{target.name}", "partial")
+    if target.is_dir():
+        shutil.copymode(target, staging)
     try:
-        if target.is_dir():
-            shutil.copytree(target, staging, symlinks=True, dirs_exist_ok=True)
-        else:
-            umask = os.umask(0)
-            os.umask(umask)
-            staging.chmod(0o777 & ~umask)  # mkdtemp makes it private; a saved folder gets the usual mode
         yield staging
-        _replace(staging, target)
+        if in_place:
+            _move_in(staging.rename(staging.with_suffix(f".{READY}")), target)
+        else:
+            _swap(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
 
 
-def _replace(staging: Path, target: Path) -> None:
-    """Move ``staging`` to ``target``: the old folder is renamed aside first and restored if the move fails."""
+def recover(target: str | os.PathLike) -> None:
+    """Finish or undo what killed saves of ``target`` left: restore the previous folder a save had renamed aside
+    when the target is missing, move in the files of an in-place save that had written them all, and remove the rest.
+    Leftovers of live processes are left alone."""
+    target = Path(os.path.realpath(target))
+    aside = sorted(_dead(target.parent, f".{target.name}"), key=lambda path: path.stat().st_mtime)
+    if not target.exists():
+        old = [path for path in aside if path.suffix == ".old"]
+        if old:
+            old[-1].rename(target)
+            aside.remove(old[-1])
+    for path in aside:
+        shutil.rmtree(path, ignore_errors=True)
+    if target.is_dir():
+        for path in _dead(target, IN_PLACE):
+            if path.suffix == f".{READY}":
+                _move_in(path, target)
+            else:
+                shutil.rmtree(path, ignore_errors=True)
+
+
+def _staging(prefix: Path, kind: str) -> Path:
+    """A new folder ``<prefix>.<pid>.<random>.<kind>`` (mode from the umask, like any new folder)."""
+    while True:
+        path = Path(f"{prefix}.{os.getpid()}.{secrets.token_hex(4)}.{kind}")
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+
+
+def _dead(folder: Path, prefix: str) -> list[Path]:
+    """Staging folders named ``<prefix>.<pid>.<random>.<kind>`` in ``folder`` whose process has ended."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        parts = name[len(prefix) + 1 :].split(".") if name.startswith(prefix + ".") else []
+        if len(parts) == 3 and parts[0].isdigit() and parts[2] in ("partial", "old", READY):
+            if not _alive(int(parts[0])) and (folder / name).is_dir():
+                found.append(folder / name)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid() or os.name == "nt":  # Windows' os.kill would terminate the process, not probe it
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def _unmovable(target: Path) -> bool:
+    """Whether renaming ``target`` would fail (a mount point: EBUSY; a parent this user cannot write) or strand this
+    process (it is or holds the working directory)."""
+    cwd = Path(os.path.realpath(os.getcwd()))
+    return os.path.ismount(target) or cwd == target or target in cwd.parents or not os.access(target.parent, os.W_OK)
+
+
+def _swap(staging: Path, target: Path) -> None:
+    """Put ``staging`` at ``target``, carrying over (hard-linked) the old files it does not replace; the old folder
+    is exchanged with the new in one step where the system can (Linux), else renamed aside first. Either way a
+    killed process leaves the old or the new folder at ``target``, or the old one aside for ``recover``."""
     if not target.exists():
         staging.rename(target)
         return
-    aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+    _carry_over(target, staging)
+    if _exchange(staging, target):
+        shutil.rmtree(staging, ignore_errors=True)  # now the old folder
+        return
+    aside = _staging(target.parent / f".{target.name}", "old")
     aside.rmdir()
     target.rename(aside)
     try:
@@ -58,3 +150,65 @@ def _replace(staging: Path, target: Path) -> None:
         aside.rename(target)
         raise
     shutil.rmtree(aside, ignore_errors=True)
+
+
+def _carry_over(old: Path, new: Path) -> None:
+    """Link into ``new`` every entry of ``old`` it lacks (but the old weights when ``new`` holds weights)."""
+    weights = _has_weights(new)
+    for entry in os.scandir(old):
+        source, destination = Path(entry.path), new / entry.name
+        if destination.exists() or destination.is_symlink() or (weights and WEIGHTS.fullmatch(entry.name)):
+            continue
+        if entry.is_symlink():
+            os.symlink(os.readlink(source), destination)
+        elif entry.is_dir():
+            shutil.copytree(source, destination, symlinks=True, copy_function=_link)
+        else:
+            _link(source, destination)
+
+
+def _link(source: str | os.PathLike, destination: str | os.PathLike) -> None:
+    """Hard link, or a copy where the file system has none."""
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
+
+
+def _has_weights(folder: Path) -> bool:
+    return any(WEIGHTS.fullmatch(name) for name in os.listdir(folder))
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where the system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_cwd, exchange = -100, 2
+    if renameat2(at_cwd, os.fsencode(first), at_cwd, os.fsencode(second), exchange) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(second))
+
+
+def _move_in(ready: Path, target: Path) -> None:
+    """Rename every file of a fully written in-place staging folder into ``target``: the old ``config.json`` first
+    out, the new one last in, so no moment holds a config beside weights of another save. Safe to run again after
+    a kill (``recover``)."""
+    names = os.listdir(ready)
+    if "config.json" in names:
+        (target / "config.json").unlink(missing_ok=True)
+    if _has_weights(ready):
+        for name in os.listdir(target):
+            if WEIGHTS.fullmatch(name) and name not in names:
+                (target / name).unlink()
+    for name in sorted(names, key=lambda name: name == "config.json"):
+        destination = target / name
+        if (ready / name).is_dir() and destination.is_dir() and not destination.is_symlink():
+            shutil.rmtree(destination)
+        os.replace(ready / name, destination)
+    ready.rmdir()

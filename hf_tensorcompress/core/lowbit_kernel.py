@@ -25,6 +25,7 @@ import hashlib
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import tempfile
 import warnings
@@ -176,26 +177,102 @@ void codebook_matmul_t(const uint8_t *low, const uint8_t *high, const uint16_t *
 """
 
 
+#: Compiler flags; part of the cached file's name, so changing them builds a new file.
+FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-shared", "-fPIC")
+
+#: The functions a loaded library must export (a foreign file under the kernel's name has other ones).
+SYMBOLS = ("lowbit_matmul_t", "codebook_matmul_t")
+
+
 def kernel_dir() -> Path:
     cache = os.environ.get("HF_TENSORCOMPRESS_CACHE", Path.home() / ".cache" / "hf_tensorcompress")
     return Path(cache) / "kernels"
 
 
-def _compile(target: Path) -> None:
-    """Build the shared library into ``target`` (a temporary name renamed into place: processes that compile at the
-    same time each finish with a whole file)."""
+def compiler_timeout() -> float:
+    """Seconds a compiler call may take (``HF_TENSORCOMPRESS_CC_TIMEOUT``, default 120): a hanging ``CC`` must not
+    hang the model's first forward."""
+    return float(os.environ.get("HF_TENSORCOMPRESS_CC_TIMEOUT", "120"))
+
+
+def _run(command: list[str]) -> str:
+    """``command``'s stdout; RuntimeError when it fails or outlives ``compiler_timeout()`` (its whole process group
+    is killed then, so a wrapper script's children do not linger)."""
+    timeout = compiler_timeout()
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    ) as process:
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            if hasattr(os, "killpg"):
+                os.killpg(process.pid, signal.SIGKILL)
+            else:  # Windows: no process groups
+                process.kill()
+            process.communicate()
+            raise RuntimeError(f"{command[0]} ran longer than {timeout:g} s (HF_TENSORCOMPRESS_CC_TIMEOUT)") from None
+    if process.returncode:
+        raise RuntimeError(f"{command[0]} failed: {err.strip()[-500:]}")
+    return out
+
+
+def _compiler() -> tuple[str, str]:
+    """The C compiler to call and what identifies its output: resolved path and ``--version`` text."""
     compiler = shutil.which(os.environ.get("CC", "cc"))
     if compiler is None:
         raise RuntimeError("no C compiler found (set CC or install gcc)")
+    return compiler, os.path.realpath(compiler) + "\n" + _run([compiler, "--version"])
+
+
+def kernel_path(identity: str) -> Path:
+    """The cached file for this source, compiler ``identity`` and flags: any change gets a new name."""
+    key = hashlib.sha256("\0".join([SOURCE, identity, *FLAGS]).encode()).hexdigest()[:16]
+    return kernel_dir() / f"lowbit-{key}.so"
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _checksum(target: Path) -> Path:
+    return target.with_name(target.name + ".sha256")
+
+
+def verified(target: Path) -> bool:
+    """Whether ``target`` is the file a build wrote (its checksum, written after the build, matches): a truncated
+    or replaced file is rebuilt instead of mapped, which would crash the process (SIGBUS) or call foreign code."""
+    try:
+        return _checksum(target).read_text().strip() == _digest(target)
+    except OSError:
+        return False
+
+
+def _compile(target: Path, compiler: str) -> None:
+    """Build the shared library into ``target`` and its checksum beside it (temporary names renamed into place:
+    processes that compile at the same time each finish with whole files)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         source, built = Path(scratch) / "lowbit.c", Path(scratch) / target.name
         source.write_text(SOURCE)
-        flags = ["-O3", "-mavx2", "-mfma", "-mf16c", "-shared", "-fPIC"]
-        run = subprocess.run([compiler, *flags, str(source), "-o", str(built)], capture_output=True, text=True)
-        if run.returncode:
-            raise RuntimeError(f"{compiler} failed: {run.stderr.strip()[-500:]}")
+        _run([compiler, *FLAGS, str(source), "-o", str(built)])
+        checksum = Path(scratch) / "checksum"
+        checksum.write_text(_digest(built) + "\n")
         os.replace(built, target)
+        os.replace(checksum, _checksum(target))
+
+
+def _load() -> ctypes.CDLL:
+    """The verified library, built first where the cached file is missing or does not verify."""
+    compiler, identity = _compiler()
+    target = kernel_path(identity)
+    if not verified(target):
+        _compile(target, compiler)
+    library = ctypes.CDLL(str(target))
+    missing = [name for name in SYMBOLS if not hasattr(library, name)]
+    if missing:  # a foreign file with a forged checksum: removed, so the next process builds the kernel
+        target.unlink(missing_ok=True)
+        raise RuntimeError(f"{target} lacks {missing}; removed, the next process rebuilds it")
+    return library
 
 
 @functools.cache
@@ -206,12 +283,9 @@ def load_kernel() -> ctypes.CDLL | None:
         "AVX512",
     ):
         return None  # the torch path serves other CPUs; nothing to warn about
-    target = kernel_dir() / f"lowbit-{hashlib.sha256(SOURCE.encode()).hexdigest()[:16]}.so"
     try:
-        if not target.exists():
-            _compile(target)
-        library = ctypes.CDLL(str(target))
-    except (OSError, RuntimeError) as error:
+        library = _load()
+    except (OSError, RuntimeError, ValueError) as error:  # ValueError: a bad timeout setting
         warnings.warn(
             f"low-bit products take the slower torch path: the CPU kernel is unavailable ({error})", stacklevel=3
         )

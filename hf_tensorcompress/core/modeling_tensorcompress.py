@@ -15,6 +15,7 @@ Imports: torch, transformers and sibling files only.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -23,7 +24,7 @@ import torch
 import transformers
 from torch import nn
 
-from .atomic import atomic_folder
+from .atomic import atomic_folder, recover
 from .checks import check_before_loading, check_loaded, check_shapes, local_folder
 from .contract import QUANT_METHOD, SIGNPOST_KEY, TOMBSTONE_KEY, CompressedLayer, tombstones
 from .structure import CompressedCheckpointError, active_options, install_layers, install_model_options
@@ -219,9 +220,13 @@ class CompressedModelMixin:
         from .torchao_linears import after_torchao_loading, before_torchao_loading
 
         wants_info = kwargs.pop("output_loading_info", False)
-        folder = local_folder(args[0] if args else kwargs.get("pretrained_model_name_or_path"), **kwargs)
+        source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
+        if isinstance(source, (str, os.PathLike)):  # a save killed mid-way: its previous folder back first
+            with contextlib.suppress(OSError):
+                recover(source)
+        folder = local_folder(source, **kwargs)
         check_before_loading(folder)
-        marker = before_torchao_loading(cls, args[0] if args else kwargs.get("pretrained_model_name_or_path"), kwargs)
+        marker = before_torchao_loading(cls, source, kwargs)
         quantizer_log = logging.getLogger("transformers.quantizers.auto")
         quiet = _NothingSkipped()
         quantizer_log.addFilter(quiet)

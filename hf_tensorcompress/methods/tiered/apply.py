@@ -11,7 +11,7 @@ from ...core.codebook import CodebookTensor
 from ...core.lowbit import LowBitTensor
 from ...core.registry import Method, register_method
 from ..tt.apply import input_embedding_name, tied_output_name
-from ..tt.calibration import TTCalibration, exact_token_ids, hidden_covariance
+from ..tt.calibration import TTCalibration, check_calibration_ids, exact_token_ids, hidden_covariance
 from .codebook_rounding import codebook_codes
 from .config import TieredConfig
 from .layer import TieredEmbedding
@@ -103,6 +103,7 @@ def apply_tiered(
     calibration = None
     if calibration_ids is not None:
         vocab = model.get_input_embeddings().num_embeddings
+        check_calibration_ids(calibration_ids, vocab, covariance_tokens, "apply_tiered")
         counts = torch.bincount(calibration_ids.reshape(-1).cpu(), minlength=vocab)[:vocab]
         covariance = None
         if config.rounding == "output":

@@ -14,14 +14,21 @@ import torch
 from ...core.codebook import CodebookTensor
 from .rounding import _inverse_hessian_factor
 
+#: Most distances the nearest-entry search holds at once (16M floats, 64 MB): 65,536 entries against all the
+#: vectors at once would take tens of GB.
+BLOCK = 1 << 24
 
-def nearest(vectors: torch.Tensor, codebook: torch.Tensor, chunk: int = 65536) -> torch.Tensor:
-    """Index of each vector's nearest codebook entry (squared Euclidean distance)."""
+
+def nearest(vectors: torch.Tensor, codebook: torch.Tensor, block: int = BLOCK) -> torch.Tensor:
+    """Index of each vector's nearest codebook entry (squared Euclidean distance), ``block // entries`` vectors at a
+    time so memory stays bounded whatever the codebook size."""
     norms = (codebook * codebook).sum(1)
-    return torch.cat(
-        [(norms - 2 * part @ codebook.T).argmin(1) for part in vectors.split(chunk)]
-        or [torch.empty(0, dtype=torch.int64)]
-    )
+    rows = max(1, block // max(1, len(codebook)))
+    indices = torch.empty(len(vectors), dtype=torch.int64)
+    for start in range(0, len(vectors), rows):
+        part = vectors[start : start + rows]
+        indices[start : start + rows] = torch.addmm(norms, part, codebook.T, alpha=-2).argmin(1)
+    return indices
 
 
 def kmeans(vectors: torch.Tensor, entries: int, iterations: int = 15, sample: int = 400_000) -> torch.Tensor:

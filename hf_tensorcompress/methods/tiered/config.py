@@ -95,8 +95,10 @@ class TieredConfig(CompressionConfig):
         check_choice(self.tier_order, "tier_order", EXACT_PRIORS)
         check_choice(self.rounding, "rounding", ROUNDINGS)
         check_int(self.low_rank, "low_rank", 0, " (0: no low-rank part)")
+        check_int(self.low_rank_bits, "low_rank_bits", 8, " (8 or 16)")  # 8.0 == 8 passes check_choice alone
         check_choice(self.low_rank_bits, "low_rank_bits", (8, 16))
         check_int(self.codebook_dim, "codebook_dim", 1, " (columns per codebook index)")
+        check_int(self.codebook_size, "codebook_size", 1, f" (one of {list(CODEBOOK_SIZES)})")
         check_choice(self.codebook_size, "codebook_size", CODEBOOK_SIZES)
 
     def group_sizes(self) -> list[int | None]:

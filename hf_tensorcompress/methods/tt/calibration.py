@@ -26,11 +26,37 @@ class TTCalibration:
         """Token frequencies over all ``calibration_ids``; the hidden-state covariance (only if the config's basis
         needs it) over the first ``covariance_tokens`` (forward passes are the expensive part)."""
         vocab = model.get_input_embeddings().num_embeddings
+        check_calibration_ids(calibration_ids, vocab, covariance_tokens, "apply_tt")
         counts = torch.bincount(calibration_ids.reshape(-1).cpu(), minlength=vocab)[:vocab]
         covariance = None
         if config.tt_basis == "output":
             covariance = hidden_covariance(model, calibration_ids.reshape(-1)[:covariance_tokens])
         return cls(counts=counts, covariance=covariance)
+
+
+def check_calibration_ids(ids: object, vocab: int, covariance_tokens: object, caller: str) -> None:
+    """A ValueError naming the argument, before any forward pass or change to the model: ids that are no token ids
+    of this vocabulary would fail deep inside ``bincount`` or the embedding, or count wrong tokens."""
+    if isinstance(covariance_tokens, bool) or not isinstance(covariance_tokens, int) or covariance_tokens < 1:
+        raise ValueError(
+            f"{caller}: covariance_tokens must be an int >= 1 (how many calibration tokens the hidden-state covariance "
+            f"is measured on, e.g. 4096), got {covariance_tokens!r}"
+        )
+    if not isinstance(ids, torch.Tensor):
+        raise ValueError(
+            f"{caller}: calibration_ids must be a torch.Tensor of token ids (e.g. tokenizer(text, "
+            f"return_tensors='pt').input_ids), got {type(ids).__name__}"
+        )
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise ValueError(f"{caller}: calibration_ids must hold integer token ids, got dtype {ids.dtype}")
+    if ids.numel() == 0:
+        raise ValueError(f"{caller}: calibration_ids is empty; pass the token ids of some calibration text")
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab:
+        raise ValueError(
+            f"{caller}: calibration_ids must be token ids in [0, {vocab}) for this model's {vocab}-token vocabulary, "
+            f"got values from {low} to {high} (ids from another tokenizer?)"
+        )
 
 
 def needs_calibration(config: TTConfig) -> bool:
