@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from helpers import BLOCK_LIBRARY
 
 GREEDY = dict(max_new_tokens=6, do_sample=False)
 #: Every method and storage option a checkpoint can hold: ``family`` (the model), ``config`` (CompressionConfig
@@ -160,18 +161,6 @@ def load(case: dict, folder: Path, source: str, how: str) -> list[str]:
     return lines
 
 
-def block_library() -> None:
-    """Make ``import hf_tensorcompress`` fail in this process, as on a machine without it."""
-
-    class BlockLibrary:
-        def find_spec(self, name, path=None, target=None):
-            if name == "hf_tensorcompress" or name.startswith("hf_tensorcompress."):
-                raise ImportError("hf_tensorcompress is not installed here (blocked by the journey test)")
-            return None
-
-    sys.meta_path.insert(0, BlockLibrary())
-
-
 def main(step: str, name: str, folder: str, source: str | None = None) -> None:
     if step == "save":  # NAME: comma-separated cases, each saved into FOLDER/<case>
         for case in name.split(","):
@@ -179,8 +168,8 @@ def main(step: str, name: str, folder: str, source: str | None = None) -> None:
             save(CASES[case], Path(folder) / case)
         return
     case, folder = CASES[name], Path(folder)
-    if step == "remote":
-        block_library()
+    if step == "remote":  # ``import hf_tensorcompress`` fails from here on, as on a machine without it
+        exec(BLOCK_LIBRARY)  # noqa: S102 - the tests' shared blocker
     print(json.dumps({"loaded": load(case, folder, source or str(folder / "compressed"), step)}))
 
 

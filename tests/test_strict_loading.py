@@ -14,29 +14,16 @@ import torch
 from helpers import run_without_library
 from safetensors import safe_open
 from safetensors.torch import save_file
+from test_checkpoint_mutation import tiny_lm
 from torchao.quantization import IntxWeightOnlyConfig
 from torchao.quantization.granularity import PerAxis
-from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, TorchAoConfig
+from transformers import AutoModelForCausalLM, TorchAoConfig
 
 from hf_tensorcompress import CompressedCheckpointError, CompressionConfig, apply_compression, quantize_linears
 
 EMBED = "model.embed_tokens"
 TIERED = CompressionConfig(method="tiered", tier_tokens=[64], tier_bits=[8, 3], tier_group_size=32, low_rank=4)
 IDS = torch.tensor([[5, 9, 70, 200]])
-
-
-def tiny_lm() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=256,
-        hidden_size=64,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=True,
-    )
-    return LlamaForCausalLM(config).eval()
 
 
 @pytest.fixture(scope="module")

@@ -141,7 +141,7 @@ class CompressedModelMixin:
         in place where transformers' guarded init functions would skip loaded tensors); every other module as the
         base class does."""
         if isinstance(module, CompressedLayer):
-            if _unfilled(module):
+            if not _loaded(module):
                 with torch.no_grad():
                     module.reset_parameters()
             return
@@ -281,13 +281,15 @@ class CompressedModelMixin:
         return embeddings
 
 
+def _loaded(module: nn.Module) -> bool:
+    """Whether any tensor of ``module`` was filled from a checkpoint (transformers flags it ``_is_hf_initialized``)."""
+    return any(getattr(t, "_is_hf_initialized", False) for t in module.state_dict(keep_vars=True).values())
+
+
 def _unfilled(module: nn.Module) -> bool:
-    """Whether neither ``module`` nor any of its tensors was filled from a checkpoint or initialised already
-    (transformers flags both ``_is_hf_initialized``)."""
-    tensors = module.state_dict(keep_vars=True).values()
-    return not getattr(module, "_is_hf_initialized", False) and not any(
-        getattr(t, "_is_hf_initialized", False) for t in tensors
-    )
+    """Whether ``module`` was neither loaded nor initialised already (transformers flags a module it has initialised,
+    and ``apply_compression`` one it built, ``_is_hf_initialized``)."""
+    return not getattr(module, "_is_hf_initialized", False) and not _loaded(module)
 
 
 def _is_key_of(key, module_names: tuple[str, ...]) -> bool:
