@@ -10,10 +10,10 @@ import pytest
 import torch
 from helpers import save_word_level_lm
 from safetensors import safe_open
-from test_cli import assert_user_error, cli
 from transformers import AutoTokenizer, LlamaForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_tiered
+from hf_tensorcompress.cli import main
 from hf_tensorcompress.data.calibration import calibration_ids, read_calibration_text
 
 VOCAB, HIDDEN = 64, 32
@@ -30,20 +30,28 @@ def text_of(words: int, seed: int = 0) -> str:
     return " ".join(f"w{int(i)}" for i in torch.randint(1, VOCAB, (words,), generator=generator))
 
 
+def cli(capsys, *args: str) -> tuple[int, str, str]:
+    """``hf-tensorcompress ARGS`` in this process (the console script runs the same ``main``; tests/test_cli.py runs
+    the script itself): exit code, stdout, stderr."""
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
 def tensors(folder: Path) -> dict[str, torch.Tensor]:
     with safe_open(str(folder / "model.safetensors"), framework="pt") as handle:
         return {key: handle.get_tensor(key) for key in handle.keys()}
 
 
-def test_output_rounding_from_the_command_line_equals_apply_tiered(lm_folder, tmp_path):
+def test_output_rounding_from_the_command_line_equals_apply_tiered(lm_folder, tmp_path, capsys):
     (tmp_path / "calibration.txt").write_text(text_of(600), encoding="utf-8")
     output = tmp_path / "out"
-    result = cli(
-        "compress", str(lm_folder), str(output), *TIERED, "--rounding", "output", "--tier-order", "calibration",
-        "--calibration", str(tmp_path / "calibration.txt"), "--calibration-tokens", "500",
+    code, _, err = cli(
+        capsys, "compress", str(lm_folder), str(output), *TIERED, "--rounding", "output", "--tier-order",
+        "calibration", "--calibration", str(tmp_path / "calibration.txt"), "--calibration-tokens", "500",
     )  # fmt: skip
-    assert "calibration: " in result.stderr and "a text file, 1 document(s)" in result.stderr
-    assert "500 tokens used" in result.stderr
+    assert code == 0 and "calibration: " in err and "a text file, 1 document(s)" in err
+    assert "500 tokens used" in err
     tokenizer = AutoTokenizer.from_pretrained(lm_folder)
     ids = calibration_ids(tokenizer, [text_of(600)], 500)
     config = CompressionConfig(
@@ -57,14 +65,12 @@ def test_output_rounding_from_the_command_line_equals_apply_tiered(lm_folder, tm
             assert torch.equal(stored[key], value), key
 
 
-def test_options_that_need_calibration_are_refused_before_loading(lm_folder, tmp_path):
-    result = cli("compress", str(lm_folder), str(tmp_path / "o"), *TIERED, "--rounding", "output", check=False)
-    assert_user_error(result, "needs calibration text", "--calibration FILE")
-    assert "loading" not in result.stderr  # refused before the model load
-    result = cli(
-        "compress", str(lm_folder), str(tmp_path / "o"), "--method", "svd", "--calibration", "x.txt", check=False
-    )
-    assert_user_error(result, "method 'svd' takes no calibration text")
+def test_options_that_need_calibration_are_refused_before_loading(lm_folder, tmp_path, capsys):
+    code, _, err = cli(capsys, "compress", str(lm_folder), str(tmp_path / "o"), *TIERED, "--rounding", "output")
+    assert code == 2 and "error: " in err and "needs calibration text" in err and "--calibration FILE" in err
+    assert "loading" not in err  # refused before the model load
+    code, _, err = cli(capsys, "compress", str(lm_folder), str(tmp_path / "o"), "--method", "svd", "--calibration", "x")
+    assert code == 2 and "method 'svd' takes no calibration text" in err
 
 
 @pytest.mark.parametrize("kind", ["folder", "jsonl", "csv", "dataset"])
@@ -94,20 +100,22 @@ def test_calibration_text_is_read_from_folders_tables_and_saved_datasets(kind, t
             read_calibration_text(path)
 
 
-def test_the_rest_keeps_the_source_precision_and_the_size_line_says_what_dominates(lm_folder, tmp_path):
+def test_the_rest_keeps_the_source_precision_and_the_size_line_says_what_dominates(lm_folder, tmp_path, capsys):
     model = LlamaForCausalLM.from_pretrained(lm_folder).to(torch.bfloat16)
     model.save_pretrained(tmp_path / "bf16")
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (tmp_path / "bf16" / name).write_bytes((lm_folder / name).read_bytes())
-    result = cli("compress", str(tmp_path / "bf16"), str(tmp_path / "out"), *TIERED)
-    assert "the rest in bfloat16" in result.stdout
+    code, out, _ = cli(capsys, "compress", str(tmp_path / "bf16"), str(tmp_path / "out"), *TIERED)
+    assert code == 0 and "the rest in bfloat16" in out
     stored = tensors(tmp_path / "out")
     floats = {key: value.dtype for key, value in stored.items() if value.is_floating_point()}
     assert all(dtype == torch.bfloat16 for key, dtype in floats.items() if "embed_tokens" not in key), floats
-    line = result.stdout.strip().splitlines()[-1]
+    line = out.strip().splitlines()[-1]
     assert line.startswith("size on disk: bf16 ") and "uncompressed BF16 hold" in line
-    forced = cli("compress", str(tmp_path / "bf16"), str(tmp_path / "out32"), *TIERED, "--dtype", "float32")
-    assert "the rest in float32" in forced.stdout
+    _, forced, _ = cli(
+        capsys, "compress", str(tmp_path / "bf16"), str(tmp_path / "out32"), *TIERED, "--dtype", "float32"
+    )
+    assert "the rest in float32" in forced
     assert tensors(tmp_path / "out32")["model.norm.weight"].dtype == torch.float32
 
 
