@@ -199,9 +199,9 @@ def compress_command(args: argparse.Namespace) -> int:
     config = compression_config(args)  # validate before the (slow) load
     compress = calibrated_compression(config, args.calibration)
     check_output(source, output, args.overwrite)
-    dtype = source_dtype(source) if args.dtype == "auto" else DTYPES[args.dtype]
     print(f"loading {source}", file=sys.stderr, flush=True)
-    model = load_model(source)
+    model = load_model(source)  # a missing or unreadable source is reported here
+    dtype = source_dtype(source) if args.dtype == "auto" else DTYPES[args.dtype]
     if args.calibration:
         compress(model, config, calibration_token_ids(source, args))
     else:

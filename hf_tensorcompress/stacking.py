@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 
+import torch
 from torch import nn
 from transformers import TorchAoConfig
 from transformers.quantizers.auto import AutoHfQuantizer
@@ -96,11 +97,13 @@ def _copy(module: nn.Module) -> nn.Module:
 
 def is_dequantized_gguf(model: nn.Module) -> bool:
     """Whether ``model`` was loaded from a GGUF file (``from_pretrained(..., gguf_file=...)``) with its weights
-    dequantized to float tensors (transformers does so where no GGUF kernel is installed, or when asked with
-    ``GgufConfig(dequantize=True)``): only its quantizer object says where they came from."""
+    dequantized to plain float tensors (transformers does so for architectures its GGUF kernels do not cover, where no
+    kernel is installed, or with ``GgufConfig(dequantize=True)``): only its quantizer says where they came from."""
     config = getattr(getattr(model, "hf_quantizer", None), "quantization_config", None)
     method = getattr(config, "quant_method", None)
-    return str(getattr(method, "value", method)) == "gguf" and bool(getattr(config, "dequantize", False))
+    if str(getattr(method, "value", method)) != "gguf":
+        return False
+    return all(type(p.data) is torch.Tensor and p.is_floating_point() for p in model.parameters())
 
 
 def release_gguf(model: nn.Module) -> None:
