@@ -12,7 +12,7 @@ the tied matrix becomes two int8 copies, embedding and head).
 
 1. decode time at batch 1: one process holds the three models and runs them in turn within each repeat (paired
    runs); ratios are medians of the paired ratios to dense of wall time and of the process's CPU time;
-   the tiered model is timed twice, its tied head on the fused CPU kernel (``core/lowbit_kernel.py``, the default
+   the tiered model is timed twice, its tied head on the fused CPU kernel (``runtime/lowbit_kernel.py``, the default
    where a C compiler and AVX2 are present) and on the torch path (``HF_TENSORCOMPRESS_KERNELS=0``);
 2. peak RSS (VmHWM) of load + generate, each model in its own fresh process; the bytes the embedding and head hold
    in memory and in ``model.safetensors`` (a tied matrix once; torchao's codes, scales and zero points); and the

@@ -191,7 +191,7 @@ def compression_config(args: argparse.Namespace) -> CompressionConfig:
 
 def compress_command(args: argparse.Namespace) -> int:
     from .checkpoint_size import DTYPES, size_line, source_dtype
-    from .core.atomic import atomic_folder
+    from .runtime.atomic import atomic_folder
     from .hub import CardInfo, set_card_info
     from .loading import gguf_provenance, load_model
 

@@ -9,10 +9,10 @@ from tqdm.auto import tqdm
 from transformers import PretrainedConfig
 
 from .config import CompressionConfig, as_config
-from .core.contract import CompressedLayer
+from .runtime.contract import CompressedLayer
 from .core.export import mark_compressed
-from .core.modeling_tensorcompress import is_compressed
-from .core.structure import bind_layers, install_model_options
+from .runtime.modeling_tensorcompress import is_compressed
+from .runtime.structure import bind_layers, install_model_options
 from .core.targets import match_targets
 from .methods import get_method
 from .saving import save_extras

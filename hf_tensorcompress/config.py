@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
-from .core.contract import QUANT_METHOD
+from .runtime.contract import QUANT_METHOD
 
 #: 2: one config per method, only its own fields are written. 1: one flat config holding every method's fields.
 CONFIG_VERSION = 2

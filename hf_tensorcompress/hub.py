@@ -20,7 +20,7 @@ from huggingface_hub.errors import HfHubHTTPError
 from torch import nn
 
 from .core.metrics import compression_report
-from .core.modeling_tensorcompress import CLASS_PREFIX, CompressedModelMixin
+from .runtime.modeling_tensorcompress import CLASS_PREFIX, CompressedModelMixin
 from .evaluation.reporting import markdown_table, metric_names, results_table, summary_rows
 
 TEMPLATE = Path(__file__).parent / "model_cards" / "compressed_model.md"

@@ -15,8 +15,8 @@ import transformers
 from torch import nn
 
 from .config import CompressionConfig
-from .core.atomic import recover
-from .core.modeling_tensorcompress import CLASS_PREFIX
+from .runtime.atomic import recover
+from .runtime.modeling_tensorcompress import CLASS_PREFIX
 from .extras import require
 from .quantizer import check_method
 from .saving import library_class

@@ -14,7 +14,7 @@ makes compressed models ordinary transformers models:
 Either way the quantizer steps aside once loading is done (``hf_quantizer`` removed, ``is_quantized`` False): the
 layers are ordinary trainable modules, and transformers restricts "quantized" models (``.half()``/``.float()``
 refuse, the Trainer refuses them without adapters). Except where the checkpoint's other Linear weights are
-torchao-quantized (``quantize_linears``; the marker nests torchao's config, ``core/torchao_linears.py``): then this
+torchao-quantized (``quantize_linears``; the marker nests torchao's config, ``runtime/torchao_linears.py``): then this
 quantizer hands their loading to transformers' ``TorchAoHfQuantizer`` and stays attached, the model being quantized,
 to save them the same way. Not shipped in checkpoints: where the library is not installed,
 ``trust_remote_code=True`` loads through the shipped ``Compressed<Base>`` instead.
@@ -35,8 +35,8 @@ from transformers.quantizers.base import HfQuantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from .config import CompressionConfig
-from .core.contract import QUANT_METHOD, STACKED_VERSION, quantization_marker
-from .core.torchao_linears import TorchAoLinears, keep_saveable, linear_quantizer
+from .runtime.contract import QUANT_METHOD, STACKED_VERSION, quantization_marker
+from .runtime.torchao_linears import TorchAoLinears, keep_saveable, linear_quantizer
 from .methods import get_method
 
 
@@ -48,7 +48,7 @@ class CompressedCheckpointConfig(QuantizationConfigMixin):
         self, quant_method: str = QUANT_METHOD, version: int = 1, linears: dict | None = None, **_: Any
     ) -> None:
         if version > STACKED_VERSION:
-            from .core.structure import CompressedCheckpointError  # registration may run while structure imports
+            from .runtime.structure import CompressedCheckpointError  # registration may run while structure imports
 
             raise CompressedCheckpointError(
                 f"the checkpoint's quantization_config version {version} is newer than this hf_tensorcompress "
@@ -66,7 +66,7 @@ class CompressedCheckpointConfig(QuantizationConfigMixin):
 def check_method(compression: dict) -> None:
     """A checkpoint's ``compression_config["method"]`` must be a registered method (an edited or foreign name
     would otherwise load unchecked and save back under a name no code knows); looking it up registers its layers."""
-    from .core.structure import CompressedCheckpointError  # registration may run while structure imports
+    from .runtime.structure import CompressedCheckpointError  # registration may run while structure imports
 
     method = compression.get("method", "cp")
     try:
@@ -87,7 +87,7 @@ class TensorCompressQuantizer(HfQuantizer):
     def __init__(self, quantization_config: QuantizationConfigMixin, **kwargs: Any) -> None:
         super().__init__(quantization_config, **kwargs)
         #: transformers' torchao quantizer of the other Linear weights, where the checkpoint has quantized Linears
-        #: (``core/torchao_linears.py``): this quantizer hands it their loading and saving.
+        #: (``runtime/torchao_linears.py``): this quantizer hands it their loading and saving.
         self.linears: TorchAoLinears | None = None
 
     def validate_environment(self, *args: Any, **kwargs: Any) -> None:
@@ -115,8 +115,8 @@ class TensorCompressQuantizer(HfQuantizer):
             ) from None
 
     def _process_model_before_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
-        from .core import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
-        from .core.checks import check_before_loading, local_folder
+        from .runtime import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
+        from .runtime.checks import check_before_loading, local_folder
         from .saving import save_extras
 
         if self.pre_quantized:
@@ -137,9 +137,9 @@ class TensorCompressQuantizer(HfQuantizer):
         return model
 
     def _process_model_after_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
-        from .core import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
-        from .core.checks import check_loaded, local_folder
-        from .core.structure import CompressedCheckpointError
+        from .runtime import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
+        from .runtime.checks import check_loaded, local_folder
+        from .runtime.structure import CompressedCheckpointError
 
         if self.pre_quantized:
             missing = modeling.unloaded_tensors(model)
@@ -167,7 +167,7 @@ class TensorCompressQuantizer(HfQuantizer):
 
     def _dequantize(self, model: nn.Module) -> nn.Module:
         """``model.dequantize()`` while this quantizer is attached: the dense model (``decompress``)."""
-        from .core.decompress import decompress
+        from .runtime.decompress import decompress
 
         return decompress(model)
 

@@ -12,7 +12,7 @@ import os
 from torch import nn
 
 from .core.export import write_modeling_code
-from .core.modeling_tensorcompress import compressed_class
+from .runtime.modeling_tensorcompress import compressed_class
 from .methods import get_method
 
 

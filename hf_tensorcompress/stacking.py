@@ -3,7 +3,7 @@
 ``quantize_linears(model, TorchAoConfig(...))`` quantizes the Linear weights of a compressed model with torchao, as
 ``from_pretrained(dense, quantization_config=TorchAoConfig(...))`` would have (transformers' torchao quantizer picks
 the Linears, torchao's ``quantize_`` quantizes them). The model then carries the library's quantizer with torchao's
-nested in it (``core/torchao_linears.py``), so ``save_pretrained`` writes one checkpoint whose ``config.json``
+nested in it (``runtime/torchao_linears.py``), so ``save_pretrained`` writes one checkpoint whose ``config.json``
 records both configs, and ``from_pretrained(folder)`` loads it back (``trust_remote_code=True`` too, where torchao is
 installed). The other order, a model loaded with ``TorchAoConfig`` and then compressed, reaches the same state
 (``apply_compression`` calls ``adopted_torchao`` and ``attach``).
@@ -18,9 +18,9 @@ from torch import nn
 from transformers import TorchAoConfig
 from transformers.quantizers.auto import AutoHfQuantizer
 
-from .core.contract import QUANT_METHOD
-from .core.modeling_tensorcompress import is_compressed
-from .core.torchao_linears import linear_quantizer, linears_config, stacked_marker
+from .runtime.contract import QUANT_METHOD
+from .runtime.modeling_tensorcompress import is_compressed
+from .runtime.torchao_linears import linear_quantizer, linears_config, stacked_marker
 from .extras import require
 
 

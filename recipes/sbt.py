@@ -42,7 +42,7 @@ from transformers import PatchTSTConfig, PatchTSTForClassification, PatchTSTForP
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.baselines import quantization
-from hf_tensorcompress.core.atomic import atomic_folder
+from hf_tensorcompress.runtime.atomic import atomic_folder
 from hf_tensorcompress.core.metrics import linear_bytes, linear_modules, nonzero_flops, storage_bits
 from hf_tensorcompress.core.targets import attention_projections
 from hf_tensorcompress.data import describe_source, standardization_of

@@ -69,7 +69,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
 from hf_tensorcompress.baselines import quantization
 from hf_tensorcompress.compress import refresh_compression_config
-from hf_tensorcompress.core.atomic import atomic_folder
+from hf_tensorcompress.runtime.atomic import atomic_folder
 from hf_tensorcompress.core.metrics import linear_bytes, linear_modules
 from hf_tensorcompress.core.targets import attention_projections, family_of
 from hf_tensorcompress.data import (

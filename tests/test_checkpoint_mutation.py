@@ -33,8 +33,8 @@ from torchao.quantization.granularity import PerAxis
 from transformers import LlamaConfig, LlamaForCausalLM, TorchAoConfig
 
 from hf_tensorcompress import CompressionConfig, apply_compression, quantize_linears
-from hf_tensorcompress.core.lowbit import StoredMatrix
-from hf_tensorcompress.core.structure import build_layer
+from hf_tensorcompress.runtime.lowbit import StoredMatrix
+from hf_tensorcompress.runtime.structure import build_layer
 
 WORKER = Path(__file__).with_name("checkpoint_mutation_worker.py")
 FAST, SLOW, SEED = 10, 80, 0

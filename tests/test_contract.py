@@ -18,7 +18,7 @@ from safetensors.torch import load_file
 from transformers import AutoModel, AutoModelForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.core.contract import QUANTIZATION_MARKER, CompressedLayer
+from hf_tensorcompress.runtime.contract import QUANTIZATION_MARKER, CompressedLayer
 
 #: (method, family) -> the config options of that cell.
 CASES: dict[tuple[str, str], dict] = {

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("module", ["hf_tensorcompress.methods.cp.layer", "hf_tensorcompress.core.structure"])
+@pytest.mark.parametrize("module", ["hf_tensorcompress.methods.cp.layer", "hf_tensorcompress.runtime.structure"])
 def test_a_module_imported_first_still_registers_the_quantizer(module):
     code = (
         f"import {module}\n"

@@ -28,7 +28,7 @@ PRODUCT = """
 import json, warnings
 import torch
 from hf_tensorcompress.core import lowbit_kernel
-from hf_tensorcompress.core.lowbit import LowBitTensor
+from hf_tensorcompress.runtime.lowbit import LowBitTensor
 
 torch.manual_seed(0)
 stored = LowBitTensor.quantize(torch.randn(64, 64), 4, 64)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hf_tensorcompress.core.export import shipped_files, shipped_source
-from hf_tensorcompress.core.lowbit import LowBitTensor, pack, unpack
+from hf_tensorcompress.runtime.lowbit import LowBitTensor, pack, unpack
 from hf_tensorcompress.methods import get_method
 
 

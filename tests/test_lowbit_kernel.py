@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from hf_tensorcompress.core import lowbit_kernel
-from hf_tensorcompress.core.codebook import CodebookTensor
-from hf_tensorcompress.core.lowbit import LowBitTensor
+from hf_tensorcompress.runtime.codebook import CodebookTensor
+from hf_tensorcompress.runtime.lowbit import LowBitTensor
 
 RUNS_HERE = (
     shutil.which("cc") is not None

@@ -10,7 +10,7 @@ from helpers import tiny_causal_lm, tiny_patchtst_config
 from transformers import PatchTSTForPrediction
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.core.contract import CompressedLayer
+from hf_tensorcompress.runtime.contract import CompressedLayer
 
 CASES = {
     "cp": dict(method="cp", rank=0.5, cp_iterations=2),

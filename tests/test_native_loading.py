@@ -17,7 +17,7 @@ from transformers import AutoModel, AutoModelForCausalLM, LlamaForCausalLM, Patc
 from transformers.quantizers.auto import AUTO_QUANTIZATION_CONFIG_MAPPING, AUTO_QUANTIZER_MAPPING
 
 from hf_tensorcompress import CompressedCheckpointError, CompressionConfig, TensorCompressQuantizer, apply_compression
-from hf_tensorcompress.core.contract import QUANT_METHOD
+from hf_tensorcompress.runtime.contract import QUANT_METHOD
 
 X = torch.randn(2, 32, 3, generator=torch.Generator().manual_seed(1))
 IDS = torch.randint(3, 120, (2, 9), generator=torch.Generator().manual_seed(2))

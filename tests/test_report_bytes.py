@@ -9,7 +9,7 @@ from journey_steps import CASES, build
 from safetensors import safe_open
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report, quantize_linears
-from hf_tensorcompress.core.contract import SIGNPOST_KEY, TOMBSTONE_KEY
+from hf_tensorcompress.runtime.contract import SIGNPOST_KEY, TOMBSTONE_KEY
 
 
 def saved_tensor_bytes(folder) -> dict[str, int]:

@@ -1,5 +1,5 @@
 """A compressed embedding beside torchao int8 Linears: apply, generate, save, load back (natively and without the
-library), both orders, and the errors (``hf_tensorcompress.stacking``, ``core/torchao_linears.py``)."""
+library), both orders, and the errors (``hf_tensorcompress.stacking``, ``runtime/torchao_linears.py``)."""
 
 from __future__ import annotations
 

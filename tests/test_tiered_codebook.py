@@ -8,7 +8,7 @@ from helpers import run_without_library, tiny_causal_lm
 from transformers import AutoModelForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.core.codebook import CODEBOOK_SIZES, CodebookTensor
+from hf_tensorcompress.runtime.codebook import CODEBOOK_SIZES, CodebookTensor
 from hf_tensorcompress.methods.tiered import codebook_rounding
 from hf_tensorcompress.methods.tiered.apply import apply_tiered
 from hf_tensorcompress.methods.tiered.codebook_rounding import codebook_codes

@@ -11,7 +11,7 @@ from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report, decompress
-from hf_tensorcompress.core.lowbit import LowBitTensor
+from hf_tensorcompress.runtime.lowbit import LowBitTensor
 from hf_tensorcompress.methods.tt.apply import apply_tt
 from hf_tensorcompress.methods.tt.head import TTTiedHead
 from hf_tensorcompress.methods.tt.healing import heal_tt_embedding

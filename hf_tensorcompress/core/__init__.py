@@ -1,2 +1,2 @@
-"""What every method uses: the method registry, the layer contract, target resolution (the family table),
-checkpoint export and loading (the transformers quantizer integration), and size/cost metrics."""
+"""What every method uses and checkpoints do not ship: the method registry, target resolution (the family table),
+rank arithmetic, the export of a model's shipped code, and size/cost metrics."""

@@ -3,7 +3,7 @@ and the modeling files written next to the weights.
 
 Which files ship is derived, not listed: the entry point ``modeling_tensorcompress.py``, the files defining the
 method's layer and model-option classes (``Method.layers``, ``Method.options``), and every file those import from
-this package, recursively. A checkpoint holds them flat (``core/contract.py`` → ``contract.py``,
+this package, recursively. A checkpoint holds them flat (``runtime/contract.py`` → ``contract.py``,
 ``methods/tt/layer.py`` → ``tt_layer.py``, a file outside the package under its own name), which is the layout
 ``trust_remote_code`` loading needs; their imports of package files are rewritten to those flat names, and
 ``shipped_layers.py`` is written to import the layer files. A shipped file may import only torch, transformers and
@@ -22,15 +22,16 @@ from pathlib import Path
 import transformers
 from torch import nn
 
-from .contract import QUANTIZATION_MARKER
-from .modeling_tensorcompress import compressed_class
+from ..runtime.contract import QUANTIZATION_MARKER
+from ..runtime.modeling_tensorcompress import compressed_class
 from .registry import Method
 
 REMOTE_MODULE = "modeling_tensorcompress"
 PACKAGE = Path(__file__).resolve().parent.parent
 PACKAGE_NAME = PACKAGE.name
-ENTRY = Path(__file__).resolve().with_name(f"{REMOTE_MODULE}.py")
-MANIFEST = Path(__file__).resolve().with_name("shipped_layers.py")
+RUNTIME = PACKAGE / "runtime"
+ENTRY = RUNTIME / f"{REMOTE_MODULE}.py"
+MANIFEST = RUNTIME / "shipped_layers.py"
 
 #: ``from <relative or package module> import <names>`` lines, at any indentation.
 _IMPORT = re.compile(rf"^(\s*)from (\.+[\w.]*|{PACKAGE_NAME}(?:\.\w+)*) import (\(?\s*)(\w+)", re.MULTILINE)

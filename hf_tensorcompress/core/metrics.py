@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from .contract import CompressedLayer, TiedHead
+from ..runtime.contract import CompressedLayer, TiedHead
 
 
 @dataclass

@@ -6,7 +6,7 @@ dequantized matrix) and the bytes the library keeps (codes, scales, zero points,
 memory alike). Libraries: torchao ``IntxWeightOnlyConfig`` (int8 per row; int4 groups of 64, which torchao stores
 unpacked in int8 bytes on x86), bitsandbytes ``Embedding8bit`` / ``Embedding4bit`` / ``EmbeddingNF4`` (packed on
 CPU, blocks of 64), gguf ``Q8_0`` / ``Q5_0`` / ``Q4_1`` / ``Q4_0`` (blocks of 32). None of them stores 3 or 2 bits
-on CPU, so those arms (``rtn-*``) are round-to-nearest written here (``core.lowbit.LowBitTensor``, asymmetric, an
+on CPU, so those arms (``rtn-*``) are round-to-nearest written here (``runtime.lowbit.LowBitTensor``, asymmetric, an
 fp16 scale and minimum per group); ``rtn-int4-g64`` is the same at 4 bits, the issue's int4 yardstick.
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ..core.lowbit import LowBitTensor
+from ..runtime.lowbit import LowBitTensor
 from ..extras import require
 
 #: ``(weight) -> (dequantized weight, stored bytes)``

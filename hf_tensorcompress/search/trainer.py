@@ -27,7 +27,7 @@ from transformers.utils import logging
 
 from ..compress import refresh_compression_config
 from ..core.metrics import linear_bytes
-from ..core.structure import install_layers
+from ..runtime.structure import install_layers
 from .config import SearchConfig
 from .mdp import STATE_FILE, RankSearch
 from .optim import replace_parameters_in_optimizer

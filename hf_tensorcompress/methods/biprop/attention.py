@@ -20,7 +20,7 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from ...core.contract import ModelOption
+from ...runtime.contract import ModelOption
 
 IMPLEMENTATIONS = {"step_t": "sbt_step_t", "qkv_mask": "sbt_qkv_mask"}
 MASK_BUFFER = "sbt_qkv_mask"

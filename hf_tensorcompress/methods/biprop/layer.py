@@ -9,7 +9,7 @@ computed with 32-bit integer arithmetic in torch, identical on every device and 
 weight — packed sign bits beside the mask would be 2 bits (1/16 of fp32) and could not reach 1/25. A layer built
 with ``save_scores=True`` also stores ``scores`` and ``frozen_weight`` so that training can resume. The frozen weight
 is not called ``weight``: a checkpoint's ``<module>.weight`` key is the tombstone that makes a plain transformers
-class refuse the file (``core/modeling_tensorcompress.py``), and a frozen ``W`` under that key would load silently.
+class refuse the file (``runtime/modeling_tensorcompress.py``), and a frozen ``W`` under that key would load silently.
 
 In RAM the inference-only form (a checkpoint without scores, as ``from_pretrained`` loads it) holds 2 bits per
 weight: ``mask_bits`` and the signs packed the same way (regenerated from ``sign_seed`` once per device, never
@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...core.contract import CompressedLinear, TensorProblem
+from ...runtime.contract import CompressedLinear, TensorProblem
 
 WEIGHT_INITS = ("kaiming_normal", "signed_constant")
 _MASK32 = 0xFFFFFFFF

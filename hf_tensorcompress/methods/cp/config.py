@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...config import RankedConfig, check_int
-from ...core.factor_storage import check_factor_storage
+from ...runtime.factor_storage import check_factor_storage
 
 
 @dataclass
@@ -20,7 +20,7 @@ class CPConfig(RankedConfig):
         init: ``"decompose"`` (factors from the existing dense weights) or ``"random"``.
         cp_iterations: ALS iterations of the initial CP decomposition (tensorly ``parafac``, SVD init).
         factor_bits: store the three factors as packed integer codes of this many bits (2, 3, 4 or 8;
-            ``core/factor_storage``) instead of fp32; trained rounded as stored, saved and loaded as codes.
+            ``runtime/factor_storage``) instead of fp32; trained rounded as stored, saved and loaded as codes.
         factor_group_size: columns (rank components) per scale/minimum group; ``None`` (or a size that does not
             divide the rank) is one group per factor row.
     """

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...core.contract import CompressedLinear
-from ...core.factor_storage import read_codes, rounded, save_codes, stored_form
+from ...runtime.contract import CompressedLinear
+from ...runtime.factor_storage import read_codes, rounded, save_codes, stored_form
 
 #: Two thin matmuls plus the Khatri-Rao product run below the speed of one square matmul of equal multiply-adds
 #: (measured by benchmarks/cp_layer.py); the factorized path is taken only when it wins by at least this factor.
@@ -78,7 +78,7 @@ class CPLinear(CompressedLinear):
     the cheaper of the factorized product ``(x · KhatriRao(A, B)) · Cᵀ`` and "rebuild W, then one matmul"; under
     ``torch.no_grad`` the rebuilt weight is cached until a factor changes.
 
-    ``factor_bits``: the factors are stored as packed codes of that many bits (``core/factor_storage``): trained
+    ``factor_bits``: the factors are stored as packed codes of that many bits (``runtime/factor_storage``): trained
     rounded as stored, saved as codes; ``stored=True`` is the form such a checkpoint loads as (codes only, and
     always the factorized path, so no float copy of the weight is ever kept).
     """

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...config import RankedConfig
-from ...core.factor_storage import check_factor_storage
+from ...runtime.factor_storage import check_factor_storage
 
 
 @dataclass
@@ -17,7 +17,7 @@ class SVDConfig(RankedConfig):
         rank: an int or a float in (0, 1] (fraction of the dense layer's weight parameters kept).
         ranks: per-module overrides, ``{name or suffix: rank}``; the longest key wins.
         init: ``"decompose"`` (truncated SVD of the dense weight: the best rank-R approximation) or ``"random"``.
-        factor_bits: store ``U`` and ``Vᵀ`` as packed integer codes of this many bits (2, 3, 4 or 8; ``core/lowbit``:
+        factor_bits: store ``U`` and ``Vᵀ`` as packed integer codes of this many bits (2, 3, 4 or 8; ``runtime/lowbit``:
             round-to-nearest per group with an fp16 scale and minimum) instead of fp32; ``None`` keeps fp32. The
             layer trains with its factors rounded the way they will be stored (straight-through gradients to the
             fp32 factors), and a saved checkpoint holds only the codes, in the file and, once loaded, in memory.

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...core.contract import CompressedLinear
-from ...core.factor_storage import read_codes, rounded, save_codes, stored_form
+from ...runtime.contract import CompressedLinear
+from ...runtime.factor_storage import read_codes, rounded, save_codes, stored_form
 
 
 def truncated_svd(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:

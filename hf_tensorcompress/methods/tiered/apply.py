@@ -7,8 +7,8 @@ import torch
 from torch import nn
 
 from ...compress import apply_compression
-from ...core.codebook import CodebookTensor
-from ...core.lowbit import LowBitTensor
+from ...runtime.codebook import CodebookTensor
+from ...runtime.lowbit import LowBitTensor
 from ...core.registry import Method, register_method
 from ..tt.apply import input_embedding_name, tied_output_name
 from ..tt.calibration import TTCalibration, check_calibration_ids, exact_token_ids, hidden_covariance

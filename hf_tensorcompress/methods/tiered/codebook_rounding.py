@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ...core.codebook import CodebookTensor
+from ...runtime.codebook import CodebookTensor
 from .rounding import _inverse_hessian_factor
 
 #: Most distances the nearest-entry search holds at once (16M floats, 64 MB): 65,536 entries against all the

@@ -12,7 +12,7 @@ from ..tt.config import EXACT_PRIORS
 #: ``codebook_dim`` columns per index into ``codebook_size`` shared vectors).
 TIER_BITS = (0, 2, 3, 4, 8, 16, "codebook")
 
-#: Codebook sizes a ``"codebook"`` tier stores (``core/codebook.py``: an index is a byte plus 0, 2, 3, 4 or 8 packed
+#: Codebook sizes a ``"codebook"`` tier stores (``runtime/codebook.py``: an index is a byte plus 0, 2, 3, 4 or 8 packed
 #: high bits); kept here because config modules import no torch.
 CODEBOOK_SIZES = (256, 1024, 2048, 4096, 65536)
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...core.codebook import CodebookTensor
-from ...core.contract import CompressedLayer, TensorProblem, TiedHead
-from ...core.lowbit import LowBitTensor
+from ...runtime.codebook import CodebookTensor
+from ...runtime.contract import CompressedLayer, TensorProblem, TiedHead
+from ...runtime.lowbit import LowBitTensor
 
 #: What a tier may store (``methods/tiered/config.py: TIER_BITS``, which this shipped file cannot import).
 TIER_WIDTHS = (0, 2, 3, 4, 8, 16, "codebook")

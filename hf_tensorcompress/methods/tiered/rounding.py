@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from ...core.lowbit import LowBitTensor, check_lowbit, group_params
+from ...runtime.lowbit import LowBitTensor, check_lowbit, group_params
 
 
 def _inverse_hessian_factor(covariance: torch.Tensor, damping: float) -> torch.Tensor:

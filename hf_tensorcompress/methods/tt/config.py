@@ -49,7 +49,7 @@ class TTConfig(CompressionConfig):
         tt_untie_output: on a model with a tied output layer, keep a dense copy of the output matrix (the untied
             variant) instead of reading logits from the TT cores.
         tt_storage_bits: store the trains, exact rows and basis as packed integer codes of this many bits (2, 3, 4
-            or 8; ``core/lowbit``: an fp16 scale and minimum per group), on disk and in memory; None keeps floats.
+            or 8; ``runtime/lowbit``: an fp16 scale and minimum per group), on disk and in memory; None keeps floats.
             All cores of a token are one row of codes, rebalanced so that they share one range.
         tt_storage_group_size: values per scale group: must divide the hidden size (exact rows and the basis are
             grouped along it); a token's train row uses it where it divides that row, else one group per token.

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...core.contract import TiedHead
+from ...runtime.contract import TiedHead
 from .logits import LOGIT_PATHS, TensorsState
 
 #: ``TTTiedHead.mode`` values: a ``LOGIT_PATHS`` entry, or ``"cached"`` (one rebuilt ``V×d`` copy kept).

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...core.contract import CompressedLayer, TensorProblem
+from ...runtime.contract import CompressedLayer, TensorProblem
 from .head import TTTiedHead
 from .logits import FACTORED_BLOCK, TensorsState, TTLogits, token_minor_blocks
 from .solver import RECONSTRUCT_BLOCK, tt_reconstruct, tt_svd

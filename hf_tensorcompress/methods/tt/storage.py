@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from ...core.factor_storage import FACTOR_BITS, factor_group
-from ...core.lowbit import LowBitTensor
+from ...runtime.factor_storage import FACTOR_BITS, factor_group
+from ...runtime.lowbit import LowBitTensor
 
 
 def check_storage_bits(bits: object) -> None:

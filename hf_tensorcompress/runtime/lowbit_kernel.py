@@ -113,7 +113,7 @@ void lowbit_matmul_t(const uint8_t *codes, const uint16_t *scale, const uint16_t
     }
 }
 
-/* Codebook rows (core/codebook.py): out[b, r] = scale[r] * sum_k table[b, k, index(r, k)], where table[b, k, e] is
+/* Codebook rows (runtime/codebook.py): out[b, r] = scale[r] * sum_k table[b, k, index(r, k)], where table[b, k, e] is
    hidden[b]'s k-th dim-slice dotted with codebook entry e, and index(r, k) = low[r, k] | high(r, k) << 8 with the
    high parts of eight indices packed in `high_bits` bytes like the codes above. Eight indices at a time are built
    in one AVX2 register (low bytes widened, high bits spread by one variable shift) and their table entries

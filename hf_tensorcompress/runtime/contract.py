@@ -18,7 +18,7 @@ from torch import nn
 QUANT_METHOD = "tensorcompress"
 QUANTIZATION_MARKER = {"quant_method": QUANT_METHOD, "version": 1}
 #: Where the marker nests the config of the quantizer of the model's other ``nn.Linear`` weights (torchao's
-#: ``TorchAoConfig.to_dict()``: ``core/torchao_linears.py``); such a marker is version ``STACKED_VERSION``, so a
+#: ``TorchAoConfig.to_dict()``: ``runtime/torchao_linears.py``); such a marker is version ``STACKED_VERSION``, so a
 #: library that predates it refuses the checkpoint instead of loading its Linear weights at random.
 LINEARS_KEY = "linears"
 STACKED_VERSION = 2
@@ -49,7 +49,7 @@ def tombstones(module_names) -> dict[str, torch.Tensor]:
 
 class TensorProblem(ValueError):
     """A loaded tensor that no saved layer holds (``check_state``): ``key`` names it relative to the module that
-    raises, so the load-time check (``core/checks.py``) can name the file and the full key."""
+    raises, so the load-time check (``runtime/checks.py``) can name the file and the full key."""
 
     def __init__(self, key: str, problem: str) -> None:
         super().__init__(f"{key}: {problem}")
@@ -132,7 +132,7 @@ class CompressedLayer(nn.Module):
     def check_state(self) -> None:
         """Raise ``TensorProblem`` for a loaded tensor of this module (not its submodules: each checks its own) whose
         values no saved layer holds, e.g. an index out of range. Dtypes, shapes and finiteness are checked for every
-        layer by ``core/checks.py``; the default has nothing more to check."""
+        layer by ``runtime/checks.py``; the default has nothing more to check."""
 
     def dense_weight(self) -> torch.Tensor:
         """The dense weight this layer computes (``nn.Linear``/``nn.Embedding`` orientation), for ``decompress``."""

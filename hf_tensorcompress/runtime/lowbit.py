@@ -105,7 +105,7 @@ class StoredMatrix(nn.Module):
     subclass's ``_decode``, and a product decodes a chunk of rows at a time into one reused buffer."""
 
     shape: tuple[int, int]
-    #: The buffers' dtypes are the format: a checkpoint must hold exactly these (``core/checks.py``), where a float
+    #: The buffers' dtypes are the format: a checkpoint must hold exactly these (``runtime/checks.py``), where a float
     #: parameter of a layer may be stored in any float dtype the model is loaded in.
     keeps_dtypes = True
 
