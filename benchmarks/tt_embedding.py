@@ -35,8 +35,8 @@ from timing import add_device_arguments, device_and_dtype, peak_memory, seconds
 from tqdm.auto import tqdm
 
 from hf_tensorcompress.core.export import write_modeling_code
+from hf_tensorcompress.core.registry import get_method
 from hf_tensorcompress.data.causal_lm import WEIGHTS_NOTE, smollm2_dir
-from hf_tensorcompress.methods import get_method
 from hf_tensorcompress.methods.tt.head import TTTiedHead
 from hf_tensorcompress.methods.tt.layer import TTEmbedding
 from hf_tensorcompress.methods.tt.solver import balanced_shape, tt_reconstruct, tt_svd

@@ -15,9 +15,10 @@ model, data or evaluation code.
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
+from .core.registry import add_method_package
 from .lazy import lazy_exports
-from .methods import builtin_names
 from .registration import register_with_transformers
 
 #: public name -> module (relative to this package) that defines it; the methods' names are added below
@@ -47,9 +48,10 @@ _EXPORTS = {
     "model_card": ".hub",
     "push_to_hub": ".hub",
 }
-for _method in builtin_names():
-    _package = importlib.import_module(f"{__name__}.methods.{_method}")
-    _EXPORTS.update({name: f".methods.{_method}{module}" for name, module in _package._EXPORTS.items()})
+add_method_package(f"{__name__}.methods")
+for _info in pkgutil.iter_modules(importlib.import_module(f"{__name__}.methods").__path__):
+    _package = importlib.import_module(f"{__name__}.methods.{_info.name}")
+    _EXPORTS.update({name: f".methods.{_info.name}{module}" for name, module in _package._EXPORTS.items()})
 
 __all__ = list(_EXPORTS)
 __version__ = "0.1.0"

@@ -1,15 +1,15 @@
 """``hf-tensorcompress``: fetch the offline assets, compress a model, evaluate it, report its costs, push it.
 
 User mistakes (a missing folder, a wrong rank, a refused token) end with one ``error:`` line and exit code 2;
-only bugs show a traceback. Building the parser imports only the method configs (plain dataclasses): ``--help`` and
-argument errors never import torch or transformers; each command imports what it needs when it runs.
+only bugs show a traceback. Building the parser imports only the method registry and the method configs (plain dataclasses, found through the
+registry): ``--help`` and argument errors never import torch or transformers; each command imports what it needs
+when it runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
-import importlib
 import inspect
 import json
 import re
@@ -17,7 +17,8 @@ import sys
 from dataclasses import Field, fields
 from pathlib import Path
 
-from .config import CompressionConfig
+from .config import CompressionConfig, config_class, config_classes
+from .core import registry
 from .extras import MissingExtraError
 
 PROG = "hf-tensorcompress"
@@ -68,27 +69,6 @@ def fetch_command(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- compress
-def config_classes() -> dict[str, type[CompressionConfig]]:
-    """Each method's config class, without importing torch: the built-in methods' ``config`` modules, plus any
-    method registered at run time (only if the registry is already loaded)."""
-    from .methods import builtin_names
-
-    classes = {}
-    for name in builtin_names():
-        module = importlib.import_module(f"{__package__}.methods.{name}.config")
-        classes.update(
-            {
-                cls.method_name: cls
-                for cls in vars(module).values()
-                if isinstance(cls, type) and issubclass(cls, CompressionConfig) and cls.method_name == name
-            }
-        )
-    registry = sys.modules.get(f"{__package__}.core.registry")
-    if registry is not None:
-        classes.update({name: method.config_class for name, method in registry.registered().items()})
-    return classes
-
-
 def config_flags() -> dict[str, tuple[Field, tuple[str, ...]]]:
     """Every user-settable field of every method's config, with the methods that take it: each becomes a flag, so a
     new method's options need no CLI change."""
@@ -182,7 +162,10 @@ def compression_config(args: argparse.Namespace) -> CompressionConfig:
         if value is not None:
             data[name] = list_value(item, value) if _is_list(item) else _scalar(value)
             given.append(name)
-    cls = config_classes().get(data.get("method", "cp"))
+    try:
+        cls = config_class(data.get("method"))
+    except ValueError:
+        cls = None  # an unknown method: from_dict below names the ones there are
     foreign = [name for name in given if cls is not None and name not in cls.field_names()]
     if foreign:  # a flag of another method is a mistake (a --config file may hold version-1 fields of every method)
         raise ValueError(cls._foreign_fields_message(foreign))
@@ -191,9 +174,9 @@ def compression_config(args: argparse.Namespace) -> CompressionConfig:
 
 def compress_command(args: argparse.Namespace) -> int:
     from .checkpoint_size import DTYPES, size_line, source_dtype
-    from .runtime.atomic import atomic_folder
     from .hub import CardInfo, set_card_info
     from .loading import gguf_provenance, load_model
+    from .runtime.atomic import atomic_folder
 
     source, output = Path(args.source), Path(args.output)
     config = compression_config(args)  # validate before the (slow) load
@@ -226,17 +209,18 @@ def compress_command(args: argparse.Namespace) -> int:
 def calibrated_compression(config: CompressionConfig, calibration: str | None):
     """``apply_compression``, or with ``--calibration`` the method's own ``apply_<method>(model, config, ids)``;
     checked before the model loads: calibration text a method cannot use, or options that need it and lack it."""
-    from .methods import get_method
+    from .compress import apply_compression
 
-    package = importlib.import_module(__package__)
     if calibration:
-        calibrated = getattr(package, f"apply_{config.method}", None)
+        calibrated = registry.calibrated_apply(config.method)
         if calibrated is None:
+            takes = [name for name, record in registry.records().items() if record.calibrated]
             raise UsageError(
-                f"--calibration: method {config.method!r} takes no calibration text (tiered and tt do); drop the flag"
+                f"--calibration: method {config.method!r} takes no calibration text ({', '.join(takes)} do); drop "
+                "the flag"
             )
         return calibrated
-    prepare = get_method(config.method).prepare
+    prepare = registry.method_for(config).prepare
     try:
         if prepare is not None:
             prepare(None, config, None)
@@ -244,7 +228,7 @@ def calibrated_compression(config: CompressionConfig, calibration: str | None):
         raise UsageError(
             f"{error}. From the command line: --calibration FILE (text of the kind the model serves)"
         ) from None
-    return package.apply_compression
+    return apply_compression
 
 
 def calibration_token_ids(source: Path, args: argparse.Namespace):
@@ -489,7 +473,10 @@ def build_parser() -> argparse.ArgumentParser:
                 f"(default: {default!r})",
             )
         elif name == "method":
-            compress.add_argument(flag, metavar="VALUE", help=f"one of {list(methods)} (default: 'cp')")
+            about = "; ".join(f"{name}: {record.description}" for name, record in registry.records().items())
+            compress.add_argument(
+                flag, metavar="VALUE", help=f"one of {list(methods)} (default: {registry.default_name()!r}). {about}"
+            )
         else:
             compress.add_argument(flag, metavar="VALUE", help=f"{'/'.join(methods)}: {about} (default: {default!r})")
 

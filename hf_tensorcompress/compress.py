@@ -9,19 +9,19 @@ from tqdm.auto import tqdm
 from transformers import PretrainedConfig
 
 from .config import CompressionConfig, as_config
-from .runtime.contract import CompressedLayer
 from .core.export import mark_compressed
+from .core.registry import method_for
+from .core.targets import match_targets
+from .runtime.contract import CompressedLayer
 from .runtime.modeling_tensorcompress import is_compressed
 from .runtime.structure import bind_layers, install_model_options
-from .core.targets import match_targets
-from .methods import get_method
 from .saving import save_extras
 from .stacking import adopted_torchao, attach, release_gguf
 
 
 def resolve_targets(model: nn.Module, config: CompressionConfig) -> list[str]:
     """Full names of the modules ``config`` compresses in ``model``; errors name what would match."""
-    method = get_method(config.method)
+    method = method_for(config)
     if config.target_modules is None:
         names = method.default_targets(model)
     elif isinstance(config.target_modules, str) and config.target_modules in method.keywords:
@@ -89,7 +89,7 @@ def check_ranks(config: CompressionConfig, names: list[str]) -> None:
 
 def check_weights_loaded(model: nn.Module, config: CompressionConfig, names: list[str]) -> None:
     """Methods that compute layers from the dense weights need them: a model on the meta device has none."""
-    method = get_method(config.method)
+    method = method_for(config)
     on_meta = [n for n in names if any(p.is_meta for p in model.get_submodule(n).parameters(recurse=False))]
     if on_meta and method.reads_weights(config):
         random = " or pass init='random'," if hasattr(config, "init") else ""
@@ -129,7 +129,7 @@ def apply_compression(
     check_not_compressed(model)
     check_model(model)
     config = as_config(config)
-    method = get_method(config.method)
+    method = method_for(config)
     names = resolve_targets(model, config)
     linears = adopted_torchao(model, names)
     check_ranks(config, names)

@@ -1,54 +1,58 @@
 """``CompressionConfig``: the public entry for every method's options; validated, versioned, JSON round trip.
 
 ``CompressionConfig(method="cp", rank=0.5)`` returns the method's own config (``CPConfig`` here): each method keeps
-its options in its own typed dataclass (``methods/<method>/config.py``), and an option of another method is an error
-that names the config it belongs to. Checkpoints store ``to_dict()``; ``from_dict`` also reads the single flat
-config that version 1 wrote for every method.
+its options in its own typed dataclass (``methods/<method>/config.py``), found through the method registry, and an
+option of another method is an error that names the config it belongs to. Checkpoints store ``to_dict()``;
+``from_dict`` also reads the single flat config that version 1 wrote for every method.
+
+The configs import neither torch nor transformers (the command line builds its flags from them): a config is a
+transformers quantization config by protocol, not by base class. It offers what transformers calls on one
+(``quant_method``, ``to_dict``, ``to_diff_dict``, ``to_json_string``, ``to_json_file``, ``update``, ``dict(config)``),
+as ``QuantizationConfigMixin`` does, so ``from_pretrained(dense, quantization_config=config)`` compresses while
+loading.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
-from transformers.utils.quantization_config import QuantizationConfigMixin
-
-from .runtime.contract import QUANT_METHOD
+from .core import registry
+from .runtime.marker import QUANT_METHOD
 
 #: 2: one config per method, only its own fields are written. 1: one flat config holding every method's fields.
 CONFIG_VERSION = 2
 
 
-def _registered_configs() -> dict[str, type[CompressionConfig]]:
-    from .methods import registered_methods
+def config_classes() -> dict[str, type[CompressionConfig]]:
+    """Every registered method's config class by method name (imports the config modules only)."""
+    return {name: registry.config_class(name) for name in registry.records()}
 
-    return {name: method.config_class for name, method in registered_methods().items()}
 
-
-def config_class(method: str) -> type[CompressionConfig]:
-    """The config class of ``method``; an error lists the methods there are."""
-    classes = _registered_configs()
-    if method not in classes:
-        raise ValueError(f"method={method!r} is not supported; choose one of {sorted(classes)}")
-    return classes[method]
+def config_class(method: str | None) -> type[CompressionConfig]:
+    """The config class of ``method`` (None: the registry's default method); an error lists the methods there are."""
+    return registry.config_class(registry.default_name() if method is None else method)
 
 
 def _owner_of(name: str) -> type[CompressionConfig] | None:
-    return next((cls for cls in _registered_configs().values() if name in cls.field_names()), None)
+    return next((cls for cls in config_classes().values() if name in cls.field_names()), None)
 
 
 @dataclass
-class CompressionConfig(QuantizationConfigMixin):
+class CompressionConfig:
     """How ``apply_compression`` rewrites a model; calling it returns the config of ``method``.
 
     It is also a transformers quantization config: ``Model.from_pretrained(dense, quantization_config=config)``
     compresses while loading (``hf_tensorcompress.quantizer``).
 
     Args:
-        method: ``"cp"``, ``"svd"``, ``"biprop"``, ``"tt"`` or ``"tiered"``; the other keyword arguments are that
-            method's options (``CPConfig``, ``SVDConfig``, ``BipropConfig``, ``TTConfig``, ``TieredConfig``).
+        method: a registered method's name (``hf_tensorcompress.core.registry.records()`` lists them; the docs'
+            options page has the table); the other keyword arguments are that method's options (its config class).
+            Not given: the registry's default method.
         target_modules: module names (a module matches if its full name equals or ends with ``.<name>``) or one
             regular expression matched against full names. ``None`` takes the method's default for the model
             family (attention projections for cp/svd/biprop, the input embedding for tt).
@@ -56,7 +60,7 @@ class CompressionConfig(QuantizationConfigMixin):
             A saved checkpoint is rebuilt from it; leave it empty when writing a config by hand.
     """
 
-    method: str = "cp"
+    method: str = ""
     target_modules: list[str] | str | None = None
     modules: dict[str, dict] = field(default_factory=dict)
     version: int = CONFIG_VERSION
@@ -70,7 +74,7 @@ class CompressionConfig(QuantizationConfigMixin):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> CompressionConfig:
         if cls is CompressionConfig:
-            cls = config_class(args[0] if args else kwargs.get("method", "cp"))
+            cls = config_class(args[0] if args else kwargs.get("method"))
         unknown = [name for name in kwargs if name not in cls.field_names()]
         if unknown:
             raise ValueError(cls._foreign_fields_message(unknown))
@@ -99,6 +103,8 @@ class CompressionConfig(QuantizationConfigMixin):
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the wrong field and what would be right."""
+        if self.method == "":
+            self.method = self.method_name
         if self.method != self.method_name:
             raise ValueError(
                 f"{type(self).__name__} configures method={self.method_name!r}, not {self.method!r}; "
@@ -145,7 +151,7 @@ class CompressionConfig(QuantizationConfigMixin):
         data = dict(data)
         if "method" in data and not isinstance(data["method"], str):
             raise ValueError(f"method must be a string naming a method, got {data['method']!r}")
-        target = config_class(data.get("method", "cp")) if cls is CompressionConfig else cls
+        target = config_class(data.get("method")) if cls is CompressionConfig else cls
         version = data.get("version", 1)
         if isinstance(version, bool) or not isinstance(version, int):
             raise ValueError(f"version must be an int (this library writes {CONFIG_VERSION}), got {version!r}")
@@ -153,6 +159,23 @@ class CompressionConfig(QuantizationConfigMixin):
             own = target.field_names() - set(target.version_1_foreign)
             data = {key: value for key, value in data.items() if key in own or not _owner_of(key)}
         return target(**data)
+
+    def to_diff_dict(self) -> dict[str, Any]:
+        """transformers' name for what ``config.json`` records: every field (``to_dict``)."""
+        return self.to_dict()
+
+    def __iter__(self) -> Iterator[tuple[str, Any]]:
+        """``dict(config)``, which transformers uses where a quantization config may be a dict or a config."""
+        yield from copy.deepcopy(self.to_dict()).items()
+
+    def update(self, **kwargs: Any) -> dict[str, Any]:
+        """Set the given fields (validated again); returns the keyword arguments that are not fields."""
+        own = self.field_names()
+        for key, value in kwargs.items():
+            if key in own:
+                setattr(self, key, value)
+        self.validate()
+        return {key: value for key, value in kwargs.items() if key not in own}
 
     def to_json_string(self, use_diff: bool = True) -> str:
         """The JSON of ``to_dict()`` (``use_diff`` is transformers' signature; every field is written)."""

@@ -20,22 +20,13 @@ from huggingface_hub.errors import HfHubHTTPError
 from torch import nn
 
 from .core.metrics import compression_report
-from .runtime.modeling_tensorcompress import CLASS_PREFIX, CompressedModelMixin
+from .core.registry import record
 from .evaluation.reporting import markdown_table, metric_names, results_table, summary_rows
+from .runtime.modeling_tensorcompress import CLASS_PREFIX, CompressedModelMixin
 
 TEMPLATE = Path(__file__).parent / "model_cards" / "compressed_model.md"
 CARD_INFO_FILE = "tensorcompress_card.json"
 
-METHOD_DESCRIPTIONS = {
-    "cp": "each projection's weight folded to heads × head dim × out and kept as rank-R CP factors, Smartformer's "
-    "CPAC-Attention",
-    "svd": "each projection's weight kept as a truncated SVD U·Vᵀ, the SVD-Smartformer baseline",
-    "biprop": "frozen random weights with learned scores choosing a sparse binary mask (sign · α), Sparse Binary "
-    "Transformers",
-    "tt": "each token's embedding vector kept as a tensor train (matrix product state), TensorSLM",
-    "tiered": "the token embedding's rows kept as tiers of packed low-bit codes (int2–int8 with group scales) or "
-    "codebook indices, rounded output-aware (GPTQ / GPTVQ) where calibrated; the tied output layer reads them",
-}
 
 #: Hub pipeline tag by the model class's task suffix.
 PIPELINE_TAGS = {"ForCausalLM": "text-generation", "ForPrediction": "time-series-forecasting"}
@@ -137,7 +128,7 @@ def model_card(model: nn.Module, info: CardInfo | None = None, repo_id: str | No
         hub_url="https://huggingface.co",
         target_summary=", ".join(f"`{name}`" for name in leaf_names) + " modules",
         method=method,
-        method_description=METHOD_DESCRIPTIONS.get(method, f"method `{method}`"),
+        method_description=record(method).description,
         settings=settings,
         module_count=len(modules),
         cost_table=markdown_table(["", "dense", "compressed", "compressed / dense"], summary_rows(report)),

@@ -15,10 +15,10 @@ import transformers
 from torch import nn
 
 from .config import CompressionConfig
-from .runtime.atomic import recover
-from .runtime.modeling_tensorcompress import CLASS_PREFIX
 from .extras import require
 from .quantizer import check_method
+from .runtime.atomic import recover
+from .runtime.modeling_tensorcompress import CLASS_PREFIX
 from .saving import library_class
 from .stacking import release_gguf
 

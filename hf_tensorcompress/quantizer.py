@@ -35,9 +35,9 @@ from transformers.quantizers.base import HfQuantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from .config import CompressionConfig
+from .core.registry import default_name, get_method, method_for
 from .runtime.contract import QUANT_METHOD, STACKED_VERSION, quantization_marker
 from .runtime.torchao_linears import TorchAoLinears, keep_saveable, linear_quantizer
-from .methods import get_method
 
 
 class CompressedCheckpointConfig(QuantizationConfigMixin):
@@ -68,7 +68,7 @@ def check_method(compression: dict) -> None:
     would otherwise load unchecked and save back under a name no code knows); looking it up registers its layers."""
     from .runtime.structure import CompressedCheckpointError  # registration may run while structure imports
 
-    method = compression.get("method", "cp")
+    method = compression.get("method", default_name())
     try:
         get_method(method)
     except ValueError as error:
@@ -104,7 +104,7 @@ class TensorCompressQuantizer(HfQuantizer):
             raise TypeError(
                 f"quant_method={QUANT_METHOD!r} compresses with a CompressionConfig, got {type(config).__name__}"
             )
-        method = get_method(config.method)
+        method = method_for(config)
         try:
             if method.prepare is not None:
                 method.prepare(None, config, None)

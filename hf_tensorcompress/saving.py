@@ -12,8 +12,8 @@ import os
 from torch import nn
 
 from .core.export import write_modeling_code
+from .core.registry import get_method
 from .runtime.modeling_tensorcompress import compressed_class
-from .methods import get_method
 
 
 def save_extras(model: nn.Module, folder: str | os.PathLike, repo_id: str | None = None) -> None:

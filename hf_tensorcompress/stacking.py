@@ -18,10 +18,10 @@ from torch import nn
 from transformers import TorchAoConfig
 from transformers.quantizers.auto import AutoHfQuantizer
 
+from .extras import require
 from .runtime.contract import QUANT_METHOD
 from .runtime.modeling_tensorcompress import is_compressed
 from .runtime.torchao_linears import linear_quantizer, linears_config, stacked_marker
-from .extras import require
 
 
 def check_torchao_config(config: object) -> TorchAoConfig:

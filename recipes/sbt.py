@@ -42,7 +42,6 @@ from transformers import PatchTSTConfig, PatchTSTForClassification, PatchTSTForP
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.baselines import quantization
-from hf_tensorcompress.runtime.atomic import atomic_folder
 from hf_tensorcompress.core.metrics import linear_bytes, linear_modules, nonzero_flops, storage_bits
 from hf_tensorcompress.core.targets import attention_projections
 from hf_tensorcompress.data import describe_source, standardization_of
@@ -67,6 +66,7 @@ from hf_tensorcompress.evaluation.sequences import (
 )
 from hf_tensorcompress.evaluation.tables import runs_table
 from hf_tensorcompress.methods.biprop.apply import apply_attention
+from hf_tensorcompress.runtime.atomic import atomic_folder
 from hf_tensorcompress.training import StepBudget, train_for_steps
 from hf_tensorcompress.training.step_t import step_t_loss
 from hf_tensorcompress.usage import user_errors

@@ -69,7 +69,6 @@ from transformers.trainer_utils import get_last_checkpoint
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
 from hf_tensorcompress.baselines import quantization
 from hf_tensorcompress.compress import refresh_compression_config
-from hf_tensorcompress.runtime.atomic import atomic_folder
 from hf_tensorcompress.core.metrics import linear_bytes, linear_modules
 from hf_tensorcompress.core.targets import attention_projections, family_of
 from hf_tensorcompress.data import (
@@ -83,6 +82,7 @@ from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_for
 from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
 from hf_tensorcompress.evaluation.pareto import kind_of, write_pareto
 from hf_tensorcompress.evaluation.tables import runs_table
+from hf_tensorcompress.runtime.atomic import atomic_folder
 from hf_tensorcompress.search import SearchConfig, attention_groups
 from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total_params, uniform_ranks
 from hf_tensorcompress.search.schedule import RankSchedule

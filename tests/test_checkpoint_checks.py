@@ -15,8 +15,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel, LlamaForCausalLM, PatchTSTForPrediction
 
 from hf_tensorcompress import CompressedCheckpointError, CompressionConfig, apply_compression
-from hf_tensorcompress.runtime.contract import SIGNPOST_KEY
 from hf_tensorcompress.loading import load_model
+from hf_tensorcompress.runtime.contract import SIGNPOST_KEY
 
 Q_PROJ = "model.encoder.layers.0.self_attn.q_proj"
 LOADS = {

@@ -14,9 +14,8 @@ from hf_tensorcompress.cli import build_parser, compression_config, exit_code
 from hf_tensorcompress.extras import MissingExtraError, require
 
 ROOT = Path(__file__).resolve().parents[1]
-#: What --help must not load: the model code, the data and evaluation stacks. (torch and transformers' top level
-#: load, because ``CompressionConfig`` is a transformers ``QuantizationConfigMixin``.)
-HEAVY = ("transformers.modeling_utils", "tensorly", "datasets", "evaluate", "accelerate", "peft")
+#: What --help must not load: torch, transformers, the model code, the data and evaluation stacks.
+HEAVY = ("torch", "transformers", "tensorly", "datasets", "evaluate", "accelerate", "peft")
 
 
 def python(code: str) -> subprocess.CompletedProcess:
@@ -51,6 +50,18 @@ def test_python_dash_m_runs_the_command_line():
     assert result.returncode == 0 and "usage: hf-tensorcompress" in result.stdout
     for command in ("fetch", "compress", "evaluate", "report", "push"):
         assert command in result.stdout
+
+
+def test_a_config_imports_its_own_method_config_only():
+    result = python(
+        "import sys, hf_tensorcompress\n"
+        "config = hf_tensorcompress.CompressionConfig(method='cp', rank=0.5)\n"
+        "print(type(config).__name__)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('hf_tensorcompress.methods.') and m.count('.') > 2))\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[:3] == ["CPConfig", "['hf_tensorcompress.methods.cp.config']", "[]"]
 
 
 def test_import_of_the_package_is_lazy_but_complete():

@@ -33,8 +33,8 @@ def test_every_page_is_in_the_nav_and_every_nav_entry_exists():
     assert pages - nav == set(), f"pages missing from the nav in mkdocs.yml: {sorted(pages - nav)}"
 
 
-def test_the_docs_list_the_registered_methods():
-    from hf_tensorcompress.methods import methods_table
+def test_the_docs_list_the_records():
+    from hf_tensorcompress.core.registry import methods_table
 
     options = (DOCS / "guide" / "options.md").read_text(encoding="utf-8")
     assert methods_table() in options, (
@@ -43,9 +43,9 @@ def test_the_docs_list_the_registered_methods():
 
 
 def test_every_method_has_a_page_with_a_runnable_example():
-    from hf_tensorcompress.methods import builtin_names
+    from hf_tensorcompress.core.registry import records
 
-    for method in builtin_names():
+    for method in records():
         page = DOCS / "methods" / f"{method}.md"
         text = page.read_text(encoding="utf-8")
         assert f'method="{method}"' in text and "```python" in text, page

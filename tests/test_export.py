@@ -8,7 +8,7 @@ from transformers import AutoModel
 
 from hf_tensorcompress import CompressedCheckpointError, CompressionConfig, apply_compression
 from hf_tensorcompress.core.export import shipped_files
-from hf_tensorcompress.methods import get_method
+from hf_tensorcompress.core.registry import get_method
 
 CLASSES = [
     "PatchTSTForPrediction",

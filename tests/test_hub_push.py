@@ -6,13 +6,13 @@ import json
 
 import pytest
 import torch
-from helpers import run_without_library
+from helpers import run_without_library, tiny_time_series
 from huggingface_hub import ModelCard
 from transformers import LlamaConfig, LlamaForCausalLM, PatchTSTConfig, PatchTSTForPrediction
 
 from hf_tensorcompress import CardInfo, CompressionConfig, PushError, apply_compression, push_to_hub
 from hf_tensorcompress.core.export import shipped_files
-from hf_tensorcompress.methods import get_method, registered_methods
+from hf_tensorcompress.core.registry import get_method, records
 
 #: A small compressed model per method whose round trip is tested here (every registered method needs one).
 ROUND_TRIPS = {
@@ -60,7 +60,7 @@ def small_patchtst() -> PatchTSTForPrediction:
 
 def test_every_method_has_a_round_trip_test():
     covered = set(ROUND_TRIPS) | set(LM_ROUND_TRIPS)
-    methods = set(registered_methods())
+    methods = set(records())
     assert methods <= covered, f"add a ROUND_TRIPS entry for {methods - covered}"
 
 
@@ -190,7 +190,10 @@ def test_refused_push_is_clear_and_leaves_the_model_alone(hub, case, monkeypatch
     assert all(torch.equal(before[0][key], value) for key, value in after[0].items())
 
 
-def test_every_method_has_a_card_description():
-    from hf_tensorcompress.hub import METHOD_DESCRIPTIONS
+def test_the_card_describes_the_method_from_its_registry_record():
+    from hf_tensorcompress import CompressionConfig, apply_compression, model_card
+    from hf_tensorcompress.core.registry import record
 
-    assert set(registered_methods()) <= set(METHOD_DESCRIPTIONS)
+    assert all(entry.description for entry in records().values())
+    model = apply_compression(tiny_time_series("patchtst"), CompressionConfig(method="svd", rank=2))
+    assert " ".join(record("svd").description.split()) in " ".join(str(model_card(model)).split())

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from hf_tensorcompress.core.export import shipped_files, shipped_source
+from hf_tensorcompress.core.registry import get_method
 from hf_tensorcompress.runtime.lowbit import LowBitTensor, pack, unpack
-from hf_tensorcompress.methods import get_method
 
 
 @pytest.mark.parametrize("bits", [2, 3, 4, 8])

@@ -10,10 +10,10 @@ from helpers import run_without_library, tiny_causal_lm
 from transformers import AutoModelForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.runtime.lowbit import LowBitTensor
 from hf_tensorcompress.methods.tiered.apply import apply_tiered
 from hf_tensorcompress.methods.tiered.layer import TieredEmbedding, TieredTiedHead
 from hf_tensorcompress.methods.tiered.rounding import output_aware_codes
+from hf_tensorcompress.runtime.lowbit import LowBitTensor
 
 IDS = torch.randint(3, 120, (2, 9), generator=torch.Generator().manual_seed(2))
 CALIBRATION = torch.randint(3, 120, (1, 400), generator=torch.Generator().manual_seed(3))

@@ -178,7 +178,7 @@ def test_the_auto_solver_picks_power_for_fixed_ranks_and_eigh_for_eps():
 def test_the_layer_file_loads_and_decomposes_where_tqdm_is_missing(tmp_path):
     """The shipped copy of the layer (as a checkpoint holds it) needs tqdm only for its progress bar."""
     from hf_tensorcompress.core.export import write_modeling_code
-    from hf_tensorcompress.methods import get_method
+    from hf_tensorcompress.core.registry import get_method
 
     package = tmp_path / "checkpoint_code"
     package.mkdir()

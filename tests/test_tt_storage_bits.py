@@ -11,11 +11,11 @@ from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report, decompress
-from hf_tensorcompress.runtime.lowbit import LowBitTensor
 from hf_tensorcompress.methods.tt.apply import apply_tt
 from hf_tensorcompress.methods.tt.head import TTTiedHead
 from hf_tensorcompress.methods.tt.healing import heal_tt_embedding
 from hf_tensorcompress.methods.tt.layer import TTEmbedding
+from hf_tensorcompress.runtime.lowbit import LowBitTensor
 
 IDS = torch.randint(3, LM_VOCAB, (2, 9), generator=torch.Generator().manual_seed(2))
 CALIBRATION = torch.randint(3, LM_VOCAB, (1, 300), generator=torch.Generator().manual_seed(3))

@@ -17,8 +17,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ..runtime.lowbit import LowBitTensor
 from ..extras import require
+from ..runtime.lowbit import LowBitTensor
 
 #: ``(weight) -> (dequantized weight, stored bytes)``
 Quantizer = Callable[[torch.Tensor], tuple[torch.Tensor, int]]

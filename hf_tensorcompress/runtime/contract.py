@@ -12,25 +12,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-#: ``config.json``'s ``quantization_config`` of a compressed checkpoint: where hf_tensorcompress is imported,
-#: transformers hands the checkpoint to the registered ``tensorcompress`` quantizer (``core/quantizer.py``), which
-#: rebuilds the layers from ``compression_config`` (the specs stay there, in one place).
-QUANT_METHOD = "tensorcompress"
-QUANTIZATION_MARKER = {"quant_method": QUANT_METHOD, "version": 1}
-#: Where the marker nests the config of the quantizer of the model's other ``nn.Linear`` weights (torchao's
-#: ``TorchAoConfig.to_dict()``: ``runtime/torchao_linears.py``); such a marker is version ``STACKED_VERSION``, so a
-#: library that predates it refuses the checkpoint instead of loading its Linear weights at random.
-LINEARS_KEY = "linears"
-STACKED_VERSION = 2
-
-
-def quantization_marker(linears: dict | None = None) -> dict:
-    """A compressed checkpoint's ``quantization_config``: ``QUANTIZATION_MARKER``, or, with ``linears`` (the nested
-    config of its quantized Linear weights), the version-``STACKED_VERSION`` marker holding it."""
-    if linears is None:
-        return dict(QUANTIZATION_MARKER)
-    return {"quant_method": QUANT_METHOD, "version": STACKED_VERSION, LINEARS_KEY: linears}
-
+from .marker import LINEARS_KEY, QUANT_METHOD, QUANTIZATION_MARKER, STACKED_VERSION, quantization_marker  # noqa: F401
 
 #: The dense key a compressed module no longer has; checkpoints hold a tombstone there (``modeling_tensorcompress``).
 TOMBSTONE_KEY = "weight"

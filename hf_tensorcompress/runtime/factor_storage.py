@@ -15,17 +15,6 @@ import torch
 
 from .lowbit import LowBitTensor
 
-#: Bit widths factors can be stored in (``LowBitTensor``'s packed widths).
-FACTOR_BITS = (2, 3, 4, 8)
-
-
-def check_factor_storage(bits: int | None, group_size: int | None) -> None:
-    """A config's ``factor_bits`` / ``factor_group_size``, with an error naming the allowed values."""
-    if bits is not None and (isinstance(bits, bool) or bits not in FACTOR_BITS):
-        raise ValueError(f"factor_bits={bits!r}: choose one of {list(FACTOR_BITS)}, or None for fp32 factors")
-    if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1):
-        raise ValueError(f"factor_group_size={group_size!r} must be an int >= 1 (columns per scale group) or None")
-
 
 def factor_group(group_size: int | None, columns: int) -> int | None:
     """The group size a factor row of ``columns`` uses: ``group_size`` where it divides the row, else the row."""

@@ -4,6 +4,7 @@
 ``apply.py`` (targets, the attention option, ``apply_attention`` for a dense baseline with the same attention).
 """
 
+from ...core.registry import MethodRecord, register_method
 from ...lazy import lazy_exports
 
 _EXPORTS = {
@@ -13,3 +14,16 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
+
+register_method(
+    MethodRecord(
+        "biprop",
+        config=f"{__name__}.config:BipropConfig",
+        build=f"{__name__}.apply:METHOD",
+        description=(
+            "frozen random weights with learned scores choosing a sparse binary mask (sign · α), Sparse Binary "
+            "Transformers"
+        ),
+        example={"keep_ratio": 0.5},
+    )
+)

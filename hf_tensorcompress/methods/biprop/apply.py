@@ -7,7 +7,7 @@ import zlib
 import torch
 from torch import nn
 
-from ...core.registry import Method, register_method
+from ...core.registry import Method
 from ...core.targets import attention_projections, dense_projection, family_of, projection_types
 from .attention import SBTAttention, install_attention
 from .config import BipropConfig
@@ -112,19 +112,18 @@ def model_options(model: nn.Module, config: BipropConfig) -> dict:
     }
 
 
-register_method(
-    Method(
-        "biprop",
-        BipropConfig,
-        default_targets,
-        build,
-        accepts=projection_types(),
-        keywords={"all-linear": encoder_linears},
-        model_options=model_options,
-        reads_weights=lambda config: False,  # frozen random weights from the seed: the dense weights are not used
-        layers=(BipropLinear,),
-        options=(SBTAttention,),
-    )
+#: The method's build code (its package's ``MethodRecord`` points here).
+METHOD = Method(
+    "biprop",
+    BipropConfig,
+    default_targets,
+    build,
+    accepts=projection_types(),
+    keywords={"all-linear": encoder_linears},
+    model_options=model_options,
+    reads_weights=lambda config: False,  # frozen random weights from the seed: the dense weights are not used
+    layers=(BipropLinear,),
+    options=(SBTAttention,),
 )
 
 

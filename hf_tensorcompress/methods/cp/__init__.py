@@ -4,6 +4,7 @@
 dense projection (tensorly CP-ALS of the folded weight).
 """
 
+from ...core.registry import MethodRecord, register_method
 from ...lazy import lazy_exports
 
 _EXPORTS = {
@@ -12,3 +13,17 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
+
+register_method(
+    MethodRecord(
+        "cp",
+        config=f"{__name__}.config:CPConfig",
+        build=f"{__name__}.apply:METHOD",
+        description=(
+            "each projection's weight folded to heads × head dim × out and kept as rank-R CP factors, "
+            "Smartformer's CPAC-Attention"
+        ),
+        example={"rank": 0.5},
+        default=True,
+    )
+)

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from ...core.ranks import resolve_rank
-from ...core.registry import Method, register_method
+from ...core.registry import Method
 from ...core.targets import DenseProjection, attention_projections, dense_projection, parent_of, projection_types
 from .config import CPConfig
 from .layer import CPLinear
@@ -78,14 +78,13 @@ def reads_weights(config: CPConfig) -> bool:
     return config.init == "decompose"
 
 
-register_method(
-    Method(
-        "cp",
-        CPConfig,
-        attention_projections,
-        build,
-        accepts=projection_types(),
-        reads_weights=reads_weights,
-        layers=(CPLinear,),
-    )
+#: The method's build code (its package's ``MethodRecord`` points here).
+METHOD = Method(
+    "cp",
+    CPConfig,
+    attention_projections,
+    build,
+    accepts=projection_types(),
+    reads_weights=reads_weights,
+    layers=(CPLinear,),
 )

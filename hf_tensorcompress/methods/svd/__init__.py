@@ -3,6 +3,7 @@
 ``config.py`` ``SVDConfig`` · ``layer.py`` ``LowRankLinear`` (shipped in checkpoints) · ``apply.py``.
 """
 
+from ...core.registry import MethodRecord, register_method
 from ...lazy import lazy_exports
 
 _EXPORTS = {
@@ -11,3 +12,13 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
+
+register_method(
+    MethodRecord(
+        "svd",
+        config=f"{__name__}.config:SVDConfig",
+        build=f"{__name__}.apply:METHOD",
+        description=("each projection's weight kept as a truncated SVD U·Vᵀ, the SVD-Smartformer baseline"),
+        example={"rank": 0.5},
+    )
+)

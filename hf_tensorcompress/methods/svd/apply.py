@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from ...core.ranks import resolve_rank
-from ...core.registry import Method, register_method
+from ...core.registry import Method
 from ...core.targets import attention_projections, dense_projection, projection_types
 from .config import SVDConfig
 from .layer import LowRankLinear, truncated_svd
@@ -35,14 +35,13 @@ def reads_weights(config: SVDConfig) -> bool:
     return config.init == "decompose"
 
 
-register_method(
-    Method(
-        "svd",
-        SVDConfig,
-        attention_projections,
-        build,
-        accepts=projection_types(),
-        reads_weights=reads_weights,
-        layers=(LowRankLinear,),
-    )
+#: The method's build code (its package's ``MethodRecord`` points here).
+METHOD = Method(
+    "svd",
+    SVDConfig,
+    attention_projections,
+    build,
+    accepts=projection_types(),
+    reads_weights=reads_weights,
+    layers=(LowRankLinear,),
 )

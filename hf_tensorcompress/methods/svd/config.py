@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...config import RankedConfig
-from ...runtime.factor_storage import check_factor_storage
+from ...runtime.marker import check_factor_storage
 
 
 @dataclass

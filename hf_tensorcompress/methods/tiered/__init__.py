@@ -4,6 +4,7 @@
 ``rounding.py`` (output-aware GPTQ rounding, low-rank fit) · ``apply.py`` (``apply_tiered``).
 """
 
+from ...core.registry import MethodRecord, register_method
 from ...lazy import lazy_exports
 
 _EXPORTS = {
@@ -14,3 +15,18 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
+
+register_method(
+    MethodRecord(
+        "tiered",
+        config=f"{__name__}.config:TieredConfig",
+        build=f"{__name__}.apply:METHOD",
+        description=(
+            "the token embedding's rows kept as tiers of packed low-bit codes (int2–int8 with group scales) or "
+            "codebook indices, rounded output-aware (GPTQ / GPTVQ) where calibrated; the tied output layer reads "
+            "them"
+        ),
+        example={"tier_tokens": [2000], "tier_bits": [4, 3]},
+        calibrated=f"{__name__}.apply:apply_tiered",
+    )
+)

@@ -7,9 +7,9 @@ import torch
 from torch import nn
 
 from ...compress import apply_compression
+from ...core.registry import Method
 from ...runtime.codebook import CodebookTensor
 from ...runtime.lowbit import LowBitTensor
-from ...core.registry import Method, register_method
 from ..tt.apply import input_embedding_name, tied_output_name
 from ..tt.calibration import TTCalibration, check_calibration_ids, exact_token_ids, hidden_covariance
 from .codebook_rounding import codebook_codes
@@ -82,16 +82,15 @@ def build(
     return layer.to(embedding.weight.dtype)
 
 
-register_method(
-    Method(
-        "tiered",
-        TieredConfig,
-        lambda model: input_embedding_name(model, "tiered"),
-        build,
-        accepts=(nn.Embedding,),
-        prepare=check_calibration,
-        layers=(TieredEmbedding,),
-    )
+#: The method's build code (its package's ``MethodRecord`` points here).
+METHOD = Method(
+    "tiered",
+    TieredConfig,
+    lambda model: input_embedding_name(model, "tiered"),
+    build,
+    accepts=(nn.Embedding,),
+    prepare=check_calibration,
+    layers=(TieredEmbedding,),
 )
 
 

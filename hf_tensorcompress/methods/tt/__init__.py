@@ -6,6 +6,7 @@
 dense rows + SVD tail at a parameter budget).
 """
 
+from ...core.registry import MethodRecord, register_method
 from ...lazy import lazy_exports
 
 _EXPORTS = {
@@ -17,3 +18,14 @@ _EXPORTS = {
 }
 __all__ = list(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
+
+register_method(
+    MethodRecord(
+        "tt",
+        config=f"{__name__}.config:TTConfig",
+        build=f"{__name__}.apply:METHOD",
+        description=("each token's embedding vector kept as a tensor train (matrix product state), TensorSLM"),
+        example={"tt_ranks": 8},
+        calibrated=f"{__name__}.apply:apply_tt",
+    )
+)

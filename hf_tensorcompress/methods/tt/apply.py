@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ...compress import apply_compression
-from ...core.registry import Method, register_method
+from ...core.registry import Method
 from ...core.targets import FAMILIES
 from .calibration import TTCalibration, check_calibration, exact_token_ids, output_basis
 from .config import TTConfig
@@ -124,16 +124,15 @@ def build(
     return layer
 
 
-register_method(
-    Method(
-        "tt",
-        TTConfig,
-        input_embedding_name,
-        build,
-        accepts=(nn.Embedding,),
-        prepare=check_calibration,
-        layers=(TTEmbedding, ScaledTTEmbedding),
-    )
+#: The method's build code (its package's ``MethodRecord`` points here).
+METHOD = Method(
+    "tt",
+    TTConfig,
+    input_embedding_name,
+    build,
+    accepts=(nn.Embedding,),
+    prepare=check_calibration,
+    layers=(TTEmbedding, ScaledTTEmbedding),
 )
 
 

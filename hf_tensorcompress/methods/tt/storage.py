@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from ...runtime.factor_storage import FACTOR_BITS, factor_group
+from ...runtime.factor_storage import factor_group
 from ...runtime.lowbit import LowBitTensor
+from ...runtime.marker import FACTOR_BITS
 
 
 def check_storage_bits(bits: object) -> None:

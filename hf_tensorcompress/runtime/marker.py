@@ -1,0 +1,35 @@
+"""What a compressed checkpoint's ``config.json`` says to transformers: ``quantization_config`` names this library's
+quantizer (``QUANT_METHOD``). Plain data, no torch: the configs and the command line read it too."""
+
+from __future__ import annotations
+
+#: ``config.json``'s ``quantization_config`` of a compressed checkpoint: where hf_tensorcompress is imported,
+#: transformers hands the checkpoint to the registered ``tensorcompress`` quantizer (``quantizer.py``), which
+#: rebuilds the layers from ``compression_config`` (the specs stay there, in one place).
+QUANT_METHOD = "tensorcompress"
+QUANTIZATION_MARKER = {"quant_method": QUANT_METHOD, "version": 1}
+#: Where the marker nests the config of the quantizer of the model's other ``nn.Linear`` weights (torchao's
+#: ``TorchAoConfig.to_dict()``: ``runtime/torchao_linears.py``); such a marker is version ``STACKED_VERSION``, so a
+#: library that predates it refuses the checkpoint instead of loading its Linear weights at random.
+LINEARS_KEY = "linears"
+STACKED_VERSION = 2
+
+
+def quantization_marker(linears: dict | None = None) -> dict:
+    """A compressed checkpoint's ``quantization_config``: ``QUANTIZATION_MARKER``, or, with ``linears`` (the nested
+    config of its quantized Linear weights), the version-``STACKED_VERSION`` marker holding it."""
+    if linears is None:
+        return dict(QUANTIZATION_MARKER)
+    return {"quant_method": QUANT_METHOD, "version": STACKED_VERSION, LINEARS_KEY: linears}
+
+
+#: Bit widths factors can be stored in (``LowBitTensor``'s packed widths).
+FACTOR_BITS = (2, 3, 4, 8)
+
+
+def check_factor_storage(bits: int | None, group_size: int | None) -> None:
+    """A config's ``factor_bits`` / ``factor_group_size``, with an error naming the allowed values."""
+    if bits is not None and (isinstance(bits, bool) or bits not in FACTOR_BITS):
+        raise ValueError(f"factor_bits={bits!r}: choose one of {list(FACTOR_BITS)}, or None for fp32 factors")
+    if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1):
+        raise ValueError(f"factor_group_size={group_size!r} must be an int >= 1 (columns per scale group) or None")
