@@ -11,16 +11,18 @@ import os
 
 from torch import nn
 
-from .core.export import write_modeling_code
+from .core.export import optional_files, write_modeling_code
 from .core.registry import get_method
 from .runtime.modeling_tensorcompress import compressed_class
 
 
 def save_extras(model: nn.Module, folder: str | os.PathLike, repo_id: str | None = None) -> None:
-    """``Compressed<Base>.save_hook``: the shipped files of the model's method, then the model card."""
+    """``Compressed<Base>.save_hook``: the shipped files of the model's method and of the optional runtime files it
+    uses, then the model card."""
     from .hub import write_model_card  # the card's tables import the evaluation helpers: only when saving
 
-    write_modeling_code(folder, [get_method(model.config.compression_config["method"])])
+    method = get_method(model.config.compression_config["method"])
+    write_modeling_code(folder, [method], optional_files(model))
     write_model_card(model, folder, repo_id=repo_id)
 
 

@@ -26,7 +26,7 @@ from tqdm import tqdm
 from transformers import PatchTSTForPrediction
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.core import atomic
+from hf_tensorcompress.runtime import atomic
 
 
 def compressed(method: str) -> PatchTSTForPrediction:

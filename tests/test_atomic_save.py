@@ -18,7 +18,7 @@ from transformers import PatchTSTForPrediction
 
 from hf_tensorcompress import CompressionConfig, apply_compression, saving
 from hf_tensorcompress.cli import main
-from hf_tensorcompress.core import atomic
+from hf_tensorcompress.runtime import atomic
 from hf_tensorcompress.runtime.atomic import atomic_folder
 
 

@@ -2,7 +2,7 @@ import json
 
 import pytest
 import torch
-from helpers import first_output, run_without_library, tiny_inputs, tiny_models
+from helpers import first_output, run_without_library, tiny_causal_lm, tiny_inputs, tiny_models
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel
 
@@ -48,6 +48,7 @@ def test_folder_holds_config_weights_and_self_contained_code(saved):
     code = {f"{name}.py" for name in shipped_files([get_method("cp")]).values()}
     assert {*code, "model.safetensors"} <= {p.name for p in folder.iterdir()}
     assert not {"tt_layer.py", "biprop_layer.py"} & {p.name for p in folder.iterdir()}  # only its method's files
+    assert not {"lowbit_kernel.py", "torchao_linears.py"} & {p.name for p in folder.iterdir()}  # nor unused runtime
     for code in folder.glob("*.py"):
         imports = [line for line in code.read_text().splitlines() if line.strip().startswith(("import ", "from "))]
         assert not [line for line in imports if "hf_tensorcompress" in line or line.split()[1] in ("tensorly", "numpy")]
@@ -171,3 +172,25 @@ def test_a_checkpoint_with_a_version_1_config_loads_unchanged(tmp_path, method, 
     loaded.save_pretrained(tmp_path / "v2")
     saved_again = json.loads((tmp_path / "v2" / "config.json").read_text())["compression_config"]
     assert saved_again["version"] == 2 and "tt_basis" not in saved_again
+
+
+def test_packed_storage_ships_the_kernel_and_remote_code_uses_it(tmp_path):
+    """A checkpoint whose layers store packed codes carries the C kernels, and trust_remote_code copies and imports
+    them; one without packed codes (checked above for cp) carries neither the kernels nor the torchao adapter."""
+    model = tiny_causal_lm("llama")
+    apply_compression(model, CompressionConfig(method="tiered", tier_tokens=[20], tier_bits=[4, 3], tier_group_size=8))
+    model.save_pretrained(tmp_path / "tiered")
+    assert (tmp_path / "tiered" / "lowbit_kernel.py").is_file()
+    assert not (tmp_path / "tiered" / "torchao_linears.py").exists()
+    result = run_without_library(
+        f"""
+        import sys
+        from transformers import AutoModelForCausalLM
+        import torch
+        model = AutoModelForCausalLM.from_pretrained({str(tmp_path / "tiered")!r}, trust_remote_code=True)
+        model(torch.tensor([[1, 2, 3]]))
+        print(sorted(name.rpartition(".")[2] for name in sys.modules if name.endswith((".lowbit_kernel", ".torchao_linears"))))
+        """,
+        tmp_path,
+    )
+    assert result.stdout.strip().splitlines()[-1] == "['lowbit_kernel']"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hf_tensorcompress.core import lowbit_kernel
+from hf_tensorcompress.runtime import lowbit_kernel
 
 RUNS_HERE = (
     shutil.which("cc") is not None
@@ -27,7 +27,7 @@ needs_kernel = pytest.mark.skipif(not RUNS_HERE, reason="needs a C compiler and 
 PRODUCT = """
 import json, warnings
 import torch
-from hf_tensorcompress.core import lowbit_kernel
+from hf_tensorcompress.runtime import lowbit_kernel
 from hf_tensorcompress.runtime.lowbit import LowBitTensor
 
 torch.manual_seed(0)

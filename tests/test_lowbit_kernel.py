@@ -7,7 +7,7 @@ import shutil
 import pytest
 import torch
 
-from hf_tensorcompress.core import lowbit_kernel
+from hf_tensorcompress.runtime import lowbit_kernel
 from hf_tensorcompress.runtime.codebook import CodebookTensor
 from hf_tensorcompress.runtime.lowbit import LowBitTensor
 

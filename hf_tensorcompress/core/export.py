@@ -3,7 +3,9 @@ and the modeling files written next to the weights.
 
 Which files ship is derived, not listed: the entry point ``modeling_tensorcompress.py``, the files defining the
 method's layer and model-option classes (``Method.layers``, ``Method.options``), and every file those import from
-this package, recursively. A checkpoint holds them flat (``runtime/contract.py`` → ``contract.py``,
+this package, recursively; plus the optional runtime files (``runtime/optional.py``) the model uses
+(``optional_files``): the C kernels where a layer stores packed codes, the torchao adapter where the Linears are
+quantized. A checkpoint holds them flat (``runtime/contract.py`` → ``contract.py``,
 ``methods/tt/layer.py`` → ``tt_layer.py``, a file outside the package under its own name), which is the layout
 ``trust_remote_code`` loading needs; their imports of package files are rewritten to those flat names, and
 ``shipped_layers.py`` is written to import the layer files. A shipped file may import only torch, transformers and
@@ -19,11 +21,14 @@ import re
 import sys
 from pathlib import Path
 
+import torch
 import transformers
 from torch import nn
 
 from ..runtime.contract import QUANTIZATION_MARKER
 from ..runtime.modeling_tensorcompress import compressed_class
+from ..runtime.optional import OPTIONAL
+from ..runtime.torchao_linears import linears_config
 from .registry import Method
 
 REMOTE_MODULE = "modeling_tensorcompress"
@@ -32,6 +37,13 @@ PACKAGE_NAME = PACKAGE.name
 RUNTIME = PACKAGE / "runtime"
 ENTRY = RUNTIME / f"{REMOTE_MODULE}.py"
 MANIFEST = RUNTIME / "shipped_layers.py"
+
+#: The manifest's function naming the optional files a checkpoint carries (their imports follow it).
+CARRIED = (
+    "\n\ndef carried_files() -> None:\n"
+    '    """The optional runtime files this checkpoint carries (loaded on first use by ``optional.sibling``); the\n'
+    '    imports below are how trust_remote_code knows to copy them. Not called."""\n'
+)
 
 #: ``from <relative or package module> import <names>`` lines, at any indentation.
 _IMPORT = re.compile(rf"^(\s*)from (\.+[\w.]*|{PACKAGE_NAME}(?:\.\w+)*) import (\(?\s*)(\w+)", re.MULTILINE)
@@ -71,10 +83,35 @@ def _imported_file(path: Path, module: str, name: str = "") -> Path | None:
     return None
 
 
-def shipped_files(methods: list[Method]) -> dict[Path, str]:
+def optional_files(model: nn.Module) -> tuple[str, ...]:
+    """The optional runtime files a checkpoint of ``model`` needs: ``lowbit_kernel`` where a layer, as loaded from its
+    spec, holds packed codes (``LowBitTensor``, ``CodebookTensor``); ``torchao_linears`` where torchao quantized the
+    other Linears."""
+    from ..runtime.codebook import CodebookTensor
+    from ..runtime.contract import CompressedLayer
+    from ..runtime.lowbit import LowBitTensor
+
+    needed = []
+    with torch.device("meta"):  # the stored form of each layer, as a checkpoint rebuilds it, without memory
+        stored = [
+            CompressedLayer.types[spec["type"]].from_spec(spec)
+            for spec in model.config.compression_config["modules"].values()
+        ]
+    if any(isinstance(part, (LowBitTensor, CodebookTensor)) for layer in stored for part in layer.modules()):
+        needed.append("lowbit_kernel")
+    if linears_config(getattr(model.config, "quantization_config", None)) is not None:
+        needed.append("torchao_linears")
+    return tuple(needed)
+
+
+def shipped_files(methods: list[Method], optional: tuple[str, ...] = ()) -> dict[Path, str]:
     """Every file a checkpoint of ``methods`` ships: the entry point, the files of their layer and option classes,
-    and every package file those import, recursively; ``{path: flat module name}``."""
+    every package file those import, recursively, and the ``optional`` runtime files; ``{path: flat module name}``."""
+    unknown = sorted(set(optional) - set(OPTIONAL))
+    if unknown:
+        raise ValueError(f"optional runtime files {unknown} do not exist; there are {list(OPTIONAL)}")
     pending = [ENTRY] + [Path(inspect.getsourcefile(cls)).resolve() for m in methods for cls in (*m.layers, *m.options)]
+    pending += [RUNTIME / f"{name}.py" for name in optional]
     files: dict[Path, str] = {}
     while pending:
         path = pending.pop()
@@ -92,15 +129,22 @@ def shipped_files(methods: list[Method]) -> dict[Path, str]:
 
 def shipped_source(path: Path, files: dict[Path, str], methods: list[Method]) -> str:
     """The text of shipped file ``path`` as a checkpoint holds it: imports of package files point at the flat
-    names; the layer manifest imports the layer files of ``methods``."""
+    names; the layer manifest imports the layer files of ``methods`` and the optional runtime files shipped (so that
+    ``trust_remote_code`` copies them)."""
     if path == MANIFEST:
         classes = list(dict.fromkeys(cls for m in methods for cls in (*m.layers, *m.options)))
         docstring = path.read_text(encoding="utf-8").split('"""')[1]
         imports = [
             f"from .{files[Path(inspect.getsourcefile(cls)).resolve()]} import {cls.__name__}" for cls in classes
         ]
+        carried = [name for name in OPTIONAL if RUNTIME / f"{name}.py" in files]
         names = "".join(f"{cls.__name__}, " for cls in classes)
-        return f'"""{docstring}"""\n\n' + "\n".join(imports) + f"\n\nLAYER_CLASSES = ({names})\n"
+        text = f'"""{docstring}"""\n\n' + "\n".join(imports) + f"\n\nLAYER_CLASSES = ({names})\n"
+        return (
+            text
+            + (CARRIED if carried else "")
+            + "".join(f"    from .{name} import __name__ as _{name}  # noqa: F401\n" for name in carried)
+        )
 
     def rewrite(match: re.Match) -> str:
         indent, module, opening, name = match.groups()
@@ -114,9 +158,10 @@ def shipped_source(path: Path, files: dict[Path, str], methods: list[Method]) ->
     return _IMPORT.sub(rewrite, path.read_text(encoding="utf-8"))
 
 
-def write_modeling_code(folder: str | os.PathLike, methods: list[Method]) -> list[Path]:
-    """Write the shipped files of ``methods`` into ``folder``, flat; returns the written paths."""
-    files = shipped_files(methods)
+def write_modeling_code(folder: str | os.PathLike, methods: list[Method], optional: tuple[str, ...] = ()) -> list[Path]:
+    """Write the shipped files of ``methods`` (and the ``optional`` runtime files) into ``folder``, flat; returns the
+    written paths."""
+    files = shipped_files(methods, optional)
     written = []
     for path, name in files.items():
         target = Path(folder) / f"{name}.py"

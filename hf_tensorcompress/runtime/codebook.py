@@ -15,7 +15,7 @@ import torch
 
 from .contract import TensorProblem, expect_tensor
 from .lowbit import StoredMatrix, pack, unpack
-from .lowbit_kernel import fused_codebook_matmul_t
+from .optional import sibling
 
 #: Codebook sizes a ``CodebookTensor`` stores (an index is a byte plus 0, 2, 3, 4 or 8 packed high bits).
 CODEBOOK_SIZES = (256, 1024, 2048, 4096, 65536)
@@ -102,7 +102,8 @@ class CodebookTensor(StoredMatrix):
         kernel, else decoding ``chunk`` rows at a time into one reused buffer; the transient is never the whole float
         table."""
         self.check_width(hidden)
-        fused = fused_codebook_matmul_t(
+        kernel = sibling("lowbit_kernel")
+        fused = kernel and kernel.fused_codebook_matmul_t(
             self.codes, self.high if self.high_bits else None, self.high_bits, self.scale, self.codebook, hidden
         )
         if fused is not None:

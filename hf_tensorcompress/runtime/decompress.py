@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from .contract import CompressedLayer
+from .optional import sibling
 from .structure import CompressedCheckpointError, active_options
-from .torchao_linears import dense_linears
 
 #: ``config.json`` entries that only a compressed checkpoint has.
 COMPRESSION_ENTRIES = ("compression_config", "quantization_config")
@@ -63,7 +63,9 @@ def decompress(model: nn.Module) -> nn.Module:
     wrong = [name for name, layer in layers.items() if not isinstance(layer, CompressedLayer)]
     if wrong:
         raise CompressedCheckpointError(f"compression_config lists {wrong[0]!r}, but that module is not compressed")
-    dense_linears(model)
+    adapter = sibling("torchao_linears")
+    if adapter is not None:  # a checkpoint without it has no quantized Linears
+        adapter.dense_linears(model)
     config = model.config.__class__.from_dict(model.config.to_dict())
     strip_compression(config)
     if any(getattr(layer, "tied_output", None) for layer in layers.values()):

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from .contract import TensorProblem, expect_tensor
-from .lowbit_kernel import fused_matmul_t
+from .optional import sibling
 
 #: Bit widths a LowBitTensor stores.
 LOWBIT_BITS = (2, 3, 4, 8, 16)
@@ -279,11 +279,12 @@ class LowBitTensor(StoredMatrix):
 
     def matmul_t(self, hidden: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
         """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``). A few hidden vectors (a decoding step) go through the
-        fused CPU kernel (``lowbit_kernel``), which multiplies the codes without writing floats anywhere; otherwise
+        fused CPU kernel (``lowbit_kernel``, where the checkpoint carries it), which multiplies the codes without writing floats anywhere; otherwise
         ``chunk`` rows at a time are decoded and multiplied."""
         self.check_width(hidden)
-        if self.bits != 16:
-            fused = fused_matmul_t(
+        kernel = sibling("lowbit_kernel")
+        if self.bits != 16 and kernel is not None:
+            fused = kernel.fused_matmul_t(
                 self.codes, self.scale, self.minimum, self.bits, self.group_size, hidden, columns=self.shape[1]
             )
             if fused is not None:

@@ -27,6 +27,7 @@ from torch import nn
 from .atomic import atomic_folder, recover
 from .checks import check_before_loading, check_loaded, check_shapes, local_folder
 from .contract import QUANT_METHOD, SIGNPOST_KEY, TOMBSTONE_KEY, CompressedLayer, tombstones
+from .optional import sibling
 from .structure import CompressedCheckpointError, active_options, install_layers, install_model_options
 
 CLASS_PREFIX = "Compressed"
@@ -217,8 +218,6 @@ class CompressedModelMixin:
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
         """``PreTrainedModel.from_pretrained`` that refuses checkpoints whose compressed tensors are missing or misshapen."""
-        from .torchao_linears import after_torchao_loading, before_torchao_loading
-
         wants_info = kwargs.pop("output_loading_info", False)
         source = args[0] if args else kwargs.get("pretrained_model_name_or_path")
         if isinstance(source, (str, os.PathLike)):  # a save killed mid-way: its previous folder back first
@@ -226,7 +225,8 @@ class CompressedModelMixin:
                 recover(source)
         folder = local_folder(source, **kwargs)
         check_before_loading(folder)
-        marker = before_torchao_loading(cls, source, kwargs)
+        adapter = sibling("torchao_linears")  # carried by checkpoints with torchao-quantized Linears only
+        marker = adapter.before_torchao_loading(cls, source, kwargs) if adapter is not None else None
         quantizer_log = logging.getLogger("transformers.quantizers.auto")
         quiet = _NothingSkipped()
         quantizer_log.addFilter(quiet)
@@ -257,7 +257,7 @@ class CompressedModelMixin:
             )
         check_loaded(model, folder or local_folder(model.config.name_or_path))
         if marker is not None:
-            after_torchao_loading(model, marker)
+            adapter.after_torchao_loading(model, marker)
         return (model, info) if wants_info else model
 
     # ``resize_token_embeddings`` builds a new dense nn.Embedding / nn.Linear from ``old.weight``; a compressed
