@@ -189,3 +189,25 @@ def test_the_untouched_checkpoints_load_and_generate(saved):
     for name in ("tiered", "stacked"):
         model = AutoModelForCausalLM.from_pretrained(saved / name)
         assert model.generate(IDS, max_new_tokens=3, do_sample=False).shape == (1, 7)
+
+
+def test_one_load_path_checks_each_layer_once(tmp_path, monkeypatch):
+    """The library's ``Compressed<Base>.from_pretrained`` leaves the checks to the quantizer transformers runs for it:
+    every layer's state is checked once, whichever class loads the checkpoint."""
+    from helpers import tiny_time_series
+    from transformers import PatchTSTForPrediction
+
+    from hf_tensorcompress import CompressionConfig, apply_compression
+    from hf_tensorcompress.methods.svd.layer import LowRankLinear
+    from hf_tensorcompress.saving import library_class
+
+    model = apply_compression(tiny_time_series("patchtst"), CompressionConfig(method="svd", rank=2))
+    model.save_pretrained(tmp_path)
+    checked = []
+    original = LowRankLinear.check_state
+    monkeypatch.setattr(LowRankLinear, "check_state", lambda self: checked.append(self) or original(self))
+    layers = len(model.config.compression_config["modules"])
+    for loader in (PatchTSTForPrediction, library_class(PatchTSTForPrediction)):
+        checked.clear()
+        loader.from_pretrained(tmp_path)
+        assert len(checked) == layers, loader

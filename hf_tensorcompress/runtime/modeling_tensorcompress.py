@@ -23,6 +23,7 @@ import re
 import torch
 import transformers
 from torch import nn
+from transformers.quantizers.auto import AUTO_QUANTIZER_MAPPING
 
 from .atomic import atomic_folder, recover
 from .checks import check_before_loading, check_loaded, check_shapes, local_folder
@@ -224,7 +225,11 @@ class CompressedModelMixin:
             with contextlib.suppress(OSError):
                 recover(source)
         folder = local_folder(source, **kwargs)
-        check_before_loading(folder)
+        # One load path: where the library's quantizer is registered, transformers runs it for this checkpoint and
+        # it makes the checks below (the same functions); here they run where only this shipped code is loaded.
+        checked_by_quantizer = QUANT_METHOD in AUTO_QUANTIZER_MAPPING
+        if not checked_by_quantizer:
+            check_before_loading(folder)
         adapter = sibling("torchao_linears")  # carried by checkpoints with torchao-quantized Linears only
         marker = adapter.before_torchao_loading(cls, source, kwargs) if adapter is not None else None
         quantizer_log = logging.getLogger("transformers.quantizers.auto")
@@ -255,7 +260,8 @@ class CompressedModelMixin:
                 + "; ".join(f"{kind}: {keys[:6]}" for kind, keys in problems.items() if keys)
                 + ". Save the model again with save_pretrained, or fix compression_config in config.json."
             )
-        check_loaded(model, folder or local_folder(model.config.name_or_path))
+        if not checked_by_quantizer:
+            check_loaded(model, folder or local_folder(model.config.name_or_path))
         if marker is not None:
             adapter.after_torchao_loading(model, marker)
         return (model, info) if wants_info else model
