@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 
 from torch import nn
-from tqdm.auto import tqdm
 from transformers import PretrainedConfig
 
 from .config import CompressionConfig, as_config
@@ -15,6 +14,7 @@ from .core.modeling_tensorcompress import is_compressed
 from .core.structure import bind_layers, install_model_options
 from .core.targets import match_targets
 from .methods import get_method
+from .progress import progress
 from .saving import save_extras
 from .stacking import adopted_torchao, attach, release_gguf
 
@@ -138,7 +138,7 @@ def apply_compression(
     prepared = method.prepare(model, config, calibration) if method.prepare else None
     layers = {
         name: method.build(model, name, model.get_submodule(name), config, prepared)
-        for name in tqdm(names, desc=f"compress ({config.method})", disable=len(names) < 8)
+        for name in progress(names, desc=f"compress ({config.method})", unit="module")
     }
     own_config(model)
     release_gguf(model)
