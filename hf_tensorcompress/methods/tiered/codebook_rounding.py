@@ -20,9 +20,7 @@ from .rounding import _inverse_hessian_factor
 BLOCK = 1 << 24
 
 
-def nearest(
-    vectors: torch.Tensor, codebook: torch.Tensor, block: int = BLOCK, desc: str | None = None
-) -> torch.Tensor:
+def nearest(vectors: torch.Tensor, codebook: torch.Tensor, block: int = BLOCK, desc: str | None = None) -> torch.Tensor:
     """Index of each vector's nearest codebook entry (squared Euclidean distance), ``block // entries`` vectors at a
     time so memory stays bounded whatever the codebook size; with ``desc``, a progress bar over those blocks."""
     norms = (codebook * codebook).sum(1)
