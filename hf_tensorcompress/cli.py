@@ -17,6 +17,7 @@ import sys
 from dataclasses import Field, fields
 from pathlib import Path
 
+from .cli_noise import silence_third_party_noise
 from .config import CompressionConfig
 from .extras import MissingExtraError
 
@@ -531,6 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    silence_third_party_noise()  # before any command imports torchao
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
