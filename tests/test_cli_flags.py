@@ -57,7 +57,9 @@ def error_line(capsys, *argv: str) -> str:
 
 def test_command_line_errors_name_flags(models, tmp_path, capsys):
     lm, out = str(models / "lm"), str(tmp_path / "out")
-    line = error_line(capsys, "compress", lm, out, "--method", "tiered", "--tier-tokens", "16", "--tier-group-size", "7")
+    line = error_line(
+        capsys, "compress", lm, out, "--method", "tiered", "--tier-tokens", "16", "--tier-group-size", "7"
+    )
     assert "--tier-group-size 7 must be a positive int dividing the 32 columns" in line, line
     assert "group_size=" not in line and "tier_group_size" not in line
     line = error_line(capsys, "compress", lm, out, "--method", "tiered", "--rounding", "best")
