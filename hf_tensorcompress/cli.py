@@ -17,6 +17,8 @@ import sys
 from dataclasses import Field, fields
 from pathlib import Path
 
+from .cli_messages import in_flag_terms
+from .cli_noise import silence_third_party_noise
 from .config import CompressionConfig, config_class, config_classes
 from .core import registry
 from .extras import MissingExtraError
@@ -100,6 +102,18 @@ def field_descriptions(cls: type) -> dict[str, str]:
             elif inside and line.strip():
                 inside, name = False, None
     return {key: text.replace("``", "").replace("%", "%%") for key, text in found.items()}
+
+
+def choices_metavar(item: Field) -> str:
+    """``{nearest,output}`` for a field with a fixed set of values (``config.one_of``), else ``VALUE``."""
+    choices = item.metadata.get("choices")
+    return "{" + ",".join(map(str, choices)) + "}" if choices else "VALUE"
+
+
+def allowed_values(item: Field, prefix: str = "") -> str:
+    """The help's note of a field's allowed values, from the config class (the tuple its validation checks)."""
+    choices = item.metadata.get("choices")
+    return f"; {prefix}one of {', '.join(map(str, choices))}" if choices else ""
 
 
 def _is_list(item: Field) -> bool:
@@ -468,9 +482,9 @@ def build_parser() -> argparse.ArgumentParser:
             compress.add_argument(
                 flag,
                 nargs="+",
-                metavar="VALUE",
+                metavar=choices_metavar(item),
                 help=f"{'/'.join(methods)}: {about} A list: space- or comma-separated values or one JSON list "
-                f"(default: {default!r})",
+                f"(default: {default!r}){allowed_values(item, 'each value: ')}",
             )
         elif name == "method":
             about = "; ".join(f"{name}: {record.description}" for name, record in registry.records().items())
@@ -478,7 +492,11 @@ def build_parser() -> argparse.ArgumentParser:
                 flag, metavar="VALUE", help=f"one of {list(methods)} (default: {registry.default_name()!r}). {about}"
             )
         else:
-            compress.add_argument(flag, metavar="VALUE", help=f"{'/'.join(methods)}: {about} (default: {default!r})")
+            compress.add_argument(
+                flag,
+                metavar=choices_metavar(item),
+                help=f"{'/'.join(methods)}: {about} (default: {default!r}){allowed_values(item)}",
+            )
 
     evaluate = command(
         "evaluate", "Forecast a data set's test windows with a saved model and write MSE/MAE as JSON.", evaluate_command
@@ -518,6 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    silence_third_party_noise()  # before any command imports torchao
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -526,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
         code = exit_code(error)
         if code is None:
             raise
-        return _fail(args.command, error, code)
+        return _fail(args, error, code)
 
 
 def exit_code(error: Exception) -> int | None:
@@ -554,9 +573,24 @@ def _disk_full(error: BaseException | None) -> bool:
     return False
 
 
-def _fail(command: str, error: Exception, code: int) -> int:
-    print(f"{PROG} {command}: error: {' '.join(str(error).split())}", file=sys.stderr)
+def _fail(args: argparse.Namespace, error: Exception, code: int) -> int:
+    message = " ".join(str(error).split())
+    if args.command == "compress":  # the library's config errors name fields; the user typed flags
+        cls = config_classes().get(_method_of(args))
+        message = in_flag_terms(message, config_flags(), cls.field_names() if cls else ())
+    print(f"{PROG} {args.command}: error: {message}", file=sys.stderr)
     return code
+
+
+def _method_of(args: argparse.Namespace) -> str:
+    """The method a compress command asked for: ``--method``, else the ``--config`` file's, else the default."""
+    if args.method:
+        return str(_scalar(args.method))
+    try:
+        data = json.loads(Path(args.config).read_text(encoding="utf-8")) if args.config else {}
+    except (OSError, json.JSONDecodeError):
+        data = {}
+    return data.get("method", "cp") if isinstance(data, dict) else "cp"
 
 
 if __name__ == "__main__":

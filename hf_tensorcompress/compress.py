@@ -5,13 +5,13 @@ from __future__ import annotations
 import copy
 
 from torch import nn
-from tqdm.auto import tqdm
 from transformers import PretrainedConfig
 
 from .config import CompressionConfig, as_config
 from .core.export import mark_compressed
 from .core.registry import method_for
 from .core.targets import match_targets
+from .progress import progress
 from .runtime.contract import CompressedLayer
 from .runtime.modeling_tensorcompress import is_compressed
 from .runtime.structure import bind_layers, install_model_options
@@ -138,7 +138,7 @@ def apply_compression(
     prepared = method.prepare(model, config, calibration) if method.prepare else None
     layers = {
         name: method.build(model, name, model.get_submodule(name), config, prepared)
-        for name in tqdm(names, desc=f"compress ({config.method})", disable=len(names) < 8)
+        for name in progress(names, desc=f"compress ({config.method})", unit="module")
     }
     own_config(model)
     release_gguf(model)

@@ -231,6 +231,12 @@ def check_rank(value: Any, where: str) -> None:
         )
 
 
+def one_of(default: Any, choices: tuple) -> Any:
+    """A config field that takes one of ``choices`` (for a list field: each entry does): its ``metadata["choices"]``
+    is what ``--help`` lists, the same tuple ``validate`` checks with ``check_choice``."""
+    return field(default=default, metadata={"choices": choices})
+
+
 def check_choice(value: Any, name: str, choices: tuple) -> None:
     if value not in choices:
         raise ValueError(f"{name}={value!r} is not supported; choose one of {list(choices)}")
@@ -255,7 +261,7 @@ class RankedConfig(CompressionConfig):
 
     rank: int | float = 0.5
     ranks: dict[str, int | float] = field(default_factory=dict)
-    init: str = "decompose"
+    init: str = one_of("decompose", INITS)
 
     def validate(self) -> None:
         super().validate()

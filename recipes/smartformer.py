@@ -472,6 +472,17 @@ def search_end_step(trace: list[dict]) -> int:
     return next((record["step"] for record in trace if record["done"]), trace[-1]["step"])
 
 
+def run_header(index: int, total: int, name: str, seconds: list[float]) -> str:
+    """The line before each run, so a job of several runs says where it is and how long is left:
+    ``[2/6] smartformer: about 2.2 min, 11 min left in all``. The estimate is the mean wall time of the runs before
+    it (every run trains for the same steps; a search run costs about as much as a fixed-rank one), so the first
+    run has none."""
+    if not seconds:
+        return f"[{index}/{total}] {name}: time estimate after this run"
+    mean = sum(seconds) / len(seconds)
+    return f"[{index}/{total}] {name}: about {mean / 60:.1f} min, {mean * (total - index + 1) / 60:.0f} min left in all"
+
+
 def markdown(results: dict) -> str:
     """Mean (± std) over seeds per run name, like the paper's tables; every run trained for the same steps."""
     dense = next((r["attention_params"] for r in results["runs"] if r["name"] == "dense"), None)
@@ -707,14 +718,24 @@ def main(argv=None) -> dict:
     }
     os.makedirs(args.output_dir, exist_ok=True)
     smart_model = smart_dir = None
+    total = len(args.seeds) * sum(args.random_draws if e[0].startswith("random-ranks") else 1 for e in plan)
+    seconds: list[float] = []  # wall time of every run so far, for the next header's estimate
+
+    def header(name: str) -> None:
+        if PartialState().is_main_process:
+            print(run_header(len(seconds) + 1, total, name, seconds), flush=True)
+
     for seed in args.seeds:
         searched = None  # (groups, final ranks, step its search ended) of this seed's Smartformer run
         trained = {}  # run name -> (result, trained model) of this seed: what the post-training arms round
         for name, method, rank, make_search in plan:
             if name in post_arms:
+                header(name)
+                started = time.monotonic()
                 source, transform = post_arms[name]
                 folder = None if name in PTQ_ARMS else os.path.join(args.output_dir, "runs", f"{name}-seed{seed}")
                 result = post_training_arm(name, *trained[source], transform, data, size, folder)
+                seconds.append(time.monotonic() - started)
                 results["runs"].append(result)
                 print(json.dumps({k: result[k] for k in ("name", "seed", "metrics", "linear_bytes")}))
                 continue
@@ -725,6 +746,8 @@ def main(argv=None) -> dict:
             if name.endswith("-scheduled"):
                 switch_at = switch_step if name in prepares else searched[2]
             for run_name, run_rank, draw in arms:
+                header(run_name)
+                started = time.monotonic()
                 result, trainer = run_one(
                     run_name,
                     method,
@@ -737,6 +760,7 @@ def main(argv=None) -> dict:
                     switch_at,
                     prepares.get(name),
                 )
+                seconds.append(time.monotonic() - started)
                 trained[run_name] = (result, trainer.model)
                 if draw is not None:
                     result["draw"] = draw

@@ -16,7 +16,7 @@ from transformers import AutoModel, LlamaForCausalLM, PatchTSTForPrediction
 
 from hf_tensorcompress import CompressedCheckpointError, CompressionConfig, apply_compression
 from hf_tensorcompress.loading import load_model
-from hf_tensorcompress.runtime.contract import SIGNPOST_KEY
+from hf_tensorcompress.runtime.contract import SIGNPOST_KEY, SIGNPOST_KEYS
 
 Q_PROJ = "model.encoder.layers.0.self_attn.q_proj"
 LOADS = {
@@ -128,6 +128,18 @@ def test_the_untouched_checkpoints_load(folders):
             assert type(load(folders / name, base)).__name__.startswith("Compressed")
 
 
+@pytest.mark.parametrize("load", list(LOADS))
+def test_a_checkpoint_with_an_earlier_signpost_loads(folders, tmp_path, load):
+    """Checkpoints of earlier versions hold the signpost they wrote; the library's classes ignore it too."""
+
+    def edit(tensors):
+        tensors[SIGNPOST_KEYS[1]] = tensors.pop(SIGNPOST_KEY)
+
+    folder = edited(folders, "cp", tmp_path, edit_tensors=edit)
+    model = LOADS[load](folder, PatchTSTForPrediction)
+    model.load_state_dict(load_file(folder / "model.safetensors"), strict=True)  # torch's path (a Trainer resuming)
+
+
 def test_without_the_library_the_load_report_names_the_fix(folders):
     """transformers' own error text is fixed ("You set `ignore_mismatched_sizes` to `False`…"); the load report
     printed above it lists the checkpoint's keys, and the signpost key there says what to do."""
@@ -143,3 +155,4 @@ def test_without_the_library_the_load_report_names_the_fix(folders):
     )
     assert "refused:" in result.stdout
     assert SIGNPOST_KEY in result.stderr and "trust_remote_code=True" in SIGNPOST_KEY
+    assert "import hf_tensorcompress first" in SIGNPOST_KEY  # installed but not imported: the same report

@@ -9,6 +9,8 @@ from pathlib import Path
 import datasets
 import torch
 
+from ..progress import progress
+
 
 def natural_key(path: Path) -> list:
     return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
@@ -50,8 +52,10 @@ def split_documents(dataset: datasets.Dataset, held_out_fraction: float) -> tupl
 def token_ids(tokenizer, dataset: datasets.Dataset, max_tokens: int | None = None) -> torch.Tensor:
     """The documents joined by blank lines and tokenized as one stream, cut at ``max_tokens``."""
     ids: list[int] = []
-    for text in dataset["text"]:
-        ids.extend(tokenizer(text + "\n\n", add_special_tokens=False)["input_ids"])
-        if max_tokens is not None and len(ids) >= max_tokens:
-            break
+    with progress(desc="tokenize", total=max_tokens, unit="token") as bar:
+        for text in dataset["text"]:
+            ids.extend(tokenizer(text + "\n\n", add_special_tokens=False)["input_ids"])
+            bar.update(min(len(ids), max_tokens or len(ids)) - bar.n)
+            if max_tokens is not None and len(ids) >= max_tokens:
+                break
     return torch.tensor(ids[:max_tokens], dtype=torch.long)

@@ -17,10 +17,21 @@ from .marker import LINEARS_KEY, QUANT_METHOD, QUANTIZATION_MARKER, STACKED_VERS
 #: The dense key a compressed module no longer has; checkpoints hold a tombstone there (``modeling_tensorcompress``).
 TOMBSTONE_KEY = "weight"
 
-#: A one-byte tensor every checkpoint holds under this key: where hf_tensorcompress is not installed, a plain
-#: transformers class lists it in its load report (an unexpected key) right beside the tombstones' size mismatch,
-#: so the report names the fix; transformers' own error text is fixed. No digits or dots: the report groups on them.
-SIGNPOST_KEY = "hf_tensorcompress checkpoint: pip install hf_tensorcompress, or pass trust_remote_code=True"
+#: A one-byte tensor every checkpoint holds under this key: where the library's loader is not registered (the library
+#: is not imported, or not installed), a plain transformers class lists it in its load report (an unexpected key)
+#: right beside the tombstones' size mismatch, so the report names the fix; transformers' own error text is fixed.
+#: No digits or dots: the report groups on them.
+SIGNPOST_KEY = (
+    "hf_tensorcompress checkpoint: import hf_tensorcompress first (pip install it if missing), or pass "
+    "trust_remote_code=True"
+)
+
+#: Every signpost a checkpoint may hold: this version's, and the one earlier versions wrote (its advice to install
+#: the library misled where it was installed but not imported). Library classes ignore all of them.
+SIGNPOST_KEYS = (
+    SIGNPOST_KEY,
+    "hf_tensorcompress checkpoint: pip install hf_tensorcompress, or pass trust_remote_code=True",
+)
 
 
 def tombstones(module_names) -> dict[str, torch.Tensor]:

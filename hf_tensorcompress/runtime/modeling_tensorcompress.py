@@ -27,7 +27,7 @@ from transformers.quantizers.auto import AUTO_QUANTIZER_MAPPING
 
 from .atomic import atomic_folder, recover
 from .checks import check_before_loading, check_loaded, check_shapes, local_folder
-from .contract import QUANT_METHOD, SIGNPOST_KEY, TOMBSTONE_KEY, CompressedLayer, tombstones
+from .contract import QUANT_METHOD, SIGNPOST_KEYS, TOMBSTONE_KEY, CompressedLayer, tombstones
 from .optional import sibling
 from .structure import CompressedCheckpointError, active_options, install_layers, install_model_options
 
@@ -86,7 +86,7 @@ def is_compressed(model: nn.Module) -> bool:
 
 def _expect_tombstones(model: nn.Module, module_names) -> None:
     patterns = {re.escape(name) + rf"\.{TOMBSTONE_KEY}$" for name in module_names} | {
-        "^" + re.escape(SIGNPOST_KEY) + "$"
+        "^" + re.escape(key) + "$" for key in SIGNPOST_KEYS
     }
     model._keys_to_ignore_on_load_unexpected = set(model._keys_to_ignore_on_load_unexpected or ()) | patterns
 
@@ -206,7 +206,8 @@ class CompressedModelMixin:
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         """torch's ``load_state_dict`` (the Trainer resuming a checkpoint) reads the signpost as an unexpected key;
         it only speaks to plain classes, so it is dropped."""
-        state_dict.pop(prefix + SIGNPOST_KEY, None)
+        for key in SIGNPOST_KEYS:
+            state_dict.pop(prefix + key, None)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _upload_modified_files(self, working_dir, repo_id, *args, **kwargs):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from ...config import CompressionConfig, check_choice, check_fraction, check_int
+from ...config import CompressionConfig, check_choice, check_fraction, check_int, one_of
 
 #: Initialisations of the frozen random weights.
 WEIGHT_INITS = ("kaiming_normal", "signed_constant")
@@ -42,10 +42,10 @@ class BipropConfig(CompressionConfig):
 
     method: str = "biprop"
     keep_ratio: float = 0.5
-    weight_init: str = "kaiming_normal"
+    weight_init: str = one_of("kaiming_normal", WEIGHT_INITS)
     weight_seed: int = 0
     save_scores: bool = False
-    attention: str | None = None
+    attention: str | None = one_of(None, ATTENTION_OPTIONS)
     attention_keep_ratio: float | None = None
     attention_length: int | None = None
     attention_modules: list[str] = field(default_factory=list)

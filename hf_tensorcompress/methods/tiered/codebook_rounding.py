@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ...progress import progress
 from ...runtime.codebook import CodebookTensor
 from .rounding import _inverse_hessian_factor
 
@@ -19,13 +20,14 @@ from .rounding import _inverse_hessian_factor
 BLOCK = 1 << 24
 
 
-def nearest(vectors: torch.Tensor, codebook: torch.Tensor, block: int = BLOCK) -> torch.Tensor:
+def nearest(vectors: torch.Tensor, codebook: torch.Tensor, block: int = BLOCK, desc: str | None = None) -> torch.Tensor:
     """Index of each vector's nearest codebook entry (squared Euclidean distance), ``block // entries`` vectors at a
-    time so memory stays bounded whatever the codebook size."""
+    time so memory stays bounded whatever the codebook size; with ``desc``, a progress bar over those blocks."""
     norms = (codebook * codebook).sum(1)
     rows = max(1, block // max(1, len(codebook)))
     indices = torch.empty(len(vectors), dtype=torch.int64)
-    for start in range(0, len(vectors), rows):
+    starts = range(0, len(vectors), rows)
+    for start in progress(starts, desc=desc, unit="block") if desc else starts:
         part = vectors[start : start + rows]
         indices[start : start + rows] = torch.addmm(norms, part, codebook.T, alpha=-2).argmin(1)
     return indices
@@ -40,7 +42,7 @@ def kmeans(vectors: torch.Tensor, entries: int, iterations: int = 15, sample: in
     if len(vectors) < entries:
         vectors = vectors[torch.randint(len(vectors), (entries,), generator=generator)]
     centres = vectors[torch.randperm(len(vectors), generator=generator)[:entries]].clone()
-    for _ in range(iterations):
+    for _ in progress(range(iterations), desc=f"k-means ({entries} entries)", unit="iteration"):
         assigned = nearest(vectors, centres)
         sums = torch.zeros_like(centres).index_add_(0, assigned, vectors)
         counts = torch.zeros(entries).index_add_(0, assigned, torch.ones(len(vectors)))
@@ -62,12 +64,13 @@ def codebook_codes(
     vectors = (rows / scale[:, None]).reshape(-1, dim)
     codebook = kmeans(vectors, entries).half().float()
     if covariance is None:
-        indices = nearest(vectors, codebook).reshape(len(rows), -1)
+        indices = nearest(vectors, codebook, desc="codebook indices").reshape(len(rows), -1)
         return stored.set_indices(indices, scale, codebook)
     factor = _inverse_hessian_factor(covariance.cpu(), damping).float()
     work = rows.clone()
     indices = torch.empty(len(rows), rows.shape[1] // dim, dtype=torch.int64)
-    for block, start in enumerate(range(0, rows.shape[1], dim)):
+    blocks = progress(range(0, rows.shape[1], dim), desc="GPTVQ blocks", unit="block")
+    for block, start in enumerate(blocks):
         end = start + dim
         metric = torch.linalg.inv(factor[start:end, start:end])  # upper triangular
         chosen = nearest((work[:, start:end] / scale[:, None]) @ metric, codebook @ metric)

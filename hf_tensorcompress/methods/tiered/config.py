@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...config import CompressionConfig, check_choice, check_int
+from ...config import CompressionConfig, check_choice, check_int, one_of
 from ..tt.config import EXACT_PRIORS
 
 #: Widths a tier may store (0: nothing but the low-rank part; 16: bfloat16 rows; "codebook": vector-quantized rows,
@@ -18,6 +18,9 @@ CODEBOOK_SIZES = (256, 1024, 2048, 4096, 65536)
 
 #: How codes are chosen: round-to-nearest, or output-aware (GPTQ with the calibration covariance).
 ROUNDINGS = ("nearest", "output")
+
+#: Widths the low-rank factors are stored at.
+LOW_RANK_BITS = (8, 16)
 
 
 def _int_list(value: object) -> bool:
@@ -54,14 +57,14 @@ class TieredConfig(CompressionConfig):
 
     method: str = "tiered"
     tier_tokens: list[int] | None = None
-    tier_bits: list[int] | None = None
+    tier_bits: list[int] | None = one_of(None, TIER_BITS)
     tier_group_size: int | list[int | None] | None = 64
-    tier_order: str = "token_id"
-    rounding: str = "nearest"
+    tier_order: str = one_of("token_id", EXACT_PRIORS)
+    rounding: str = one_of("nearest", ROUNDINGS)
     low_rank: int = 0
-    low_rank_bits: int = 8
+    low_rank_bits: int = one_of(8, LOW_RANK_BITS)
     codebook_dim: int = 4
-    codebook_size: int = 1024
+    codebook_size: int = one_of(1024, CODEBOOK_SIZES)
 
     method_name: ClassVar[str] = "tiered"
 
@@ -96,7 +99,7 @@ class TieredConfig(CompressionConfig):
         check_choice(self.rounding, "rounding", ROUNDINGS)
         check_int(self.low_rank, "low_rank", 0, " (0: no low-rank part)")
         check_int(self.low_rank_bits, "low_rank_bits", 8, " (8 or 16)")  # 8.0 == 8 passes check_choice alone
-        check_choice(self.low_rank_bits, "low_rank_bits", (8, 16))
+        check_choice(self.low_rank_bits, "low_rank_bits", LOW_RANK_BITS)
         check_int(self.codebook_dim, "codebook_dim", 1, " (columns per codebook index)")
         check_int(self.codebook_size, "codebook_size", 1, f" (one of {list(CODEBOOK_SIZES)})")
         check_choice(self.codebook_size, "codebook_size", CODEBOOK_SIZES)

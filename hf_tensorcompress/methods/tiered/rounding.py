@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ...progress import progress
 from ...runtime.lowbit import LowBitTensor, check_lowbit, group_params
 
 
@@ -37,7 +38,7 @@ def output_aware_codes(
     codes = torch.empty(rows, columns, dtype=torch.uint8, device=weight.device)
     scales, minima = [], []
     top = 2**bits - 1
-    for start in range(0, columns, block):
+    for start in progress(range(0, columns, block), desc=f"GPTQ int{bits} blocks", unit="block"):
         end = min(start + block, columns)
         if start % group == 0:
             scale, minimum = group_params(work[:, start : start + group], bits, group)

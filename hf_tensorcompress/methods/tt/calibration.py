@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ...progress import progress
 from .config import EXACT_PRIORS, TTConfig
 
 
@@ -84,7 +85,7 @@ def hidden_covariance(model: nn.Module, token_ids: torch.Tensor, window: int = 5
     device = next(model.parameters()).device
     window = min(window, getattr(model.config, "max_position_embeddings", None) or window)
     total, count = None, 0
-    for start in range(0, len(token_ids), window):
+    for start in progress(range(0, len(token_ids), window), desc="calibration hidden states", unit="window"):
         chunk = token_ids[start : start + window].to(device)[None]
         hidden = model(input_ids=chunk, output_hidden_states=True).hidden_states[-1][0].double()
         total = hidden.T @ hidden if total is None else total + hidden.T @ hidden

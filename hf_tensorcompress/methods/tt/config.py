@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ...config import CompressionConfig, check_choice, check_int
+from ...config import CompressionConfig, check_choice, check_int, one_of
 
 #: Bases the trains are built in.
 TT_BASES = ("identity", "pca", "output")
@@ -61,10 +61,10 @@ class TTConfig(CompressionConfig):
     tt_order: int | None = None
     tt_ranks: int | list[int] | None = None
     tt_eps: float | None = None
-    tt_basis: str = "identity"
+    tt_basis: str = one_of("identity", TT_BASES)
     tt_solver: str = "auto"
     tt_exact_tokens: int = 0
-    tt_exact_prior: str = "calibration"
+    tt_exact_prior: str = one_of("calibration", EXACT_PRIORS)
     tt_untie_output: bool = False
     tt_storage_bits: int | None = None
     tt_storage_group_size: int | None = None

@@ -72,9 +72,9 @@ DECOMPOSE_BLOCK = 4096
 #: intermediates (a few times its rows) stay far below the table, so peak memory is table + cores + one block.
 DEVICE_BLOCK = 65536
 
-#: A progress bar is shown for tables of at least this many entries (SmolLM2's 28M decompose in seconds; an 8B
-#: model's 128k × 4096 = 537M take minutes on a CPU).
-PROGRESS_ENTRIES = 1 << 27
+#: Seconds a decomposition runs before its progress bar appears (SmolLM2's 28M entries decompose in seconds and
+#: print nothing; an 8B model's 128k × 4096 = 537M take minutes on a CPU).
+PROGRESS_DELAY = 2.0
 
 
 def resolve_solver(solver: str, max_ranks: list[int] | None, eps) -> str:
@@ -89,14 +89,16 @@ def resolve_solver(solver: str, max_ranks: list[int] | None, eps) -> str:
     return "power" if eps is None and max_ranks is not None else "eigh"
 
 
-def _progress(total: int, show: bool):
-    """A tqdm bar over ``total`` blocks if ``show`` and tqdm is importable (transformers depends on it; this file
-    must still load with torch alone), else a stand-in whose ``update``/``close`` do nothing."""
-    if show:
+def _progress(total: int, show: bool | None):
+    """A tqdm bar over ``total`` blocks if tqdm is importable (transformers depends on it; this file must still load
+    with torch alone): ``None`` draws it in a terminal once the work has run ``PROGRESS_DELAY`` seconds, ``True`` at
+    once wherever stderr goes; ``False`` (or no tqdm) gives a stand-in whose ``update``/``close`` do nothing."""
+    if show is not False:
         try:
             from tqdm.auto import tqdm
 
-            return tqdm(total=total, desc="TT-SVD", unit="block", mininterval=2)
+            delay, disable = (0, False) if show else (PROGRESS_DELAY, None)  # disable=None: only in a terminal
+            return tqdm(total=total, desc="TT-SVD", unit="block", mininterval=0.5, delay=delay, disable=disable)
         except ImportError:
             pass
 
@@ -197,7 +199,7 @@ def tt_svd(
             ranks only: block power iteration, see ``_dominant_subspaces``).
         block: rows per block (default ``DECOMPOSE_BLOCK`` over CPU threads, ``DEVICE_BLOCK`` on an accelerator).
             Rows are independent, so the result does not depend on it.
-        progress: tqdm bar over the blocks; None shows it for tables of ``PROGRESS_ENTRIES`` entries or more.
+        progress: tqdm bar over the blocks; None shows it in a terminal once the work takes ``PROGRESS_DELAY`` s.
 
     Memory: each block is converted to float32 on its own (a bfloat16 table is never copied whole), and with
     fixed ranks the cores are preallocated and filled block by block, so the peak is the table, the cores and a
@@ -232,7 +234,7 @@ def tt_svd(
         delta = None if eps_tensor is None else eps_tensor[rows].to(dtype) / math.sqrt(order - 1) * work.norm(dim=1)
         return _tt_svd_block(work, shape, max_ranks, delta, solver)
 
-    bar = _progress(len(starts), count * size >= PROGRESS_ENTRIES if progress is None else progress)
+    bar = _progress(len(starts), progress)
     fixed = _fixed_ranks(shape, max_ranks) if eps is None else None
     if fixed is not None:
         bounds = [1, *fixed, 1]
