@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ...config import RankedConfig, check_int
-from ...runtime.marker import check_factor_storage
+from ...config import RankedConfig, check_int, one_of
+from ...runtime.marker import FACTOR_BITS, check_factor_storage
 
 
 @dataclass
@@ -27,7 +27,7 @@ class CPConfig(RankedConfig):
 
     method: str = "cp"
     cp_iterations: int = 100
-    factor_bits: int | None = None
+    factor_bits: int | None = one_of(None, FACTOR_BITS)
     factor_group_size: int | None = None
 
     method_name: ClassVar[str] = "cp"

@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from ...config import CompressionConfig, check_choice, check_int, one_of
+from ...runtime.marker import FACTOR_BITS
+from .choices import TT_SOLVERS
 
 #: Bases the trains are built in.
 TT_BASES = ("identity", "pca", "output")
@@ -62,11 +64,11 @@ class TTConfig(CompressionConfig):
     tt_ranks: int | list[int] | None = None
     tt_eps: float | None = None
     tt_basis: str = one_of("identity", TT_BASES)
-    tt_solver: str = "auto"
+    tt_solver: str = one_of("auto", TT_SOLVERS)
     tt_exact_tokens: int = 0
     tt_exact_prior: str = one_of("calibration", EXACT_PRIORS)
     tt_untie_output: bool = False
-    tt_storage_bits: int | None = None
+    tt_storage_bits: int | None = one_of(None, FACTOR_BITS)
     tt_storage_group_size: int | None = None
 
     method_name: ClassVar[str] = "tt"
@@ -80,8 +82,6 @@ class TTConfig(CompressionConfig):
         ):
             raise ValueError(f"tt_eps must be a float in (0, 1) (relative reconstruction error), got {self.tt_eps!r}")
         check_choice(self.tt_basis, "tt_basis", TT_BASES)
-        from .solver import TT_SOLVERS  # the layer module imports torch: only when validating
-
         check_choice(self.tt_solver, "tt_solver", TT_SOLVERS)
         if self.tt_solver == "power" and (self.tt_eps is not None or self.tt_ranks is None):
             raise ValueError(
@@ -97,11 +97,9 @@ class TTConfig(CompressionConfig):
             raise ValueError("method='tt' needs tt_ranks (max TT ranks), tt_eps (accuracy), or both")
 
     def _validate_storage(self) -> None:
-        from .storage import check_storage_bits  # imports torch: only when validating
-
         bits, group = self.tt_storage_bits, self.tt_storage_group_size
-        if bits is not None:
-            check_storage_bits(bits)
+        if bits is not None and (isinstance(bits, bool) or bits not in FACTOR_BITS):
+            raise ValueError(f"tt_storage_bits={bits!r}: choose one of {list(FACTOR_BITS)}, or None for float storage")
         if group is not None:
             check_int(group, "tt_storage_group_size", 1, " (values per scale group, or None: one group per row)")
             if bits is None:

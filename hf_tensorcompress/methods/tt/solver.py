@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 import torch.nn.functional as F
 
+from .choices import TT_SOLVERS
+
 
 def balanced_shape(size: int, order: int) -> list[int]:
     """The ``order`` factors (ascending) of ``size`` closest to each other (smallest max/min spread)."""
@@ -56,7 +58,6 @@ def _prime_factors(size: int):
 
 #: TT-SVD solvers for the dominant subspaces: ``"eigh"`` (exact, LAPACK), ``"power"`` (fixed ranks only) and
 #: ``"auto"`` (``resolve_solver``: power for fixed ranks, eigh for the ε mode).
-TT_SOLVERS = ("auto", "eigh", "power")
 
 #: ``"power"`` raises each Gram matrix to the power ``2**POWER_SQUARINGS`` by repeated squaring. 8 leaves the
 #: reconstruction error of SmolLM2's embedding at 1.006× the exact TT-SVD's (8×8×9, ranks 5,5); 16 squares the
