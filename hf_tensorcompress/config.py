@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from .core.contract import QUANT_METHOD
+from .json_config import JsonConfig
 
 #: 2: one config per method, only its own fields are written. 1: one flat config holding every method's fields.
 CONFIG_VERSION = 2
@@ -40,7 +41,7 @@ def _owner_of(name: str) -> type[CompressionConfig] | None:
 
 
 @dataclass
-class CompressionConfig(QuantizationConfigMixin):
+class CompressionConfig(JsonConfig, QuantizationConfigMixin):
     """How ``apply_compression`` rewrites a model; calling it returns the config of ``method``.
 
     It is also a transformers quantization config: ``Model.from_pretrained(dense, quantization_config=config)``
@@ -153,23 +154,6 @@ class CompressionConfig(QuantizationConfigMixin):
             own = target.field_names() - set(target.version_1_foreign)
             data = {key: value for key, value in data.items() if key in own or not _owner_of(key)}
         return target(**data)
-
-    def to_json_string(self, use_diff: bool = True) -> str:
-        """The JSON of ``to_dict()`` (``use_diff`` is transformers' signature; every field is written)."""
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json_string(cls, text: str) -> CompressionConfig:
-        return cls.from_dict(json.loads(text))
-
-    def to_json_file(self, path: str) -> None:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(self.to_json_string() + "\n")
-
-    @classmethod
-    def from_json_file(cls, path: str) -> CompressionConfig:
-        with open(path, encoding="utf-8") as handle:
-            return cls.from_json_string(handle.read())
 
 
 def as_config(value: Any) -> CompressionConfig:

@@ -18,7 +18,7 @@ from .methods import get_method
 
 def save_extras(model: nn.Module, folder: str | os.PathLike, repo_id: str | None = None) -> None:
     """``Compressed<Base>.save_hook``: the shipped files of the model's method, then the model card."""
-    from .hub import write_model_card  # the card's tables import the evaluation helpers: only when saving
+    from .hub import write_model_card  # huggingface_hub's card code: only when saving
 
     write_modeling_code(folder, [get_method(model.config.compression_config["method"])])
     write_model_card(model, folder, repo_id=repo_id)
