@@ -137,6 +137,32 @@ def reaches(edges: dict[str, set[str]], start: str, goal: str) -> bool:
     return False
 
 
+#: What compressing, saving and loading run (the modules and packages, their lazy imports included).
+COMPRESS_SAVE_LOAD_MODULES = tuple(
+    f"{NAME}.{part}"
+    for part in (
+        "config",
+        "compress",
+        "saving",
+        "loading",
+        "quantizer",
+        "hub",
+        "reporting",
+        "stacking",
+        "core",
+        "methods",
+    )
+)
+
+
+def test_no_compress_save_or_load_module_imports_experiment_code_even_lazily():
+    edges = graph()
+    wrong = [
+        (start, goal) for start in COMPRESS_SAVE_LOAD_MODULES for goal in EXPERIMENTS if reaches(edges, start, goal)
+    ]
+    assert not wrong, f"on the compress/save/load path, imports of experiment code: {wrong}"
+
+
 def test_training_builds_on_evaluation_never_the_reverse():
     edges = graph()
     assert not reaches(edges, f"{NAME}.evaluation", f"{NAME}.training")
