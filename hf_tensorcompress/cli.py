@@ -334,8 +334,8 @@ def evaluate_command(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------------- report
 def report_command(args: argparse.Namespace) -> int:
     from .core.metrics import compression_report
-    from .evaluation.reporting import COST_HEADERS, cost_table_rows, summary_rows, text_table
     from .loading import load_model
+    from .reporting import COST_HEADERS, cost_table_rows, summary_rows, text_table
 
     model = load_model(args.folder)
     if not getattr(model.config, "compression_config", None):

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 from .core import registry
+from .json_config import JsonConfig
 from .runtime.marker import QUANT_METHOD
 
 #: 2: one config per method, only its own fields are written. 1: one flat config holding every method's fields.
@@ -43,7 +44,7 @@ def _owner_of(name: str) -> type[CompressionConfig] | None:
 
 
 @dataclass
-class CompressionConfig:
+class CompressionConfig(JsonConfig):
     """How ``apply_compression`` rewrites a model; calling it returns the config of ``method``.
 
     It is also a transformers quantization config: ``Model.from_pretrained(dense, quantization_config=config)``
@@ -176,23 +177,6 @@ class CompressionConfig:
                 setattr(self, key, value)
         self.validate()
         return {key: value for key, value in kwargs.items() if key not in own}
-
-    def to_json_string(self, use_diff: bool = True) -> str:
-        """The JSON of ``to_dict()`` (``use_diff`` is transformers' signature; every field is written)."""
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json_string(cls, text: str) -> CompressionConfig:
-        return cls.from_dict(json.loads(text))
-
-    def to_json_file(self, path: str) -> None:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(self.to_json_string() + "\n")
-
-    @classmethod
-    def from_json_file(cls, path: str) -> CompressionConfig:
-        with open(path, encoding="utf-8") as handle:
-            return cls.from_json_string(handle.read())
 
 
 def as_config(value: Any) -> CompressionConfig:

@@ -21,7 +21,7 @@ from torch import nn
 
 from .core.metrics import compression_report
 from .core.registry import record
-from .evaluation.reporting import markdown_table, metric_names, results_table, summary_rows
+from .reporting import markdown_table, metric_names, results_table, summary_rows
 from .runtime.modeling_tensorcompress import CLASS_PREFIX, CompressedModelMixin
 
 TEMPLATE = Path(__file__).parent / "model_cards" / "compressed_model.md"

@@ -19,7 +19,7 @@ from .runtime.modeling_tensorcompress import compressed_class
 def save_extras(model: nn.Module, folder: str | os.PathLike, repo_id: str | None = None) -> None:
     """``Compressed<Base>.save_hook``: the shipped files of the model's method and of the optional runtime files it
     uses, then the model card."""
-    from .hub import write_model_card  # the card's tables import the evaluation helpers: only when saving
+    from .hub import write_model_card  # huggingface_hub's card code: only when saving
 
     method = get_method(model.config.compression_config["method"])
     write_modeling_code(folder, [method], optional_files(model))

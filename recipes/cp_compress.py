@@ -32,8 +32,6 @@ import torch
 from accelerate import PartialState
 from transformers import (
     AutoConfig,
-    AutoformerForPrediction,
-    InformerForPrediction,
     PatchTSTConfig,
     PatchTSTForPrediction,
     PreTrainedModel,
@@ -50,11 +48,7 @@ from hf_tensorcompress.runtime.atomic import atomic_folder
 from hf_tensorcompress.training.forecasting import BestValidation, ForecastTrainer
 from hf_tensorcompress.usage import user_errors
 
-MODEL_CLASSES = {
-    "patchtst": PatchTSTForPrediction,
-    "autoformer": AutoformerForPrediction,
-    "informer": InformerForPrediction,
-}
+from recipekit.forecasters import CLASSES
 
 
 def rank_value(text: str) -> int | float:
@@ -103,11 +97,9 @@ def build_model(args: argparse.Namespace, channels: int) -> PreTrainedModel:
     """The pretrained checkpoint given by ``--model``, or a fresh small PatchTST sized from the flags."""
     if args.model:
         config = AutoConfig.from_pretrained(args.model)
-        if config.model_type not in MODEL_CLASSES:
-            raise ValueError(
-                f"--model {args.model} is a {config.model_type!r} model; use one of {sorted(MODEL_CLASSES)}"
-            )
-        return MODEL_CLASSES[config.model_type].from_pretrained(args.model)
+        if config.model_type not in CLASSES:
+            raise ValueError(f"--model {args.model} is a {config.model_type!r} model; use one of {sorted(CLASSES)}")
+        return CLASSES[config.model_type].from_pretrained(args.model)
     config = PatchTSTConfig(
         num_input_channels=channels,
         context_length=args.context_length,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from pathlib import Path
 
@@ -31,17 +30,9 @@ from hf_tensorcompress.data.causal_lm import WEIGHTS_NOTE, smollm2_dir
 from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
 from hf_tensorcompress.evaluation.perplexity import perplexity
 from hf_tensorcompress.evaluation.quantized_embedding import QUANT_ARMS, quantize_embedding
-from hf_tensorcompress.extras import require
 from hf_tensorcompress.methods.tt.apply import apply_tt
-from hf_tensorcompress.methods.tt.baselines import (
-    dense_rows_svd_tail,
-    frequency_only,
-    rows_for_budget,
-    tail_rank_for,
-)
-from hf_tensorcompress.methods.tt.calibration import exact_token_ids, hidden_covariance
+from hf_tensorcompress.methods.tt.calibration import hidden_covariance
 from hf_tensorcompress.methods.tt.energy import (
-    apply_svd_embedding,
     compression_ratio,
     energy_report,
     eta,
@@ -51,46 +42,8 @@ from hf_tensorcompress.methods.tt.head import TTTiedHead
 from hf_tensorcompress.methods.tt.healing import heal_tt_embedding
 from hf_tensorcompress.methods.tt.solver import TT_SOLVERS
 
-#: (name, tt_shape, tt_ranks, tt_eps, untied output, tt_basis[, tt_exact_tokens[, healed]]) — hidden size 576
-#: (SmolLM2); ratios are per token train. ``healed`` runs ``heal_tt_embedding`` (--heal-steps) after compressing.
-SWEEPS = {
-    "smollm2": [
-        ("tt3-r7", [8, 8, 9], [7, 7], None, False, "identity"),  # 511 params/token, 1.13x
-        ("tt3-r6", [8, 8, 9], [6, 6], None, False, "identity"),  # 390, 1.48x
-        ("tt3-r5", [8, 8, 9], [5, 5], None, False, "identity"),  # 285, 2.02x
-        ("tt3-r7-untied", [8, 8, 9], [7, 7], None, True, "identity"),
-        ("tt3-r5-untied", [8, 8, 9], [5, 5], None, True, "identity"),
-        ("tt3-r7-output", [8, 8, 9], [7, 7], None, False, "output"),  # + d² basis: 1.11x
-        ("tt3-r5-output", [8, 8, 9], [5, 5], None, False, "output"),  # + d² basis: 1.97x
-        ("tt3-r5-pca", [8, 8, 9], [5, 5], None, False, "pca"),
-    ],
-    "exact": [  # output-aware basis + the 2000 most frequent calibration tokens dense (2000·576 + d² counted)
-        ("tt3-r54-output-exact2000", [8, 8, 9], [5, 4], None, False, "output", 2000),  # 2.16x
-        ("tt3-r5-output-exact2000", [8, 8, 9], [5, 5], None, False, "output", 2000),  # 1.83x
-        ("tt3-r4-output-exact2000", [8, 8, 9], [4, 4], None, False, "output", 2000),  # 2.64x
-        ("tt3-r4-output-exact8000", [8, 8, 9], [4, 4], None, False, "output", 8000),  # 1.95x
-    ],
-    "exact8000": [("tt3-r4-output-exact8000", [8, 8, 9], [4, 4], None, False, "output", 8000)],
-    "exact14000": [("tt3-r3-output-exact14000", [8, 8, 9], [3, 3], None, False, "output", 14000)],  # 1.96x
-    # every token seen in the calibration text dense (14,434 for Moby Dick's first 75%), the rest at ranks 3,2
-    # the most frequent tokens dense (calibration counts, then token id order), the rest at rank 1; then healed
-    "healed": [
-        ("tt3-r11-output-exact21500", [8, 8, 9], [1, 1], None, False, "output", 21500),  # 2.03x
-        ("tt3-r11-output-exact21500-healed", [8, 8, 9], [1, 1], None, False, "output", 21500, True),
-        ("tt3-r5-healed", [8, 8, 9], [5, 5], None, False, "identity", 0, True),  # 2.02x, plain TT healed
-    ],
-    "orders": [
-        ("tt2-r6", [24, 24], [6], None, False, "identity"),  # 288, 2.0x
-        ("tt3-r4", [8, 8, 9], [4, 4], None, False, "identity"),  # 196, 2.94x
-        ("tt4-r464", [4, 4, 6, 6], [4, 6, 4], None, False, "identity"),  # 280, 2.06x
-    ],
-    "smoke": [
-        ("tt3-r5", None, [5, 5], None, False, "identity"),
-        ("tt3-r5-untied", None, [5, 5], None, True, "identity"),
-        ("tt3-r5-output", None, [5, 5], None, False, "output"),
-        ("tt3-r5-output-exact64-healed", None, [5, 5], None, False, "output", 64, True),
-    ],
-}
+from recipekit.tensorslm_arms import SWEEPS, baselines
+from recipekit.tensorslm_report import plot
 
 
 def load_text(source: str, column: str) -> datasets.Dataset:
@@ -115,37 +68,6 @@ def evaluate_model(model, ids: torch.Tensor, args) -> dict:
     if isinstance(head, TTTiedHead):
         head.cache_weight = True  # evaluation under no_grad: rebuild the tied matrix once, not per window
     return perplexity(model, ids, window=args.window, stride=args.stride, progress=True)
-
-
-def baselines(
-    name: str, params: int, exact: int, basis: str, calibration_ids: torch.Tensor, vocab: int, hidden: int, args
-) -> list[tuple]:
-    """(label, method, build(model, covariance) → parameters) of the baselines at (at most) ``params``: matrix SVD,
-    frequency-only with the calibration counts, and for a run with ``exact`` dense rows the same rows + an SVD of
-    the other rows (output-aware, i.e. of ``W C^{1/2}``, when the run's basis is; ``covariance`` is then given)."""
-    counts = torch.bincount(calibration_ids, minlength=vocab)[:vocab]
-    rank, keep = svd_rank_for(vocab, hidden, params), rows_for_budget(hidden, params)
-    runs = [] if args.no_svd else [(f"svd-k{rank}", "svd", lambda model, _: apply_svd_embedding(model, rank))]
-    if args.no_baselines:
-        return runs
-    if keep < vocab:
-        runs.append(
-            (
-                f"freq-only{keep}",
-                "frequency-only",
-                lambda model, _: frequency_only(model, exact_token_ids(counts, keep)),
-            )
-        )
-    if exact and params - exact * hidden >= vocab - exact + hidden:
-        tail = tail_rank_for(vocab, hidden, exact, params)
-        runs.append(
-            (
-                f"rows{exact}+svd{tail}{'-output' if basis == 'output' else ''}",
-                "rows+svd",
-                lambda model, covariance: dense_rows_svd_tail(model, exact_token_ids(counts, exact), tail, covariance),
-            )
-        )
-    return runs
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -356,51 +278,6 @@ def main(argv: list[str] | None = None) -> dict:
         (output / "results.json").write_text(json.dumps(results, indent=2))
         plot(results, output / "tradeoff.png")
     return results
-
-
-def plot(results: dict, path: Path) -> None:
-    """ln PPL against compression ratio: TT tied, TT untied, SVD, with the dense model as a line."""
-    matplotlib = require("matplotlib", "the TT recipe's figure")
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    runs = results["runs"]
-    tt = [r for r in runs if r["method"] == "tt"]
-    tied = [r for r in tt if r["output_layer"] == "tt (tied)"]
-    groups = {
-        "TT plain (tied, output from cores)": [
-            r for r in tied if r["tt_basis"] == "identity" and not r.get("heal_steps")
-        ],
-        "TT PCA basis (tied)": [r for r in tied if r["tt_basis"] == "pca"],
-        "TT output-aware basis (tied)": [r for r in tied if r["tt_basis"] == "output" and not r["tt_exact_tokens"]],
-        "TT output-aware + frequent tokens dense (tied)": [
-            r for r in tied if r["tt_exact_tokens"] and not r.get("heal_steps")
-        ],
-        "TT healed by distillation (tied)": [r for r in tied if r.get("heal_steps")],
-        "TT plain, dense untied output": [r for r in tt if r["output_layer"] != "tt (tied)"],
-        "matrix SVD (tied)": [r for r in runs if r["method"] == "svd"],
-        "frequency-only (same size)": [r for r in runs if r["method"] == "frequency-only"],
-        "same dense rows + SVD tail (same size)": [r for r in runs if r["method"] == "rows+svd"],
-    }
-    for (label, group), marker in zip(groups.items(), "o^DP*sxvh"):
-        group = sorted(group, key=lambda r: r["compression_ratio"])
-        if group:
-            ax.plot(
-                [r["compression_ratio"] for r in group],
-                [math.log(r["perplexity"]) for r in group],
-                marker=marker,
-                label=label,
-            )
-    dense = next(r for r in runs if r["method"] == "dense")
-    ax.axhline(math.log(dense["perplexity"]), color="gray", linestyle="--", label="dense")
-    ax.set_xlabel("times smaller than the bf16 embedding in bytes (values counted as bf16: = parameter ratio)")
-    ax.set_ylabel("ln perplexity (held-out)")
-    ax.set_title("TensorSLM on " + Path(results["model"]).name)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 if __name__ == "__main__":

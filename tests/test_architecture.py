@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hf_tensorcompress"
@@ -92,3 +95,80 @@ def test_the_checker_sees_a_forbidden_import_and_a_cycle(tmp_path):
     lazy = tmp_path / "lazy.py"
     lazy.write_text("def f():\n    from ..hub import push_to_hub\n")
     assert imports_of(f"{NAME}.core.lazy", lazy, {f"{NAME}.hub"}) == {f"{NAME}.hub"}
+
+
+#: Experiment code: public, but nothing on the compress / save / load path may import it.
+EXPERIMENTS = tuple(f"{NAME}.{part}" for part in ("data", "evaluation", "training", "baselines", "assets"))
+
+COMPRESS_SAVE_LOAD = """
+import sys, tempfile
+import hf_tensorcompress as htc
+from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
+
+config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4)
+for options in ({"method": "cp", "rank": 0.5}, {"method": "tt", "tt_ranks": 4}):
+    model = htc.apply_compression(LlamaForCausalLM(config), htc.CompressionConfig(**options))
+    with tempfile.TemporaryDirectory() as folder:
+        model.save_pretrained(folder)
+        htc.load_model(folder)
+        AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
+print(sorted(name for name in sys.modules if name.startswith(EXPERIMENTS)))
+"""
+
+
+def test_compress_save_and_load_import_no_experiment_code():
+    script = f"EXPERIMENTS = {EXPERIMENTS!r}\n{COMPRESS_SAVE_LOAD}"
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent), "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def reaches(edges: dict[str, set[str]], start: str, goal: str) -> bool:
+    """Whether a module under ``start`` imports, directly or through others, a module under ``goal``."""
+    seen, todo = set(), [name for name in edges if name.startswith(start)]
+    while todo:
+        name = todo.pop()
+        if name.startswith(goal):
+            return True
+        if name not in seen:
+            seen.add(name)
+            todo.extend(edges.get(name, ()))
+    return False
+
+
+#: What compressing, saving and loading run (the modules and packages, their lazy imports included).
+COMPRESS_SAVE_LOAD_MODULES = tuple(
+    f"{NAME}.{part}"
+    for part in (
+        "config",
+        "compress",
+        "saving",
+        "loading",
+        "quantizer",
+        "hub",
+        "reporting",
+        "stacking",
+        "core",
+        "methods",
+    )
+)
+
+
+def test_no_compress_save_or_load_module_imports_experiment_code_even_lazily():
+    edges = graph()
+    wrong = [
+        (start, goal) for start in COMPRESS_SAVE_LOAD_MODULES for goal in EXPERIMENTS if reaches(edges, start, goal)
+    ]
+    assert not wrong, f"on the compress/save/load path, imports of experiment code: {wrong}"
+
+
+def test_training_builds_on_evaluation_never_the_reverse():
+    edges = graph()
+    assert not reaches(edges, f"{NAME}.evaluation", f"{NAME}.training")
+    assert reaches(edges, f"{NAME}.training", f"{NAME}.evaluation")  # the direction that is allowed is still seen
+
+
+def test_reaches_follows_imports_through_other_modules():
+    edges = {"pkg.a.x": {"pkg.c"}, "pkg.c": {"pkg.b.y"}, "pkg.b.y": set()}
+    assert reaches(edges, "pkg.a", "pkg.b") and not reaches(edges, "pkg.b", "pkg.a")

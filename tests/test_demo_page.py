@@ -43,7 +43,9 @@ def test_the_page_shows_the_table_make_demo_writes(recipe):
     assert recipe.markdown(results) in PAGE.read_text(encoding="utf-8")
 
 
-def test_each_run_is_announced_with_its_index_and_an_estimate(recipe):
-    assert recipe.run_header(1, 6, "dense", []) == "[1/6] dense: time estimate after this run"
-    line = recipe.run_header(3, 6, "svd-smartformer", [120.0, 180.0])
+def test_each_run_is_announced_with_its_index_and_an_estimate():
+    from recipekit.run_headers import run_header
+
+    assert run_header(1, 6, "dense", []) == "[1/6] dense: time estimate after this run"
+    line = run_header(3, 6, "svd-smartformer", [120.0, 180.0])
     assert line == "[3/6] svd-smartformer: about 2.5 min, 10 min left in all"  # 150 s a run, 4 runs to go

@@ -4,7 +4,7 @@ import pytest
 from test_hub_push import small_patchtst
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
-from hf_tensorcompress.evaluation.reporting import cost_rows, estimated_energy, results_table, summary_rows
+from hf_tensorcompress.reporting import cost_rows, estimated_energy, results_table, summary_rows
 
 
 def test_cost_rows_total_the_modules_and_estimate_energy():

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hf_tensorcompress.evaluation.anomaly import detection_scores, point_adjust, pot_threshold
-from hf_tensorcompress.training.step_t import step_t_prediction
+from hf_tensorcompress.evaluation.sequences import step_t_prediction
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "sbt.py"
 

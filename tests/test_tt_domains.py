@@ -22,6 +22,8 @@ from hf_tensorcompress.methods.tt.baselines import (
 )
 from hf_tensorcompress.methods.tt.calibration import exact_token_ids
 
+from recipekit.domain_arms import exact_for_ratio
+
 VOCAB, HIDDEN = 300, 24
 
 
@@ -162,12 +164,12 @@ def test_domains_recipe_gives_every_arm_at_most_the_tt_budget_and_keeps_text_dis
     # the 2× tt-calib arm stored in int8 codes: sized in stored bytes (codes, scales, int32 buffers), calibrated
     low_bit = [run for run in runs if run["arm"] == "tt-calib-int8"]
     assert {run["calibration"] for run in low_bit} == {"low", "high"} and low_bit[0]["embedding_params"] is None
-    exact = recipe.exact_for_ratio(1200, 24, 2.0)  # trains of 9 values: 16 code bytes (8 a block) + scale + min
+    exact = exact_for_ratio(1200, 24, 2.0)  # trains of 9 values: 16 code bytes (8 a block) + scale + min
     codes = 1200 * (16 + 4) + (exact + 24) * (24 + 4) + 1200 * 3 * 4  # + token_ranks (V×2) and exact_slot int32
     assert all(run["embedding_bytes"] == codes for run in low_bit)
     runs = [run for run in runs if run["target_ratio"] is not None]
     budget = next(run["embedding_params"] for run in runs if run["arm"] == "tt-calib")
-    assert budget == 1200 * (2 + 3 + 4) + 24 * 24 + recipe.exact_for_ratio(1200, 24, 2.0) * 24
+    assert budget == 1200 * (2 + 3 + 4) + 24 * 24 + exact_for_ratio(1200, 24, 2.0) * 24
     assert 1200 * 24 / budget == pytest.approx(2.0, rel=0.01)
     assert all(run["embedding_params"] <= budget for run in runs if not run["arm"].startswith("tt-"))
     assert all(2.0 <= run["compression_ratio"] < 2.2 for run in runs if run["arm"] != "tt-plain")  # rank granularity

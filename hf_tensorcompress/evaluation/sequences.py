@@ -9,7 +9,6 @@ import datasets
 import numpy as np
 import torch
 
-from ..training.step_t import step_t_prediction
 from .metrics import load_metric
 
 
@@ -18,6 +17,23 @@ def _batches(model: torch.nn.Module, split: datasets.Dataset, batch_size: int) -
     torch_split = split.with_format("torch")
     for start in range(0, len(split), batch_size):
         yield {k: v.to(device) for k, v in torch_split[start : start + batch_size].items()}
+
+
+def step_t_prediction(model, values: torch.Tensor, zero_current: bool, instance_norm: bool = True) -> torch.Tensor:
+    """The model's output at the last step (batch × channels), with that step's input zeroed if asked.
+
+    ``instance_norm``: each window is scaled by the mean/std of its history (steps before t) and the output scaled
+    back (RevIN, what PatchTST's own scalers do), so level shifts between the training and test periods (e.g.
+    spring temperatures after a winter training set) do not push the inputs out of the range the model was trained
+    on. The history statistics never see x_t.
+    """
+    loc = values[:, :-1].mean(dim=1, keepdim=True) if instance_norm else torch.zeros_like(values[:, :1])
+    scale = values[:, :-1].std(dim=1, keepdim=True) + 1e-5 if instance_norm else torch.ones_like(values[:, :1])
+    inputs = (values - loc) / scale
+    if zero_current:
+        inputs[:, -1] = 0.0
+    out = model(past_values=inputs).prediction_output  # (batch, channels, steps, 1)
+    return out[:, :, -1, 0] * scale[:, 0] + loc[:, 0]
 
 
 @torch.no_grad()

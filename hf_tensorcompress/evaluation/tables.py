@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .reporting import markdown_table
+from ..reporting import markdown_table
 
 
 def _cell(value) -> str:

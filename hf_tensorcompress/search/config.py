@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
+
+from ..json_config import JsonConfig
 
 INTERVAL_UNITS = ("steps", "epochs")
 REWARDS = ("loss", "accuracy", "validation_loss")
@@ -24,7 +25,7 @@ def _probability(value: Any, name: str) -> None:
 
 
 @dataclass
-class SearchConfig:
+class SearchConfig(JsonConfig):
     """How the reinforcement-learning rank search runs while a ``SmartformerTrainer`` trains.
 
     Args:
@@ -159,19 +160,3 @@ class SearchConfig:
         if unknown:
             raise ValueError(f"unknown SearchConfig field(s) {unknown}; known fields: {sorted(known)}")
         return cls(**data)
-
-    def to_json_string(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_json_string(cls, text: str) -> SearchConfig:
-        return cls.from_dict(json.loads(text))
-
-    def to_json_file(self, path: str) -> None:
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(self.to_json_string() + "\n")
-
-    @classmethod
-    def from_json_file(cls, path: str) -> SearchConfig:
-        with open(path, encoding="utf-8") as handle:
-            return cls.from_json_string(handle.read())

@@ -8,8 +8,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-#: ν/τ: memory vs computation energy per float32 (paper App. F.3).
-NU_OVER_TAU = 5.0
+from ...reporting import NU_OVER_TAU
 
 
 def compression_ratio(dense_params: int, params: int) -> float:

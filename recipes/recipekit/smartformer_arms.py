@@ -1,0 +1,139 @@
+"""The Smartformer recipe's arm catalogue: which runs a comparison trains or derives, in which order, and the
+baselines at the parameter count each seed's search ended with."""
+
+from __future__ import annotations
+
+import argparse
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from hf_tensorcompress.search import SearchConfig
+from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total_params, uniform_ranks
+
+from .forecasters import Size
+from .quantization_arms import (
+    FACTOR_SCHEMES,
+    PTQ_ARMS,
+    QAT_ARMS,
+    TRAINED_FACTOR_BITS,
+    factor_transform,
+    prepare_svd_all,
+    prepare_ternary,
+    ptq_transform,
+    svd_all_ranks,
+)
+
+#: Arms derived from each seed's Smartformer run: its final attention parameter count, spent other ways; the
+#: ``-scheduled`` ones train at full rank until the step the search ended and take their ranks there.
+DERIVED = ("uniform-cp", "random-ranks", "searched-ranks", "uniform-cp-scheduled", "random-ranks-scheduled")
+
+
+@dataclass
+class Plan:
+    """``arms``: (name, method, rank, make_search(seed) or None) in run order; ``prepares``: arms that build their
+    model themselves (name -> ``prepare(model, final_ranks)``); ``post_arms``: arms that round a trained run's
+    weights (name -> (source run, ``transform``)); ``switch_step``: where the ``-scheduled`` svd-all arms are cut."""
+
+    arms: list[tuple]
+    switch_step: int
+    prepares: dict[str, Callable] = field(default_factory=dict)
+    post_arms: dict[str, tuple[str, Callable]] = field(default_factory=dict)
+
+
+def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., SearchConfig]:
+    """``make(seed, reward)``: a fresh search config per run (the trainer keeps it)."""
+
+    def make(seed: int, reward: str = "loss") -> SearchConfig:
+        return SearchConfig(
+            seed=seed,
+            interval=size.interval,
+            consecutive_actions=size.consecutive_actions,
+            max_actions_per_layer=size.max_actions_per_layer,
+            param_budget=args.budget,
+            reward=reward,
+            validation_batches=args.validation_batches,
+        )
+
+    return make
+
+
+def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Module) -> Plan:
+    """Every arm of the comparison, ``--runs`` applied; a ``ValueError`` names a flag that cannot be used."""
+    search = search_factory(size, args)
+    plan = Plan(
+        [("dense", None, 1.0, None), ("smartformer", "cp", 1.0, search)],
+        args.switch_step or size.steps // 2,
+        {name: prepare_ternary(name.rpartition("-")[2]) for name in QAT_ARMS},
+        {name: ("dense", ptq_transform(*name.split("-")[1:])) for name in PTQ_ARMS},
+    )
+    plan.arms += [("smartformer-validation-reward", "cp", 1.0, lambda seed: search(seed, "validation_loss"))]
+    plan.arms += [("svd-smartformer", "svd", 1.0, search)]
+    plan.arms += [(f"cp-fixed-{ratio:g}", "cp", ratio, None) for ratio in size.grid]
+    plan.arms += [(name, "cp", None, None) for name in DERIVED]
+    plan.arms += [(name, None, None, None) for name in (*PTQ_ARMS, *QAT_ARMS)]
+    if not 1 <= plan.switch_step < size.steps:
+        raise ValueError(f"--switch-step {plan.switch_step} must be in [1, {size.steps}) (the runs' steps)")
+    if any(not 0.0 < ratio <= 1.0 for ratio in args.all_linear_ratios):
+        raise ValueError(f"--all-linear-ratios {args.all_linear_ratios}: each must be in (0, 1]")
+    for ratio in args.all_linear_ratios:
+        add_svd_all(plan, ratio, shape_model)
+    if args.runs is not None:
+        plan.arms = chosen_runs(plan, args.runs)
+    return plan
+
+
+def add_svd_all(plan: Plan, ratio: float, shape_model: torch.nn.Module) -> None:
+    """The ``svd-all-<ratio>`` arms: trained in fp32 or with 4-bit factors, from the start or scheduled, and the
+    fp32 ones' factors rounded after training (``+int8`` ...)."""
+    for trained_bits in ("", f"-q{TRAINED_FACTOR_BITS[0]}"):
+        for suffix in ("", "-scheduled"):
+            name = f"svd-all-{ratio:g}{trained_bits}{suffix}"
+            plan.arms.append((name, None, svd_all_ranks(shape_model, ratio), None))
+            plan.prepares[name] = prepare_svd_all(ratio, TRAINED_FACTOR_BITS if trained_bits else None)
+            for scheme, bits in FACTOR_SCHEMES.items():
+                if not trained_bits:
+                    plan.arms.append((f"{name}+{scheme}", None, None, None))
+                    plan.post_arms[f"{name}+{scheme}"] = (name, factor_transform(*bits))
+
+
+def chosen_runs(plan: Plan, runs: list[str]) -> list[tuple]:
+    """The arms ``--runs`` names, in plan order, once the runs they depend on are among them."""
+    unknown = sorted(set(runs) - {entry[0] for entry in plan.arms})
+    if unknown:
+        raise ValueError(f"--runs {runs}: unknown {unknown}; choose from {[e[0] for e in plan.arms]}")
+    if set(runs) & set(DERIVED) and "smartformer" not in runs:
+        raise ValueError(
+            f"--runs {runs}: {sorted(set(runs) & set(DERIVED))} take their parameter count from "
+            "the Smartformer search of the same seed; add smartformer"
+        )
+    missing = sorted({plan.post_arms[name][0] for name in runs if name in plan.post_arms} - set(runs))
+    if missing:
+        raise ValueError(f"--runs {runs}: the post-training arms round the weights of {missing}; add them")
+    return [entry for entry in plan.arms if entry[0] in runs]
+
+
+def derived_arms(name: str, groups, ranks: dict[str, int], seed: int, draws: int) -> list[tuple[str, dict, int | None]]:
+    """(run name, {module: rank}, draw) of a derived arm at the search's final parameter count: one rank in every
+    layer (closest count), ``draws`` random assignments (never above the count, within one rank-1 component of
+    it), or the search's own final ranks trained from the start. A ``-scheduled`` name gets the same ranks as
+    its base arm (the same draws too)."""
+    params = total_params(groups, ranks)
+    base = name.removesuffix("-scheduled")
+    if base == "uniform-cp":
+        return [(name, module_ranks(groups, uniform_ranks(groups, params)), None)]
+    if base == "random-ranks":
+        return [
+            (name, module_ranks(groups, random_ranks(groups, params, random.Random(1000 * seed + draw))), draw)
+            for draw in range(draws)
+        ]
+    return [(name, module_ranks(groups, ranks), None)]
+
+
+def search_end_step(trace: list[dict]) -> int:
+    """The optimizer step at which the search decided its last layer (its last decision if it never finished)."""
+    if not trace:  # no stage ended (a run shorter than one interval): nothing was cut, so nothing to wait for
+        return 1
+    return next((record["step"] for record in trace if record["done"]), trace[-1]["step"])
