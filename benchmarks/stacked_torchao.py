@@ -32,12 +32,11 @@ from torchao.quantization import IntxWeightOnlyConfig
 from torchao.quantization.granularity import PerAxis
 from transformers import AutoModelForCausalLM, AutoTokenizer, TorchAoConfig
 
-from hf_tensorcompress import CompressionConfig, assets, quantize_linears
+from hf_tensorcompress import CompressionConfig, apply_tiered, assets, quantize_linears
 from hf_tensorcompress.data.causal_lm import smollm2_dir
 from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
 from hf_tensorcompress.evaluation.perplexity import perplexity
 from hf_tensorcompress.evaluation.quantized_embedding import quantize_embedding
-from hf_tensorcompress.methods.tiered.apply import apply_tiered
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tt_generate import held_bytes  # noqa: E402  (shared benchmark helpers)

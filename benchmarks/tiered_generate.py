@@ -55,10 +55,9 @@ def build_checkpoint(folder: Path, options: dict) -> dict:
     """Compress SmolLM2's embedding with ``options`` and save it with its tokenizer into ``folder``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hf_tensorcompress import CompressionConfig, assets
+    from hf_tensorcompress import CompressionConfig, apply_tiered, assets
     from hf_tensorcompress.data.causal_lm import smollm2_dir
     from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
-    from hf_tensorcompress.methods.tiered.apply import apply_tiered
 
     dense = smollm2_dir()
     tokenizer = AutoTokenizer.from_pretrained(dense)

@@ -52,10 +52,9 @@ def build_checkpoint(folder: Path) -> dict:
     """Compress SmolLM2 (see the module docstring) and save it with its tokenizer into ``folder``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from hf_tensorcompress import CompressionConfig, assets
+    from hf_tensorcompress import CompressionConfig, apply_tt, assets
     from hf_tensorcompress.data.causal_lm import smollm2_dir
     from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
-    from hf_tensorcompress.methods.tt.apply import apply_tt
 
     dense = smollm2_dir()
     tokenizer = AutoTokenizer.from_pretrained(dense)

@@ -22,11 +22,10 @@ import tempfile
 import torch
 from transformers import AutoModel, AutoTokenizer
 
-from hf_tensorcompress import CompressionConfig
+from hf_tensorcompress import CompressionConfig, apply_tt
 from hf_tensorcompress.assets import minilm_dir, moby_dick_dir, sotu_dir
 from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
 from hf_tensorcompress.loading import load_model
-from hf_tensorcompress.methods.tt.apply import apply_tt
 from hf_tensorcompress.methods.tt.energy import apply_svd_embedding, svd_rank_for
 
 SHAPE = [8, 6, 8]

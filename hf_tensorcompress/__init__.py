@@ -25,6 +25,9 @@ from .registration import register_with_transformers
 _EXPORTS = {
     "CompressionConfig": ".config",
     "apply_compression": ".compress",
+    "apply_calibrated": ".compress",
+    "apply_tiered": ".compress",
+    "apply_tt": ".compress",
     "refresh_compression_config": ".compress",
     "decompress": ".runtime.decompress",
     "compression_report": ".core.metrics",

@@ -221,20 +221,20 @@ def compress_command(args: argparse.Namespace) -> int:
 
 
 def calibrated_compression(config: CompressionConfig, calibration: str | None):
-    """``apply_compression``, or with ``--calibration`` the method's own ``apply_<method>(model, config, ids)``;
-    checked before the model loads: calibration text a method cannot use, or options that need it and lack it."""
-    from .compress import apply_compression
+    """``apply_compression``, or with ``--calibration`` ``apply_calibrated(model, config, ids)``; checked before the
+    model loads: calibration text a method cannot use, or options that need it and lack it."""
+    from .compress import apply_calibrated, apply_compression
 
+    method = registry.method_for(config)
     if calibration:
-        calibrated = registry.calibrated_apply(config.method)
-        if calibrated is None:
-            takes = [name for name, record in registry.records().items() if record.calibrated]
+        if method.calibrate is None:
+            takes = [name for name in registry.records() if registry.get_method(name).calibrate is not None]
             raise UsageError(
                 f"--calibration: method {config.method!r} takes no calibration text ({', '.join(takes)} do); drop "
                 "the flag"
             )
-        return calibrated
-    prepare = registry.method_for(config).prepare
+        return apply_calibrated
+    prepare = method.prepare
     try:
         if prepare is not None:
             prepare(None, config, None)

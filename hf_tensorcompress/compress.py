@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import copy
 
+import torch
 from torch import nn
 from transformers import PretrainedConfig
 
 from .config import CompressionConfig, as_config
 from .core.export import mark_compressed
-from .core.registry import method_for
+from .core.registry import get_method, method_for, records
 from .core.targets import match_targets
 from .progress import progress
 from .runtime.contract import CompressedLayer
@@ -161,3 +162,29 @@ def refresh_compression_config(model: nn.Module) -> None:
     """Re-record every module spec after ranks changed (e.g. by the rank search), so saving stays consistent."""
     recorded = model.config.compression_config
     recorded["modules"] = {name: model.get_submodule(name).spec() for name in recorded["modules"]}
+
+
+def apply_calibrated(
+    model: nn.Module,
+    config: CompressionConfig | dict | str,
+    calibration_ids: torch.Tensor | None = None,
+    covariance_tokens: int = 4096,
+) -> nn.Module:
+    """``apply_compression`` with calibration text, as token ids, for the methods that use it (``Method.calibrate``:
+    tt's output basis and exact tokens, tiered's token order and output-aware rounding). The text must not overlap
+    the evaluation text; the hidden-state covariance is measured on its first ``covariance_tokens``. What the
+    calibration decides ends up in the checkpoint: loading needs none. Without ids, ``apply_compression``."""
+    config = as_config(config)
+    if calibration_ids is None:
+        return apply_compression(model, config)
+    method = method_for(config)
+    if method.calibrate is None:
+        takes = [name for name in records() if get_method(name).calibrate is not None]
+        raise ValueError(f"method {config.method!r} takes no calibration text ({', '.join(takes)} do)")
+    return apply_compression(
+        model, config, calibration=method.calibrate(model, config, calibration_ids, covariance_tokens)
+    )
+
+
+#: The calibrated entry points under the names the methods' documentation uses.
+apply_tt = apply_tiered = apply_calibrated

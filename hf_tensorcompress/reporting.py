@@ -2,7 +2,7 @@
 
 Beside the model card on the save path, so it imports only ``core``: never the evaluation code, nor a method.
 
-Energy follows TensorSLM's estimate (papers/tensorslm.txt §2.2, Eq. 2–5): every stored weight is read from memory
+Energy follows the TensorSLM paper's estimate (its §2.2, Eq. 2–5): every stored weight is read from memory
 once per forward (ν per float32 word) and every FLOP costs τ, with ν/τ = 5. Values are in units of τ, so only
 ratios between dense and compressed are meaningful. Where a layer's report already carries ``energy`` figures
 (a method that models its own memory traffic), those are used instead.
@@ -12,15 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .core.metrics import ModuleCost
-
-#: ν/τ: memory vs computation energy per float32 (TensorSLM, papers/tensorslm.txt App. F.3).
-NU_OVER_TAU = 5.0
-
-
-def estimated_energy(bits: int, flops: int, nu_over_tau: float = NU_OVER_TAU) -> float:
-    """ν·(32-bit words read) + τ·FLOPs, in units of τ."""
-    return nu_over_tau * bits / 32 + flops
+from .core.metrics import NU_OVER_TAU, ModuleCost, estimated_energy
 
 
 @dataclass

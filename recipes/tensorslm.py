@@ -25,12 +25,11 @@ import torch
 from accelerate import Accelerator
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from hf_tensorcompress import CompressionConfig
+from hf_tensorcompress import CompressionConfig, apply_tt
 from hf_tensorcompress.data.causal_lm import WEIGHTS_NOTE, smollm2_dir
 from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
 from hf_tensorcompress.evaluation.perplexity import perplexity
 from hf_tensorcompress.evaluation.quantized_embedding import QUANT_ARMS, quantize_embedding
-from hf_tensorcompress.methods.tt.apply import apply_tt
 from hf_tensorcompress.methods.tt.calibration import hidden_covariance
 from hf_tensorcompress.methods.tt.energy import (
     compression_ratio,

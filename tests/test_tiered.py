@@ -9,8 +9,7 @@ import torch
 from helpers import run_without_library, tiny_causal_lm
 from transformers import AutoModelForCausalLM
 
-from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.methods.tiered.apply import apply_tiered
+from hf_tensorcompress import CompressionConfig, apply_compression, apply_tiered
 from hf_tensorcompress.methods.tiered.layer import TieredEmbedding, TieredTiedHead
 from hf_tensorcompress.methods.tiered.rounding import output_aware_codes
 from hf_tensorcompress.runtime.lowbit import LowBitTensor

@@ -7,9 +7,8 @@ import torch
 from helpers import run_without_library, tiny_causal_lm
 from transformers import AutoModelForCausalLM
 
-from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress import CompressionConfig, apply_compression, apply_tiered
 from hf_tensorcompress.methods.tiered import codebook_rounding
-from hf_tensorcompress.methods.tiered.apply import apply_tiered
 from hf_tensorcompress.methods.tiered.codebook_rounding import codebook_codes
 from hf_tensorcompress.methods.tiered.config import CODEBOOK_SIZES as TIERED_CODEBOOK_SIZES
 from hf_tensorcompress.runtime.codebook import CODEBOOK_SIZES, CodebookTensor

@@ -11,9 +11,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM
 
-from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress import CompressionConfig, apply_compression, apply_tt
 from hf_tensorcompress.methods.tt import logits as tt_logits
-from hf_tensorcompress.methods.tt.apply import apply_tt
 from hf_tensorcompress.methods.tt.head import TTTiedHead
 from hf_tensorcompress.methods.tt.layer import TTEmbedding
 from hf_tensorcompress.methods.tt.logits import best_cut, factored_logits

@@ -393,7 +393,7 @@ def test_a_basis_is_exact_at_full_rank_and_new_tokens_go_through_it():
 
 
 def test_output_basis_needs_calibration_and_lowers_the_logit_error(tmp_path):
-    from hf_tensorcompress.methods.tt.apply import apply_tt
+    from hf_tensorcompress import apply_tt
     from hf_tensorcompress.methods.tt.calibration import hidden_covariance
 
     with pytest.raises(ValueError, match="calibration"):
@@ -417,7 +417,7 @@ def test_output_basis_needs_calibration_and_lowers_the_logit_error(tmp_path):
 
 
 def test_exact_tokens_are_served_dense_in_lookup_logits_and_vocabulary_edits(tmp_path):
-    from hf_tensorcompress.methods.tt.apply import apply_tt
+    from hf_tensorcompress import apply_tt
 
     calibration = torch.tensor([5] * 9 + [7] * 5 + [9] * 3 + [11])
     config = CompressionConfig(method="tt", tt_order=3, tt_ranks=1, tt_basis="output", tt_exact_tokens=3)
@@ -463,7 +463,7 @@ def test_exact_tokens_beyond_the_calibration_text_follow_token_id_order():
 def test_healing_lowers_the_output_kl_and_trains_only_the_cores(tmp_path):
     import torch.nn.functional as F
 
-    from hf_tensorcompress.methods.tt.apply import apply_tt
+    from hf_tensorcompress import apply_tt
     from hf_tensorcompress.methods.tt.healing import final_hidden_states, heal_tt_embedding
 
     def peaked_llama():  # larger embeddings: logits far from uniform, so there is something to distil

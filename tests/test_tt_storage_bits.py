@@ -10,8 +10,7 @@ from helpers import LM_HIDDEN, LM_VOCAB, run_without_library, tiny_causal_lm
 from safetensors import safe_open
 from transformers import AutoModelForCausalLM
 
-from hf_tensorcompress import CompressionConfig, apply_compression, compression_report, decompress
-from hf_tensorcompress.methods.tt.apply import apply_tt
+from hf_tensorcompress import CompressionConfig, apply_compression, apply_tt, compression_report, decompress
 from hf_tensorcompress.methods.tt.head import TTTiedHead
 from hf_tensorcompress.methods.tt.healing import heal_tt_embedding
 from hf_tensorcompress.methods.tt.layer import TTEmbedding

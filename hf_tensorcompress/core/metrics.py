@@ -9,6 +9,14 @@ from torch import nn
 
 from ..runtime.contract import CompressedLayer, TiedHead
 
+#: ν/τ: memory vs computation energy per float32 (the TensorSLM paper's energy model, its App. F.3).
+NU_OVER_TAU = 5.0
+
+
+def estimated_energy(bits: int, flops: int, nu_over_tau: float = NU_OVER_TAU) -> float:
+    """ν·(32-bit words read) + τ·FLOPs, in units of τ."""
+    return nu_over_tau * bits / 32 + flops
+
 
 @dataclass
 class ModuleCost:

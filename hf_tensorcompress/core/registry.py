@@ -39,7 +39,9 @@ class Method:
     ``reads_weights(config)`` says whether ``build`` computes the layer from the dense weights (then it cannot run on
     a model whose weights are on the meta device, i.e. not loaded); ``layers`` and ``options`` are the
     ``CompressedLayer`` and ``ModelOption`` classes its checkpoints may name: their files (and what those import
-    from the package) ship inside every checkpoint of the method.
+    from the package) ship inside every checkpoint of the method; ``calibrate(model, config, token_ids,
+    covariance_tokens)`` turns calibration text into what ``prepare`` takes, for methods that use calibration text
+    (``apply_calibrated``, the command line's ``--calibration``).
     """
 
     name: str
@@ -53,6 +55,7 @@ class Method:
     reads_weights: Callable[[Any], bool] = lambda config: True
     layers: tuple[type[nn.Module], ...] = ()
     options: tuple[type, ...] = ()
+    calibrate: Callable[[nn.Module, Any, Any, int], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -62,8 +65,7 @@ class MethodRecord:
     ``config`` and ``build`` are ``"module:attribute"`` paths of its ``CompressionConfig`` subclass and of its
     ``Method``; ``description`` is one line for model cards and ``--help``; ``example`` the options of a typical
     config (``CompressionConfig(method=name, **example)``); ``default``: the method ``CompressionConfig()`` takes
-    when it names none (one method says so); ``calibrated``: the path of ``apply_<method>(model, config,
-    calibration_ids)`` where the method takes calibration text (the command line's ``--calibration``).
+    when it names none (one method says so).
     """
 
     name: str
@@ -72,7 +74,6 @@ class MethodRecord:
     description: str
     example: dict = field(default_factory=dict)
     default: bool = False
-    calibrated: str = ""
 
 
 def _load(path: str) -> Any:
@@ -162,12 +163,6 @@ class Registry:
             self._methods[name] = method
         return self._methods[name]
 
-    def calibrated_apply(self, name: str) -> Callable | None:
-        """``apply_<method>(model, config, calibration_ids)`` of method ``name``, or None where it takes no
-        calibration text."""
-        path = self.record(name).calibrated
-        return _load(path) if path else None
-
     def method_for(self, config: Any) -> Method:
         """The ``Method`` of ``config``, looked up by its class."""
         self._discover()
@@ -208,7 +203,6 @@ default_name = REGISTRY.default_name
 config_class = REGISTRY.config_class
 get_method = REGISTRY.method
 method_for = REGISTRY.method_for
-calibrated_apply = REGISTRY.calibrated_apply
 
 
 def methods_table() -> str:

@@ -11,7 +11,6 @@ _EXPORTS = {
     "TieredConfig": ".config",
     "TieredEmbedding": ".layer",
     "TieredTiedHead": ".layer",
-    "apply_tiered": ".apply",
 }
 __all__ = list(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
@@ -27,6 +26,5 @@ register_method(
             "them"
         ),
         example={"tier_tokens": [2000], "tier_bits": [4, 3]},
-        calibrated=f"{__name__}.apply:apply_tiered",
     )
 )

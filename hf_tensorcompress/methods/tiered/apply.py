@@ -6,12 +6,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...compress import apply_compression
 from ...core.registry import Method
 from ...runtime.codebook import CodebookTensor
 from ...runtime.lowbit import LowBitTensor
 from ..tt.apply import input_embedding_name, tied_output_name
-from ..tt.calibration import TTCalibration, check_calibration_ids, exact_token_ids, hidden_covariance
+from ..tt.calibration import TTCalibration, exact_token_ids
 from .codebook_rounding import codebook_codes
 from .config import TieredConfig
 from .layer import TieredEmbedding
@@ -82,6 +81,12 @@ def build(
     return layer.to(embedding.weight.dtype)
 
 
+def calibrate(model: nn.Module, config: TieredConfig, ids: torch.Tensor, covariance_tokens: int) -> TTCalibration:
+    """Calibration text: token counts for ``tier_order``, the hidden-state covariance for ``rounding=\"output\"``
+    (``apply_tiered``)."""
+    return TTCalibration.from_ids(model, ids, covariance_tokens, config.rounding == "output", "apply_tiered")
+
+
 #: The method's build code (its package's ``MethodRecord`` points here).
 METHOD = Method(
     "tiered",
@@ -90,22 +95,6 @@ METHOD = Method(
     build,
     accepts=(nn.Embedding,),
     prepare=check_calibration,
+    calibrate=calibrate,
     layers=(TieredEmbedding,),
 )
-
-
-def apply_tiered(
-    model: nn.Module, config: TieredConfig, calibration_ids: torch.Tensor | None = None, covariance_tokens: int = 4096
-) -> nn.Module:
-    """``apply_compression`` for ``method="tiered"`` with calibration text (token counts for ``tier_order``, the
-    hidden-state covariance for ``rounding="output"``): text that must not overlap the evaluation text."""
-    calibration = None
-    if calibration_ids is not None:
-        vocab = model.get_input_embeddings().num_embeddings
-        check_calibration_ids(calibration_ids, vocab, covariance_tokens, "apply_tiered")
-        counts = torch.bincount(calibration_ids.reshape(-1).cpu(), minlength=vocab)[:vocab]
-        covariance = None
-        if config.rounding == "output":
-            covariance = hidden_covariance(model, calibration_ids.reshape(-1)[:covariance_tokens])
-        calibration = TTCalibration(counts=counts, covariance=covariance)
-    return apply_compression(model, config, calibration=calibration)

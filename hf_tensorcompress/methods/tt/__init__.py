@@ -13,7 +13,6 @@ _EXPORTS = {
     "TTConfig": ".config",
     "TTEmbedding": ".layer",
     "TTTiedHead": ".head",
-    "apply_tt": ".apply",
     "TTCalibration": ".calibration",
 }
 __all__ = list(_EXPORTS)
@@ -26,6 +25,5 @@ register_method(
         build=f"{__name__}.apply:METHOD",
         description=("each token's embedding vector kept as a tensor train (matrix product state), TensorSLM"),
         example={"tt_ranks": 8},
-        calibrated=f"{__name__}.apply:apply_tt",
     )
 )

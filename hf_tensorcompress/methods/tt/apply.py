@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...compress import apply_compression
 from ...core.registry import Method
 from ...core.targets import FAMILIES
 from .calibration import TTCalibration, check_calibration, exact_token_ids, output_basis
@@ -124,6 +123,11 @@ def build(
     return layer
 
 
+def calibrate(model: nn.Module, config: TTConfig, ids: torch.Tensor, covariance_tokens: int) -> TTCalibration:
+    """Calibration text for ``tt_basis=\"output\"`` and ``tt_exact_tokens`` (``apply_tt``)."""
+    return TTCalibration.from_ids(model, ids, covariance_tokens, config.tt_basis == "output", "apply_tt")
+
+
 #: The method's build code (its package's ``MethodRecord`` points here).
 METHOD = Method(
     "tt",
@@ -132,17 +136,6 @@ METHOD = Method(
     build,
     accepts=(nn.Embedding,),
     prepare=check_calibration,
+    calibrate=calibrate,
     layers=(TTEmbedding, ScaledTTEmbedding),
 )
-
-
-def apply_tt(
-    model: nn.Module, config: TTConfig, calibration_ids: torch.Tensor | None = None, covariance_tokens: int = 4096
-) -> nn.Module:
-    """``apply_compression`` for ``method="tt"`` with calibration text for ``tt_basis="output"`` and
-    ``tt_exact_tokens`` (text that must not overlap the evaluation text). The basis and the exact rows end up in
-    the checkpoint; loading needs no calibration."""
-    calibration = None
-    if calibration_ids is not None:
-        calibration = TTCalibration.from_ids(model, config, calibration_ids, covariance_tokens)
-    return apply_compression(model, config, calibration=calibration)

@@ -1,5 +1,5 @@
 """Calibration of ``method="tt"``: statistics of text the model should serve, computed once before the layers are
-built and passed to them explicitly (``apply_compression(..., calibration=TTCalibration.from_ids(...))``)."""
+built from calibration text by ``apply_calibrated`` (``apply_tt``) and passed to them explicitly."""
 
 from __future__ import annotations
 
@@ -22,17 +22,16 @@ class TTCalibration:
 
     @classmethod
     def from_ids(
-        cls, model: nn.Module, config: TTConfig, calibration_ids: torch.Tensor, covariance_tokens: int = 4096
+        cls, model: nn.Module, calibration_ids: torch.Tensor, covariance_tokens: int, covariance: bool, caller: str
     ) -> TTCalibration:
-        """Token frequencies over all ``calibration_ids``; the hidden-state covariance (only if the config's basis
-        needs it) over the first ``covariance_tokens`` (forward passes are the expensive part)."""
+        """Token frequencies over all ``calibration_ids``; with ``covariance``, the hidden-state covariance over the
+        first ``covariance_tokens`` (forward passes are the expensive part). ``caller`` names the entry point in
+        errors."""
         vocab = model.get_input_embeddings().num_embeddings
-        check_calibration_ids(calibration_ids, vocab, covariance_tokens, "apply_tt")
+        check_calibration_ids(calibration_ids, vocab, covariance_tokens, caller)
         counts = torch.bincount(calibration_ids.reshape(-1).cpu(), minlength=vocab)[:vocab]
-        covariance = None
-        if config.tt_basis == "output":
-            covariance = hidden_covariance(model, calibration_ids.reshape(-1)[:covariance_tokens])
-        return cls(counts=counts, covariance=covariance)
+        hidden = hidden_covariance(model, calibration_ids.reshape(-1)[:covariance_tokens]) if covariance else None
+        return cls(counts=counts, covariance=hidden)
 
 
 def check_calibration_ids(ids: object, vocab: int, covariance_tokens: object, caller: str) -> None:
@@ -71,8 +70,7 @@ def check_calibration(model: nn.Module, config: TTConfig, calibration: object) -
     if not isinstance(calibration, TTCalibration) or (config.tt_basis == "output" and calibration.covariance is None):
         raise ValueError(
             "tt_basis='output' and tt_exact_tokens (unless tt_exact_prior='token_id') need calibration text: call "
-            "apply_tt(model, config, calibration_ids) with token ids of text the model should serve, or pass "
-            "calibration=TTCalibration.from_ids(model, config, ids) to apply_compression"
+            "apply_tt(model, config, calibration_ids) with token ids of text the model should serve"
         )
     return calibration
 

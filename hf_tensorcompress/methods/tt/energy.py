@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ...reporting import NU_OVER_TAU
+from ...core.metrics import NU_OVER_TAU
 
 
 def compression_ratio(dense_params: int, params: int) -> float:
