@@ -1,4 +1,5 @@
-"""The package's shape: core/ names no method and nothing built on it, and no module imports itself in a circle."""
+"""The package's shape: layers that import only downward, a runtime that imports nothing outside itself, no import
+cycle (static or through ``importlib``), and experiment code off the compress / save / load path."""
 
 from __future__ import annotations
 
@@ -10,20 +11,26 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "hf_tensorcompress"
 NAME = PACKAGE.name
-#: What core/ is built under: it may import none of these (nor the recipes, which live outside the package).
-ABOVE_CORE = (
-    f"{NAME}.methods",
-    f"{NAME}.compress",
-    f"{NAME}.hub",
-    f"{NAME}.quantizer",
-    f"{NAME}.loading",
-    f"{NAME}.saving",
-    f"{NAME}.cli",
-    f"{NAME}.search",
-    f"{NAME}.training",
-    f"{NAME}.data",
-    "recipes",
+#: The layers, bottom up: a module may import its own layer and those below, never one above. ``runtime`` is what
+#: checkpoints ship; ``core`` what every method uses; then the configs and small helpers; the methods; the
+#: application (compress, save, load, quantizer, Hub, reports); the experiment code; the command line and the package
+#: entry. A top-level module not named here is application.
+LAYERS = (
+    ("runtime",),
+    ("core",),
+    ("config", "json_config", "progress", "lazy", "extras"),
+    ("methods",),
+    (),
+    ("data", "evaluation", "training", "baselines", "search", "assets"),
+    ("cli", "cli_messages", "cli_noise", "__main__", ""),
 )
+APPLICATION = 4
+
+
+def layer_of(module: str) -> int:
+    """The layer of a package module (``hf_tensorcompress`` itself: the top)."""
+    top = module[len(NAME) + 1 :].split(".")[0] if module.startswith(NAME + ".") else ""
+    return next((index for index, names in enumerate(LAYERS) if top in names), APPLICATION)
 
 
 def module_name(path: Path) -> str:
@@ -58,15 +65,61 @@ def graph() -> dict[str, set[str]]:
     return {name: imports_of(name, path, set(known)) - {name} for name, path in known.items()}
 
 
-def test_core_imports_nothing_built_on_it():
-    wrong = {
+def test_no_module_imports_a_layer_above_its_own():
+    wrong = sorted(
         (name, target)
         for name, targets in graph().items()
-        if name.startswith(f"{NAME}.core")
         for target in targets
-        if target.startswith(ABOVE_CORE)
+        if target.startswith("recipes") or layer_of(target) > layer_of(name)
+    )
+    assert not wrong, f"imports of a layer above: {wrong}"
+
+
+def test_the_runtime_imports_only_itself_torch_transformers_and_the_standard_library():
+    allowed = set(sys.stdlib_module_names) | {
+        "torch",
+        "transformers",
+        "safetensors",
+        NAME,
+    }  # safetensors: transformers needs it
+    wrong = []
+    for path in (PACKAGE / "runtime").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module]
+            else:
+                continue
+            wrong += [(path.name, name) for name in names if name.split(".")[0] not in allowed]
+    in_runtime = {name for name in graph() if name.startswith(f"{NAME}.runtime")}
+    outside = sorted((n, t) for n in in_runtime for t in graph()[n] if not t.startswith(f"{NAME}.runtime"))
+    assert not wrong and not outside, f"runtime imports of other packages: {wrong + outside}"
+
+
+#: The only places that import modules by name at run time, and why (a new one would hide an edge from the checks
+#: above): the registry's discovery of method packages and its first-use loading of their build code; the runtime's
+#: optional sibling files; the package's lazy exports and its walk of the methods for their public names; the
+#: optional third-party extras; torchao, imported only where a checkpoint quantized its Linears with it.
+DYNAMIC_IMPORTS = {
+    "core/registry.py",
+    "runtime/optional.py",
+    "lazy.py",
+    "__init__.py",
+    "extras.py",
+    "runtime/torchao_linears.py",
+}
+
+
+def test_modules_are_imported_by_name_only_where_the_layering_allows_it():
+    found = {
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if "import_module(" in path.read_text(encoding="utf-8") or "__import__(" in path.read_text(encoding="utf-8")
     }
-    assert not wrong, f"core modules import what is built on core: {sorted(wrong)}"
+    assert found == DYNAMIC_IMPORTS, (
+        f"importlib use changed: new {found - DYNAMIC_IMPORTS}, gone {DYNAMIC_IMPORTS - found}"
+    )
 
 
 def test_no_import_cycle():
@@ -88,10 +141,11 @@ def test_no_import_cycle():
 
 
 def test_the_checker_sees_a_forbidden_import_and_a_cycle(tmp_path):
-    """The two checks above could fail: the same parser finds both faults in a made-up pair of modules."""
+    """The checks above could fail: the same parser finds an upward import and a lazy one in made-up modules."""
     core = tmp_path / "core.py"
     core.write_text("from .methods import get_method\n")
     assert imports_of(f"{NAME}.core.x", core, {f"{NAME}.core.methods", f"{NAME}.methods"}) == {f"{NAME}.core.methods"}
+    assert layer_of(f"{NAME}.methods.cp.layer") > layer_of(f"{NAME}.core.registry") > layer_of(f"{NAME}.runtime.lowbit")
     lazy = tmp_path / "lazy.py"
     lazy.write_text("def f():\n    from ..hub import push_to_hub\n")
     assert imports_of(f"{NAME}.core.lazy", lazy, {f"{NAME}.hub"}) == {f"{NAME}.hub"}
