@@ -27,19 +27,36 @@ def nav_pages() -> set[str]:
 
 
 def test_every_page_is_in_the_nav_and_every_nav_entry_exists():
+    from mkdocs_hooks import method_pages
+
     pages = {str(page.relative_to(DOCS)) for page in PAGES}
     nav = nav_pages()
+    nav |= {path for entry in method_pages(DOCS, nav) for path in entry.values()}  # the hook adds method pages
     assert nav - pages == set(), f"nav entries without a page: {sorted(nav - pages)}"
     assert pages - nav == set(), f"pages missing from the nav in mkdocs.yml: {sorted(pages - nav)}"
 
 
-def test_the_docs_list_the_records():
+def test_the_site_builds_its_tables_from_the_code():
+    from hf_tensorcompress.core.export import shipped_files_table
     from hf_tensorcompress.core.registry import methods_table
+    from mkdocs_hooks import GENERATED, render
 
-    options = (DOCS / "guide" / "options.md").read_text(encoding="utf-8")
-    assert methods_table() in options, (
-        "the method table of docs/guide/options.md differs from the registry: paste methods_table()"
-    )
+    options = render((DOCS / "guide" / "options.md").read_text(encoding="utf-8"))
+    assert methods_table() in options and "<!-- generated" not in options
+    assert shipped_files_table() in render((DOCS / "architecture.md").read_text(encoding="utf-8"))
+    assert "| method `tt` |" in shipped_files_table() and "`tt_layer.py`" in shipped_files_table()
+    with pytest.raises(KeyError):
+        render("<!-- generated: no_such_table -->")
+    assert set(GENERATED) == {"methods_table", "families_table", "shipped_files_table"}
+
+
+def test_a_method_page_missing_from_the_nav_is_added_under_its_heading(tmp_path):
+    from mkdocs_hooks import method_pages
+
+    (tmp_path / "methods").mkdir()
+    (tmp_path / "methods" / "cp.md").write_text("# CP\n")
+    (tmp_path / "methods" / "toy.md").write_text("intro\n# Toy method\n")
+    assert method_pages(tmp_path, {"methods/cp.md"}) == [{"Toy method": "methods/toy.md"}]
 
 
 def test_every_method_has_a_page_with_a_runnable_example():

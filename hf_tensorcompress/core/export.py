@@ -201,3 +201,22 @@ def mark_compressed(model: nn.Module, recorded: dict, save_hook=None) -> None:
     auto_map = dict(getattr(model.config, "auto_map", None) or {})
     auto_map.update({auto: f"{REMOTE_MODULE}.{class_name}" for auto in auto_classes_for(base, model.config)})
     model.config.auto_map = auto_map
+
+
+def shipped_files_table() -> str:
+    """The documentation's table of the files each method's checkpoints ship, made from the code (``shipped_files``),
+    with the optional runtime files and when a checkpoint carries them."""
+    from .registry import get_method, records
+
+    files = {name: set(shipped_files([get_method(name)]).values()) for name in records()}
+    common = set.intersection(*files.values())
+
+    def listed(names) -> str:
+        return ", ".join(f"`{name}.py`" for name in sorted(names)) or "—"
+
+    rows = ["| checkpoint | files it ships (besides `config.json`, the weights and the card) |", "|---|---|"]
+    rows.append(f"| every one | {listed(common)} |")
+    rows += [f"| method `{name}` | {listed(own - common)} |" for name, own in files.items()]
+    rows.append("| a layer stores packed codes (`LowBitTensor`, `CodebookTensor`) | `lowbit_kernel.py` |")
+    rows.append("| the other Linears quantized with torchao (`quantize_linears`) | `torchao_linears.py` |")
+    return "\n".join(rows)
