@@ -68,7 +68,7 @@ def test_a_record_whose_method_configures_another_class_is_refused_on_first_use(
 
 
 def test_an_unknown_name_or_config_lists_what_there_is():
-    with pytest.raises(ValueError, match=r"choose one of \['biprop', 'cp', 'svd', 'tiered', 'tt'\]"):
+    with pytest.raises(ValueError, match=r"choose one of \[.*'cp'.*\]"):
         record("nope")
     with pytest.raises(ValueError, match="config of no registered method"):
         method_for(ToyConfig())

@@ -20,9 +20,10 @@ TOMBSTONE_KEY = "weight"
 #: A one-byte tensor every checkpoint holds under this key: where the library's loader is not registered (the library
 #: is not imported, or not installed), a plain transformers class lists it in its load report (an unexpected key)
 #: right beside the tombstones' size mismatch, so the report names the fix; transformers' own error text is fixed.
-#: No digits or dots: the report groups on them.
+#: No digits, dots or parentheses: the report groups on digits and dots, and transformers reads the key as a regex
+#: pattern when it renames keys (a group would be written back as a backreference).
 SIGNPOST_KEY = (
-    "hf_tensorcompress checkpoint: import hf_tensorcompress first (pip install it if missing), or pass "
+    "hf_tensorcompress checkpoint: import hf_tensorcompress first, pip install it if missing, or pass "
     "trust_remote_code=True"
 )
 
