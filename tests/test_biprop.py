@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -23,7 +24,7 @@ from transformers import (
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.core.metrics import attention_multiply_adds, compression_report, nonzero_flops, storage_bits
-from hf_tensorcompress.methods.biprop.attention import sbt_attention, step_t_allowed
+from hf_tensorcompress.methods.biprop.attention import sbt_attention, sbt_multiply_adds, step_t_allowed
 from hf_tensorcompress.methods.biprop.layer import BipropLinear, pack_bits, seeded_signs, unpack_bits
 
 
@@ -323,8 +324,9 @@ def test_metrics_storage_and_nonzero_flops():
     assert row["bits"] == 32 * 32 + 32 and row["dense_bits"] == 32 * (32 * 32 + 32)
     assert row["params"] == 32 * 32 // 2 + 1 and row["flops"] == 32 * 32
     assert storage_bits(model) < storage_bits(dense)
-    masked = attention_multiply_adds("qkv_mask", 10, 8, 2, 0.5)
-    assert masked == {"qk": 2 * 8 * 25, "av": 2 * 8 * 50}
+    half = SimpleNamespace(head_dim=8, num_heads=2, sbt_attention="qkv_mask", sbt_qkv_mask=torch.tensor([1, 0] * 8))
+    assert sbt_multiply_adds(half, 10) == {"qk": 2 * 8 * 25, "av": 2 * 8 * 50}
+    assert attention_multiply_adds(10, 8, 2) == {"qk": 2 * 8 * 100, "av": 2 * 8 * 100}
 
 
 def test_informer_step_t_on_the_encoder_only_and_decoder_stays_causal():

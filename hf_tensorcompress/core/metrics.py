@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ..runtime.contract import CompressedLayer, TiedHead
+from ..runtime.contract import ATTENTION_COST, CompressedLayer, TiedHead
 
 #: ν/τ: memory vs computation energy per float32 (the TensorSLM paper's energy model, its App. F.3).
 NU_OVER_TAU = 5.0
@@ -145,30 +145,19 @@ def _bytes_of(model: nn.Module) -> dict:
     return _with_ratios({key: linear_bytes(model)[key] for key in ("dense", "disk", "ram")})
 
 
-# ---------------------------------------------------------------------- SBT: non-zero FLOPs of a whole forward
-def attention_multiply_adds(kind: str | None, steps: int, head_dim: int, heads: int, keep_ratio: float = 1.0) -> dict:
-    """Non-zero multiply-adds of ``QKᵀ`` and ``AV`` for one sequence (Sparse Binary Transformers, Table 5).
-
-    ``kind``: ``None`` (canonical), ``"step_t"`` (only the last row is computed; earlier rows are identities, and
-    ``AV`` counts twice because V is dense) or ``"qkv_mask"`` (Q, K, V keep ``keep_ratio`` of their entries).
-    """
-    w, d = steps, head_dim
-    if kind == "step_t":
-        qk, av = (w - 1) * d, 2 * (w - 1) * d
-    elif kind == "qkv_mask":
-        qk, av = round(d * (w * keep_ratio) ** 2), round(d * w * w * keep_ratio)
-    else:
-        qk, av = d * w * w, d * w * w
-    return {"qk": heads * qk, "av": heads * av}
+# ---------------------------------------------------------------------- non-zero FLOPs of a whole forward
+def attention_multiply_adds(steps: int, head_dim: int, heads: int) -> dict:
+    """Multiply-adds of ``QKᵀ`` and ``AV`` for one sequence of canonical attention (``d·w²`` each per head)."""
+    return {"qk": heads * head_dim * steps * steps, "av": heads * head_dim * steps * steps}
 
 
 def nonzero_flops(model: nn.Module, **inputs) -> dict:
     """Non-zero FLOPs (2 per multiply-add) of one forward on ``inputs``, measured with hooks.
 
-    Every ``nn.Linear`` counts ``rows·in·out``, a compressed layer its ``multiply_adds`` (e.g. biprop: only kept weights) its
-    own count, and every attention module with ``head_dim``/``num_heads`` the Table 5 count of the SBT option it
-    runs (``sbt_attention`` flag; canonical otherwise). Q-scaling, softmax, norms and the embedding are left out,
-    as in the paper's table.
+    Every ``nn.Linear`` counts ``rows·in·out``, a compressed layer its own ``multiply_adds`` (e.g. only kept weights),
+    and every attention module with ``head_dim``/``num_heads`` the count of the attention it runs: its
+    ``ATTENTION_COST`` function where a method's option installed one (e.g. Sparse Binary Transformers' Step-T),
+    canonical otherwise. Q-scaling, softmax, norms and the embedding are left out, as in the SBT paper's Table 5.
     """
     totals = {"linear": 0, "attention": 0}
 
@@ -182,11 +171,8 @@ def nonzero_flops(model: nn.Module, **inputs) -> dict:
     def attention_hook(module, args, kwargs, output):
         hidden = kwargs.get("hidden_states", args[0] if args else None)
         sequences, steps = hidden.numel() // (hidden.shape[-1] * hidden.shape[-2]), hidden.shape[-2]
-        masks = getattr(module, "sbt_qkv_mask", None)
-        keep = float(masks.float().mean()) if masks is not None else 1.0
-        counts = attention_multiply_adds(
-            getattr(module, "sbt_attention", None), steps, module.head_dim, module.num_heads, keep
-        )
+        cost = getattr(module, ATTENTION_COST, None)
+        counts = cost(module, steps) if cost else attention_multiply_adds(steps, module.head_dim, module.num_heads)
         totals["attention"] += sequences * sum(counts.values())
 
     handles = []

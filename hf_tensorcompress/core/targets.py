@@ -1,5 +1,5 @@
 """One table: model family -> supported classes, the attention projections compressed by default, and whether the
-token embedding takes ``method="tt"``."""
+token embedding is a default target (the embedding methods')."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ class UnsupportedModelError(ValueError):
 @dataclass(frozen=True)
 class ModelFamily:
     """A transformers model family: its ``config.model_type``, public classes, attention module classes, the
-    projections compressed by default inside them, and whether ``method="tt"`` applies to its token embedding.
+    projections compressed by default inside them, and whether its token embedding is a default target.
 
     ``projections`` names the query/key/value projections; a family that fuses them (GPT-2's ``c_attn``, a
     ``Conv1D``; Phi-3's ``qkv_proj``; GPT-NeoX's ``query_key_value``) names the fused one, which is compressed as
     one matrix: its input side is still the ``heads × head_dim`` hidden vector that CP folds, and splitting it
     would cost three sets of factors for the same input. ``output_projection`` is the attention output projection
-    (biprop binarizes it too), ``None`` where it lives outside the attention module (BERT).
+    (a default target too for methods that take it), ``None`` where it lives outside the attention module (BERT).
     """
 
     model_type: str
@@ -119,12 +119,12 @@ def dense_projection(module: nn.Module) -> DenseProjection:
 
 
 def families_table() -> str:
-    """The README's table of supported families per method, made from ``FAMILIES`` (a test keeps them equal)."""
-    rows = ["| family (`model_type`) | classes | cp / svd / biprop targets | tt |", "|---|---|---|---|"]
+    """The docs' table of supported families and their default targets, made from ``FAMILIES`` when the site builds."""
+    rows = ["| family (`model_type`) | classes | attention projections | token embedding |", "|---|---|---|---|"]
     for family in FAMILIES.values():
         targets = ", ".join(f"`{name}`" for name in family.projections)
         if family.output_projection:
-            targets += f" (+ `{family.output_projection}` for biprop)"
+            targets += f" (+ output `{family.output_projection}`)"
         classes = ", ".join(f"`{name}`" for name in family.classes)
         rows.append(f"| {family.model_type} | {classes} | {targets} | {'yes' if family.token_embedding else '—'} |")
     return "\n".join(rows)

@@ -41,6 +41,11 @@ def tombstones(module_names) -> dict[str, torch.Tensor]:
     return {**marks, SIGNPOST_KEY: torch.zeros((), dtype=torch.uint8)}
 
 
+#: The attribute an attention module carries where a method changed what it computes: ``cost(module, steps) ->
+#: {"qk": …, "av": …}``, the multiply-adds of ``QKᵀ`` and ``AV`` for one sequence (``nonzero_flops`` reads it).
+ATTENTION_COST = "compressed_attention_multiply_adds"
+
+
 class TensorProblem(ValueError):
     """A loaded tensor that no saved layer holds (``check_state``): ``key`` names it relative to the module that
     raises, so the load-time check (``runtime/checks.py``) can name the file and the full key."""

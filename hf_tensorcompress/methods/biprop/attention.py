@@ -20,7 +20,7 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-from ...runtime.contract import ModelOption
+from ...runtime.contract import ATTENTION_COST, ModelOption
 
 IMPLEMENTATIONS = {"step_t": "sbt_step_t", "qkv_mask": "sbt_qkv_mask"}
 MASK_BUFFER = "sbt_qkv_mask"
@@ -99,6 +99,19 @@ def qkv_masks(model: nn.Module, options: dict) -> dict[str, torch.Tensor]:
     }
 
 
+def sbt_multiply_adds(module: nn.Module, steps: int) -> dict:
+    """Non-zero multiply-adds of ``QKᵀ`` and ``AV`` for one sequence under the module's option (the paper's Table 5):
+    Step-T computes only the last row (earlier rows are identities, and ``AV`` counts twice because V is dense);
+    Q/K/V masks keep their kept fraction of the entries."""
+    head_dim, heads = module.head_dim, module.num_heads
+    if getattr(module, _FLAG) == "step_t":
+        qk, av = (steps - 1) * head_dim, 2 * (steps - 1) * head_dim
+    else:
+        keep = float(getattr(module, MASK_BUFFER).float().mean())
+        qk, av = round(head_dim * (steps * keep) ** 2), round(head_dim * steps * steps * keep)
+    return {"qk": heads * qk, "av": heads * av}
+
+
 def install_attention(model: nn.Module, options: dict) -> None:
     """Flag the listed attention modules, give ``qkv_mask`` modules their (seeded) mask buffers, select the function.
 
@@ -116,6 +129,7 @@ def install_attention(model: nn.Module, options: dict) -> None:
     for name in options["attention_modules"]:
         module = model.get_submodule(name)
         setattr(module, _FLAG, kind)
+        setattr(module, ATTENTION_COST, sbt_multiply_adds)
         if kind == "qkv_mask":
             masks = masks_by_name[name]
             reference = next(iter([*module.parameters(), *module.buffers()]), masks)
