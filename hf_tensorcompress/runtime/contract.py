@@ -157,6 +157,17 @@ class CompressedLayer(nn.Module):
         base class on the meta device, from which modules ``bind`` replaced can be taken."""
 
 
+def untie_word_embeddings(model: nn.Module) -> None:
+    """Switch off the tying of the output layer to the token embedding, whose ``weight`` parameter a compressed
+    embedding no longer has (transformers would tie ``lm_head.weight`` to it): in the config and in the model."""
+    text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    for config in {id(model.config): model.config, id(text_config): text_config}.values():
+        if getattr(config, "tie_word_embeddings", False):
+            config.tie_word_embeddings = False
+    if hasattr(model, "all_tied_weights_keys"):
+        model.all_tied_weights_keys = {}
+
+
 class TiedHead(nn.Linear):
     """The output layer of a tied model whose token embedding is a compressed layer: ``logits = h Wᵀ`` read from
     that embedding, which stores the matrix once. An ``nn.Linear`` to transformers (``get_output_embeddings()``

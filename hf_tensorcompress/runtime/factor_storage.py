@@ -16,6 +16,18 @@ import torch
 from .lowbit import LowBitTensor
 
 
+def storage_spec(bits: int | None, group_size: int | None) -> dict:
+    """The spec entries of a layer's factor storage (none for fp32 factors)."""
+    return {} if bits is None else {"factor_bits": bits, "factor_group_size": group_size}
+
+
+def storage_arguments(spec: dict) -> dict:
+    """The constructor arguments of the layer a spec describes as a checkpoint holds it: with ``factor_bits``, the
+    stored (inference-only) form."""
+    bits = spec.get("factor_bits")
+    return {"factor_bits": bits, "factor_group_size": spec.get("factor_group_size"), "stored": bits is not None}
+
+
 def factor_group(group_size: int | None, columns: int) -> int | None:
     """The group size a factor row of ``columns`` uses: ``group_size`` where it divides the row, else the row."""
     return group_size if group_size is not None and columns % group_size == 0 else None

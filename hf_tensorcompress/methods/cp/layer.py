@@ -12,7 +12,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...runtime.contract import CompressedLinear
-from ...runtime.factor_storage import read_codes, rounded, save_codes, stored_form
+from ...runtime.factor_storage import (
+    read_codes,
+    rounded,
+    save_codes,
+    storage_arguments,
+    storage_spec,
+    stored_form,
+)
 
 #: Two thin matmuls plus the Khatri-Rao product run below the speed of one square matmul of equal multiply-adds
 #: (measured by benchmarks/cp_layer.py); the factorized path is taken only when it wins by at least this factor.
@@ -162,24 +169,13 @@ class CPLinear(CompressedLinear):
     def spec(self) -> dict:
         """Everything needed to rebuild an empty layer of this shape (stored in ``config.compression_config``)."""
         spec = {**super().spec(), "num_heads": self.num_heads, "rank": self.rank}
-        if self.factor_bits is not None:
-            spec |= {"factor_bits": self.factor_bits, "factor_group_size": self.factor_group_size}
-        return spec
+        return spec | storage_spec(self.factor_bits, self.factor_group_size)
 
     @classmethod
     def from_spec(cls, spec: dict) -> CPLinear:
         """The layer as a checkpoint holds it: with ``factor_bits``, the stored (inference-only) form."""
-        bits = spec.get("factor_bits")
-        return cls(
-            spec["in_features"],
-            spec["out_features"],
-            spec["num_heads"],
-            spec["rank"],
-            spec["bias"],
-            factor_bits=bits,
-            factor_group_size=spec.get("factor_group_size"),
-            stored=bits is not None,
-        )
+        sizes = (spec["in_features"], spec["out_features"], spec["num_heads"], spec["rank"], spec["bias"])
+        return cls(*sizes, **storage_arguments(spec))
 
     def set_factor_bits(self, bits: int | None, group_size: int | None = None) -> None:
         """Store (and compute with) the factors in ``bits`` from now on (``None``: fp32); re-record the spec in the

@@ -18,7 +18,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...runtime.contract import CompressedLinear
-from ...runtime.factor_storage import read_codes, rounded, save_codes, stored_form
+from ...runtime.factor_storage import (
+    read_codes,
+    rounded,
+    save_codes,
+    storage_arguments,
+    storage_spec,
+    stored_form,
+)
 
 
 def truncated_svd(weight: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -88,24 +95,13 @@ class LowRankLinear(CompressedLinear):
                 nn.init.uniform_(self.bias, -bound, bound)
 
     def spec(self) -> dict:
-        spec = {**super().spec(), "rank": self.rank}
-        if self.factor_bits is not None:
-            spec |= {"factor_bits": self.factor_bits, "factor_group_size": self.factor_group_size}
-        return spec
+        return {**super().spec(), "rank": self.rank} | storage_spec(self.factor_bits, self.factor_group_size)
 
     @classmethod
     def from_spec(cls, spec: dict) -> LowRankLinear:
         """The layer as a checkpoint holds it: with ``factor_bits``, the stored (inference-only) form."""
-        bits = spec.get("factor_bits")
-        return cls(
-            spec["in_features"],
-            spec["out_features"],
-            spec["rank"],
-            spec["bias"],
-            factor_bits=bits,
-            factor_group_size=spec.get("factor_group_size"),
-            stored=bits is not None,
-        )
+        sizes = (spec["in_features"], spec["out_features"], spec["rank"], spec["bias"])
+        return cls(*sizes, **storage_arguments(spec))
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         """The fp32 form reads low-bit codes too (its own ``state_dict``, e.g. a kept best checkpoint or a Trainer

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ...runtime.codebook import CodebookTensor
-from ...runtime.contract import CompressedLayer, TensorProblem, TiedHead
+from ...runtime.contract import CompressedLayer, TensorProblem, TiedHead, untie_word_embeddings
 from ...runtime.lowbit import LowBitTensor
 
 #: What a tier may store (``methods/tiered/config.py: TIER_BITS``, which this shipped file cannot import).
@@ -176,12 +176,7 @@ class TieredEmbedding(CompressedLayer):
     def bind(self, model: nn.Module) -> None:
         """Take over the tied output layer: its weight parameter is gone, so tying is switched off and the head
         reads this layer."""
-        text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        for config in {id(model.config): model.config, id(text_config): text_config}.values():
-            if getattr(config, "tie_word_embeddings", False):
-                config.tie_word_embeddings = False
-        if hasattr(model, "all_tied_weights_keys"):
-            model.all_tied_weights_keys = {}
+        untie_word_embeddings(model)
         if self.tied_output is not None:
             model.set_submodule(self.tied_output, TieredTiedHead(self))
 

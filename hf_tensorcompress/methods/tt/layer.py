@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...runtime.contract import CompressedLayer, TensorProblem
+from ...runtime.contract import CompressedLayer, TensorProblem, untie_word_embeddings
 from .head import TTTiedHead
 from .logits import FACTORED_BLOCK, TensorsState, TTLogits, token_minor_blocks
 from .solver import RECONSTRUCT_BLOCK, tt_reconstruct, tt_svd
@@ -287,12 +287,7 @@ class TTEmbedding(TTVocabulary, TTLogits, CompressedLayer, nn.Embedding):
         transformers ties ``lm_head.weight`` to the embedding's ``weight`` parameter, which no longer exists, so
         the config's tying is switched off; a tied model gets a ``TTTiedHead`` reading this layer's cores.
         """
-        text_config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-        for config in {id(model.config): model.config, id(text_config): text_config}.values():
-            if getattr(config, "tie_word_embeddings", False):
-                config.tie_word_embeddings = False
-        if hasattr(model, "all_tied_weights_keys"):
-            model.all_tied_weights_keys = {}
+        untie_word_embeddings(model)
         # nothing shares storage any more (the head reads the cores): the class's {"lm_head.weight": ...} pattern
         # would name keys the state dict no longer has
         model._tied_weights_keys = {}
