@@ -35,6 +35,7 @@ from transformers.quantizers.base import HfQuantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from .config import CompressionConfig
+from .core.bnb_linears import BnbLinears
 from .core.contract import QUANT_METHOD, STACKED_VERSION, quantization_marker
 from .core.torchao_linears import TorchAoLinears, keep_saveable, linear_quantizer
 from .methods import get_method
@@ -86,9 +87,10 @@ class TensorCompressQuantizer(HfQuantizer):
 
     def __init__(self, quantization_config: QuantizationConfigMixin, **kwargs: Any) -> None:
         super().__init__(quantization_config, **kwargs)
-        #: transformers' torchao quantizer of the other Linear weights, where the checkpoint has quantized Linears
-        #: (``core/torchao_linears.py``): this quantizer hands it their loading and saving.
-        self.linears: TorchAoLinears | None = None
+        #: transformers' torchao (or bitsandbytes 4-bit) quantizer of the other Linear weights, where the checkpoint
+        #: has quantized Linears (``core/torchao_linears.py``, ``core/bnb_linears.py``): this quantizer hands it their
+        #: loading and saving.
+        self.linears: TorchAoLinears | BnbLinears | None = None
 
     def validate_environment(self, *args: Any, **kwargs: Any) -> None:
         """Compress-on-load: a ``CompressionConfig`` whose method needs no calibration data (a config field holding
