@@ -8,7 +8,7 @@ TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
 OUTPUT ?= outputs/demo
 
-.PHONY: install demo test test-journeys test-slow test-all bench docs lint lm-bytes
+.PHONY: install demo test test-journeys test-slow test-all bench docs lint lm-bytes whole-model
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -63,3 +63,9 @@ LM_BYTES_FLAGS ?= --calibration-corpora moby_dick --byte-arms $(LM_BYTES_ARMS)
 lm-bytes: install
 	OMP_NUM_THREADS=1 $(BIN)/python recipes/tensorslm_domains.py --output-dir docs/results/lm_embeddings_vs_quantization \
 		--ratios 2 --arms tt-calib $(if $(LM_BYTES_FLAGS),$(LM_BYTES_FLAGS),--byte-arms all)
+
+# SmolLM2-135M, the whole checkpoint: bytes on disk and peak RSS after load vs Δ ln PPL on the two corpora the
+# calibration never saw, for torchao / gguf / bitsandbytes alone and the tiered 6× embedding stacked with each
+# (docs/results/whole_model.md).
+whole-model: install
+	OMP_NUM_THREADS=2 $(BIN)/python benchmarks/whole_model.py --output-dir docs/results/whole_model

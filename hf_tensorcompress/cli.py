@@ -195,6 +195,7 @@ def compress_command(args: argparse.Namespace) -> int:
     source, output = Path(args.source), Path(args.output)
     config = compression_config(args)  # validate before the (slow) load
     compress = calibrated_compression(config, args.calibration)
+    linears = linear_quantization(args.quantize_linears)
     check_output(source, output, args.overwrite)
     print(f"loading {source}", file=sys.stderr, flush=True)
     model = load_model(source)  # a missing or unreadable source is reported here
@@ -203,6 +204,10 @@ def compress_command(args: argparse.Namespace) -> int:
         compress(model, config, calibration_token_ids(source, args))
     else:
         compress(model, config)
+    if linears is not None:  # quantized from the float weights; the cast leaves packed codes as they are
+        from .stacking import quantize_linears
+
+        quantize_linears(model, linears)
     model.to(dtype)  # what the method left uncompressed keeps the source's precision (packed storage is unaffected)
     info = CardInfo()
     if source.suffix == ".gguf":
@@ -214,10 +219,50 @@ def compress_command(args: argparse.Namespace) -> int:
         _save_tokenizer(source, staging)
     print(
         f"saved compressed model ({config.method}, {len(model.config.compression_config['modules'])} modules, "
-        f"the rest in {str(dtype).removeprefix('torch.')}) to {output}"
+        f"{'' if linears is None else f'Linears {args.quantize_linears}, '}the rest in "
+        f"{str(dtype).removeprefix('torch.')}) to {output}"
     )
     print(size_line(source, output))
     return 0
+
+
+#: ``--quantize-linears``: what quantizes the ``nn.Linear`` weights a method leaves uncompressed (``quantize_linears``).
+LINEAR_QUANTIZATION = {
+    "none": "keep them in --dtype",
+    "torchao-int8": "torchao int8 weight-only, one scale per row",
+    "bnb-nf4": "bitsandbytes NF4: 4-bit codes packed two a byte (on CPU too), blocks of 64, 8-bit double-quantized "
+    "scales",
+}
+
+
+def add_quantize_linears_flag(parser: argparse.ArgumentParser) -> None:
+    """``--quantize-linears`` on the compress command (choices checked by argparse: a bad value is a usage error)."""
+    parser.add_argument(
+        "--quantize-linears",
+        choices=list(LINEAR_QUANTIZATION),
+        default="none",
+        help="the nn.Linear weights the method leaves uncompressed: "
+        + "; ".join(f"{name}: {about}" for name, about in LINEAR_QUANTIZATION.items())
+        + " (default: none)",
+    )
+
+
+def linear_quantization(choice: str):
+    """The ``quantize_linears`` config of ``--quantize-linears`` (None for none), built before the model loads so a
+    missing package is reported first."""
+    if choice == "none":
+        return None
+    import torch
+    from transformers import BitsAndBytesConfig, TorchAoConfig
+
+    from .extras import require
+
+    if choice == "bnb-nf4":
+        require("bitsandbytes", "--quantize-linears bnb-nf4")
+        return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True)
+    quantization = require("torchao.quantization", "--quantize-linears torchao-int8")
+    per_row = require("torchao.quantization.granularity", "--quantize-linears torchao-int8").PerAxis(0)
+    return TorchAoConfig(quantization.IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=per_row))
 
 
 def calibrated_compression(config: CompressionConfig, calibration: str | None):
@@ -446,6 +491,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="precision of what the method leaves uncompressed (default: auto, the source's: bfloat16 for a GGUF "
         "file, else its config.json dtype)",
     )
+    add_quantize_linears_flag(compress)
     compress.add_argument(
         "--calibration",
         metavar="PATH",

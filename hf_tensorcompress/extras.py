@@ -6,7 +6,7 @@
 | ``sbt`` | aeon | the Sparse Binary Transformers recipe's data (UEA JapaneseVowels, KDD-TSAD) |
 | ``plots`` | matplotlib | the Smartformer search plot, the TT recipe's figure |
 | ``peft`` | peft | using PEFT adapters on compressed models |
-| ``quant`` | torchao, bitsandbytes | the embedding's quantization arms; torchao-quantized blocks beside a compressed embedding; the time-series recipes' PTQ and ternary QAT baselines (``hf_tensorcompress.baselines``) |
+| ``quant`` | torchao, bitsandbytes | the embedding's quantization arms; torchao- or bitsandbytes-quantized blocks beside a compressed embedding; the time-series recipes' PTQ and ternary QAT baselines (``hf_tensorcompress.baselines``) |
 | ``all`` | all of the above | |
 """
 

@@ -36,6 +36,7 @@ from transformers.utils.quantization_config import QuantizationConfigMixin
 
 from .config import CompressionConfig
 from .core.registry import default_name, get_method, method_for
+from .runtime.bnb_linears import BnbLinears
 from .runtime.contract import QUANT_METHOD, STACKED_VERSION, quantization_marker
 from .runtime.torchao_linears import TorchAoLinears, keep_saveable, linear_quantizer
 
@@ -86,9 +87,10 @@ class TensorCompressQuantizer(HfQuantizer):
 
     def __init__(self, quantization_config: QuantizationConfigMixin, **kwargs: Any) -> None:
         super().__init__(quantization_config, **kwargs)
-        #: transformers' torchao quantizer of the other Linear weights, where the checkpoint has quantized Linears
-        #: (``runtime/torchao_linears.py``): this quantizer hands it their loading and saving.
-        self.linears: TorchAoLinears | None = None
+        #: transformers' torchao (or bitsandbytes 4-bit) quantizer of the other Linear weights, where the checkpoint
+        #: has quantized Linears (``runtime/torchao_linears.py``, ``runtime/bnb_linears.py``): this quantizer hands it
+        #: their loading and saving.
+        self.linears: TorchAoLinears | BnbLinears | None = None
 
     def validate_environment(self, *args: Any, **kwargs: Any) -> None:
         """Compress-on-load: a ``CompressionConfig`` whose method needs no calibration data (a config field holding

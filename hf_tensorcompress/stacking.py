@@ -1,4 +1,5 @@
-"""The rest of the model quantized too: torchao for the ``nn.Linear`` weights beside compressed layers.
+"""The rest of the model quantized too: torchao, or bitsandbytes 4-bit, for the ``nn.Linear`` weights beside
+compressed layers.
 
 ``quantize_linears(model, TorchAoConfig(...))`` quantizes the Linear weights of a compressed model with torchao, as
 ``from_pretrained(dense, quantization_config=TorchAoConfig(...))`` would have (transformers' torchao quantizer picks
@@ -7,6 +8,10 @@ nested in it (``runtime/torchao_linears.py``), so ``save_pretrained`` writes one
 records both configs, and ``from_pretrained(folder)`` loads it back (``trust_remote_code=True`` too, where torchao is
 installed). The other order, a model loaded with ``TorchAoConfig`` and then compressed, reaches the same state
 (``apply_compression`` calls ``adopted_torchao`` and ``attach``).
+
+``quantize_linears(model, BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4"))`` does the same with
+bitsandbytes' packed 4-bit ``Linear4bit`` (two codes a byte on CPU too; ``runtime/bnb_linears.py``): the Linears
+transformers' bitsandbytes quantizer would replace, each packed as that quantizer packs it while loading.
 """
 
 from __future__ import annotations
@@ -15,21 +20,32 @@ import copy
 
 import torch
 from torch import nn
-from transformers import TorchAoConfig
+from transformers import BitsAndBytesConfig, TorchAoConfig
 from transformers.quantizers.auto import AutoHfQuantizer
 
 from .extras import require
+from .runtime.bnb_linears import packed_linear
 from .runtime.contract import QUANT_METHOD
 from .runtime.modeling_tensorcompress import is_compressed
 from .runtime.torchao_linears import linear_quantizer, linears_config, stacked_marker
 
 
-def check_torchao_config(config: object) -> TorchAoConfig:
-    """``config`` as ``quantize_linears`` takes it: one ``TorchAoConfig`` of one torchao config for every Linear."""
+def check_torchao_config(config: object) -> TorchAoConfig | BitsAndBytesConfig:
+    """``config`` as ``quantize_linears`` takes it: one ``TorchAoConfig`` of one torchao config for every Linear,
+    or a 4-bit ``BitsAndBytesConfig``."""
+    if isinstance(config, BitsAndBytesConfig):
+        if not config.load_in_4bit:
+            raise ValueError(
+                "quantize_linears packs Linears with bitsandbytes 4-bit only: BitsAndBytesConfig(load_in_4bit=True, "
+                "bnb_4bit_quant_type='nf4'); for 8 bits use TorchAoConfig(IntxWeightOnlyConfig(weight_dtype=torch.int8))"
+            )
+        require("bitsandbytes", "packing the Linear weights with bitsandbytes")
+        return config
     if not isinstance(config, TorchAoConfig):
         raise TypeError(
-            f"quantize_linears takes a transformers TorchAoConfig, got {type(config).__name__}; wrap the torchao "
-            "config: TorchAoConfig(IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)))"
+            f"quantize_linears takes a transformers TorchAoConfig or a 4-bit BitsAndBytesConfig, got "
+            f"{type(config).__name__}; wrap the torchao config: "
+            "TorchAoConfig(IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0)))"
         )
     quantization = require("torchao.quantization", "quantizing the Linear weights with torchao")
     if isinstance(config.quant_type, quantization.FqnToConfig):
@@ -40,23 +56,23 @@ def check_torchao_config(config: object) -> TorchAoConfig:
     return config
 
 
-def attach(model: nn.Module, config: TorchAoConfig) -> None:
+def attach(model: nn.Module, config: TorchAoConfig | BitsAndBytesConfig) -> None:
     """Make ``model`` (compressed, its Linears quantized with ``config``) a quantized transformers model whose
     quantizer is the library's with torchao's nested: it saves the Linears as torchao does, the rest as ours."""
     marker = stacked_marker(config)
     quantizer = AutoHfQuantizer.from_config(marker, pre_quantized=True)  # the registered TensorCompressQuantizer
-    quantizer.validate_environment()  # builds its torchao quantizer of the Linears
+    quantizer.validate_environment()  # builds its torchao (bitsandbytes) quantizer of the Linears
     model.hf_quantizer = quantizer
     model.is_quantized = True
     model.quantization_method = QUANT_METHOD
     model.config.quantization_config = marker
 
 
-def quantize_linears(model: nn.Module, config: TorchAoConfig) -> nn.Module:
-    """Quantize, with torchao, the ``nn.Linear`` weights of compressed ``model`` that transformers' torchao quantizer
-    would quantize (not the compressed layers, nor a tied or last output layer unless ``config`` says so), in place;
-    returns the model. Every Linear is quantized on a copy before any is installed, so an error leaves the model as
-    it was."""
+def quantize_linears(model: nn.Module, config: TorchAoConfig | BitsAndBytesConfig) -> nn.Module:
+    """Quantize, with torchao (``TorchAoConfig``) or bitsandbytes 4-bit (``BitsAndBytesConfig(load_in_4bit=True)``),
+    the ``nn.Linear`` weights of compressed ``model`` that transformers' quantizer of that library would quantize
+    (not the compressed layers, nor a tied or last output layer unless ``config`` says so), in place; returns the
+    model. Every Linear is quantized on a copy before any is installed, so an error leaves the model as it was."""
     config = check_torchao_config(config)
     if not is_compressed(model):
         raise ValueError(
@@ -69,23 +85,45 @@ def quantize_linears(model: nn.Module, config: TorchAoConfig) -> nn.Module:
             f"{type(model).__name__}'s Linears are quantized already ({linears_config(model.config.quantization_config)}"
             "); quantize the compressed model once, from its float Linears"
         )
-    from torchao.quantization import quantize_  # check_torchao_config made sure it is installed
-
-    selector = linear_quantizer(stacked_marker(config)["linears"])
-    selector._process_model_before_weight_loading(model)  # transformers' choice of modules to leave float
-    names = [
-        name.removesuffix(".weight")
-        for name, _ in model.named_parameters()
-        if selector.param_needs_quantization(model, name)
-    ]
+    names = _bnb_targets(model, config) if isinstance(config, BitsAndBytesConfig) else _torchao_targets(model, config)
     if not names:
         raise ValueError(f"{type(model).__name__} has no nn.Linear weight to quantize beside its compressed layers")
     copies = nn.ModuleDict({str(index): _copy(model.get_submodule(name)) for index, name in enumerate(names)})
-    quantize_(copies, config.get_apply_tensor_subclass(), filter_fn=lambda module, fqn: fqn in copies)
+    if isinstance(config, BitsAndBytesConfig):
+        copies = nn.ModuleDict({index: packed_linear(linear, config) for index, linear in copies.items()})
+    else:
+        from torchao.quantization import quantize_  # check_torchao_config made sure it is installed
+
+        quantize_(copies, config.get_apply_tensor_subclass(), filter_fn=lambda module, fqn: fqn in copies)
     for index, name in enumerate(names):
         model.set_submodule(name, copies[str(index)])
     attach(model, config)
     return model
+
+
+def _torchao_targets(model: nn.Module, config: TorchAoConfig) -> list[str]:
+    """The Linears transformers' torchao quantizer would quantize in ``model``."""
+    selector = linear_quantizer(stacked_marker(config)["linears"])
+    selector._process_model_before_weight_loading(model)  # transformers' choice of modules to leave float
+    return [
+        name.removesuffix(".weight")
+        for name, _ in model.named_parameters()
+        if selector.param_needs_quantization(model, name)
+    ]
+
+
+def _bnb_targets(model: nn.Module, config: BitsAndBytesConfig) -> list[str]:
+    """The Linears transformers' bitsandbytes quantizer would replace in ``model`` (``replace_with_bnb_linear``:
+    plain ``nn.Linear`` modules outside its modules to leave float, which a compressed layer never is)."""
+    from transformers.quantizers.quantizers_utils import should_convert_module
+
+    selector = linear_quantizer(stacked_marker(config)["linears"])
+    skip = selector.get_modules_to_not_convert(model, config.llm_int8_skip_modules, model._keep_in_fp32_modules)
+    return [
+        name
+        for name, module in model.named_modules()
+        if type(module) is nn.Linear and should_convert_module(name, skip)
+    ]
 
 
 def _copy(module: nn.Module) -> nn.Module:

@@ -100,7 +100,8 @@ def test_the_runtime_imports_only_itself_torch_transformers_and_the_standard_lib
 #: The only places that import modules by name at run time, and why (a new one would hide an edge from the checks
 #: above): the registry's discovery of method packages and its first-use loading of their build code; the runtime's
 #: optional sibling files; the package's lazy exports and its walk of the methods for their public names; the
-#: optional third-party extras; torchao, imported only where a checkpoint quantized its Linears with it.
+#: optional third-party extras; torchao and bitsandbytes, imported only where a checkpoint quantized its Linears
+#: with them.
 DYNAMIC_IMPORTS = {
     "core/registry.py",
     "runtime/optional.py",
@@ -108,6 +109,7 @@ DYNAMIC_IMPORTS = {
     "__init__.py",
     "extras.py",
     "runtime/torchao_linears.py",
+    "runtime/bnb_linears.py",
 }
 
 

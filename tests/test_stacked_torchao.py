@@ -121,8 +121,8 @@ def test_dequantize_gives_a_dense_float_model_with_close_outputs(tmp_path):
 
 def test_bad_inputs_name_the_fix(monkeypatch):
     compressed = apply_compression(tiny_causal_lm("llama"), CONFIGS["tiered"])
-    with pytest.raises(TypeError, match="takes a transformers TorchAoConfig, got BitsAndBytesConfig"):
-        quantize_linears(compressed, BitsAndBytesConfig(load_in_8bit=True))
+    with pytest.raises(TypeError, match="takes a transformers TorchAoConfig or a 4-bit BitsAndBytesConfig, got dict"):
+        quantize_linears(compressed, {"quant_method": "torchao"})
     with pytest.raises(ValueError, match="is not compressed: quantize_linears quantizes the Linears beside"):
         quantize_linears(tiny_causal_lm("llama"), int8())
     quantize_linears(compressed, int8())
@@ -146,9 +146,9 @@ def test_a_checkpoint_needs_torchao_and_a_torchao_nested_config(tmp_path, monkey
         patch.setitem(sys.modules, "torchao", None)
         with pytest.raises(ImportError, match=r"Linear weights are quantized with torchao.*pip install torchao"):
             AutoModelForCausalLM.from_pretrained(tmp_path)
-    config["quantization_config"]["linears"]["quant_method"] = "bitsandbytes"
+    config["quantization_config"]["linears"]["quant_method"] = "gptq"
     config_file.write_text(json.dumps(config))
-    with pytest.raises(CompressedCheckpointError, match="quant_method 'bitsandbytes'.*quantized with torchao"):
+    with pytest.raises(CompressedCheckpointError, match="quant_method 'gptq'.*quantized with torchao"):
         AutoModelForCausalLM.from_pretrained(tmp_path)
 
 

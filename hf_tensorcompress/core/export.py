@@ -85,8 +85,8 @@ def _imported_file(path: Path, module: str, name: str = "") -> Path | None:
 
 def optional_files(model: nn.Module) -> tuple[str, ...]:
     """The optional runtime files a checkpoint of ``model`` needs: ``lowbit_kernel`` where a layer, as loaded from its
-    spec, holds packed codes (``LowBitTensor``, ``CodebookTensor``); ``torchao_linears`` where torchao quantized the
-    other Linears."""
+    spec, holds packed codes (``LowBitTensor``, ``CodebookTensor``); ``torchao_linears`` (and the ``bnb_linears`` it
+    imports) where torchao or bitsandbytes quantized the other Linears."""
     from ..runtime.codebook import CodebookTensor
     from ..runtime.contract import CompressedLayer
     from ..runtime.lowbit import LowBitTensor
@@ -218,5 +218,8 @@ def shipped_files_table() -> str:
     rows.append(f"| every one | {listed(common)} |")
     rows += [f"| method `{name}` | {listed(own - common)} |" for name, own in files.items()]
     rows.append("| a layer stores packed codes (`LowBitTensor`, `CodebookTensor`) | `lowbit_kernel.py` |")
-    rows.append("| the other Linears quantized with torchao (`quantize_linears`) | `torchao_linears.py` |")
+    rows.append(
+        "| the other Linears quantized with torchao or bitsandbytes (`quantize_linears`) | `torchao_linears.py`, "
+        "`bnb_linears.py` |"
+    )
     return "\n".join(rows)

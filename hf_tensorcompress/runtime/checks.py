@@ -6,10 +6,12 @@ quantizer) and the ``trust_remote_code`` path (``Compressed<Base>.from_pretraine
 - from the safetensors headers, before the weights load (``check_before_loading``; again after, for a Hub repo
   whose weights were not on disk yet): shapes against the specs in ``config.json``, each compressed module's keys
   (none missing or extra) and dtypes, a spec for every tombstone, the torchao-quantized Linears complete, in their
-  dtypes and block shapes, and read with their ``linears`` config;
+  dtypes and block shapes, and read with their ``linears`` config; the bitsandbytes 4-bit Linears likewise
+  (``bnb_linears.check_bnb_file``: every part their packed quant state describes, in its dtype and shape);
 - in memory, after (``check_loaded``): every compressed tensor's dtype, shape and finiteness, each submodule's
   ``check_state`` (value ranges: slot maps, indices, masks, padding), the tied output layer against the file, and,
-  for a model of the class that was saved, every tensor loaded from the file (torchao parts finite).
+  for a model of the class that was saved, every tensor loaded from the file (torchao parts and bitsandbytes quant
+  states finite).
 
 Ships inside saved checkpoints: torch, safetensors (a transformers dependency) and sibling files only.
 """
@@ -25,6 +27,7 @@ import torch
 from torch import nn
 
 from .contract import TOMBSTONE_KEY, TensorProblem
+from .optional import sibling
 from .structure import CompressedCheckpointError, build_recorded
 
 WEIGHTS_NAME = "model.safetensors"
@@ -299,9 +302,11 @@ def check_before_loading(folder: str | os.PathLike | None) -> None:
     for name, spec in (modules if isinstance(modules, dict) else {}).items():
         _check_layer_file(name, spec, stored, dtype if isinstance(dtype, torch.dtype) else None)
     marker = config.get("quantization_config")
-    _check_torchao(
-        stored, torchao_weights(stored_metadata(folder)), marker.get("linears") if isinstance(marker, dict) else None
-    )
+    linears = marker.get("linears") if isinstance(marker, dict) else None
+    _check_torchao(stored, torchao_weights(stored_metadata(folder)), linears)
+    bnb = sibling("bnb_linears")  # carried by checkpoints with quantized Linears only
+    if bnb is not None:
+        bnb.check_bnb_file(str(folder), stored, linears)
 
 
 def _problem(stored: dict[str, StoredTensor], key: str, problem: str) -> CompressedCheckpointError:
@@ -440,10 +445,14 @@ def _check_other_tensors(model: nn.Module, stored: dict[str, StoredTensor], conf
     torchao-quantized weights: each part finite."""
     if _saved_class(model, config):
         optional = [re.compile(pattern) for pattern in getattr(model, "_keys_to_ignore_on_load_missing", None) or ()]
+        bnb = sibling("bnb_linears")
+        derived = bnb.quant_state_keys(model) if bnb is not None else set()
         unloaded = sorted(
             key
             for key, tensor in model.state_dict(keep_vars=True).items()
-            if not getattr(tensor, "_is_hf_initialized", False) and not any(p.search(key) for p in optional)
+            if not getattr(tensor, "_is_hf_initialized", False)
+            and not any(p.search(key) for p in optional)
+            and key not in derived
         )
         if unloaded:
             raise CompressedCheckpointError(
@@ -471,3 +480,6 @@ def check_loaded(model: nn.Module, folder: str | os.PathLike | None = None) -> N
     for name in modules:
         _check_tied_output(model, name, stored)
     _check_other_tensors(model, stored, config)
+    bnb = sibling("bnb_linears")
+    if bnb is not None:
+        bnb.check_bnb_loaded(model)

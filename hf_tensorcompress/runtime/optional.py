@@ -1,5 +1,6 @@
 """Shipped files a checkpoint carries only where it uses them: the C kernels of packed storage
-(``lowbit_kernel``) and the torchao adapter of stacked checkpoints (``torchao_linears``).
+(``lowbit_kernel``) and the adapters of stacked checkpoints' quantized Linears (``torchao_linears``, which imports
+``bnb_linears``).
 
 Their users reach them through ``sibling(name)``, never a static import, so a checkpoint without them still loads;
 ``core/export.py`` decides which ones a checkpoint carries, and its layer manifest imports those so that
@@ -13,7 +14,7 @@ import importlib
 from types import ModuleType
 
 #: The optional files, by module name.
-OPTIONAL = ("lowbit_kernel", "torchao_linears")
+OPTIONAL = ("lowbit_kernel", "torchao_linears", "bnb_linears")
 
 
 @functools.cache

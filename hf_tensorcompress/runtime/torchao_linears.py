@@ -25,6 +25,7 @@ from transformers.quantizers.auto import AUTO_QUANTIZER_MAPPING
 from transformers.quantizers.quantizer_torchao import TorchAoHfQuantizer
 from transformers.utils.quantization_config import QuantizationConfigMixin
 
+from .bnb_linears import BnbLinears, bitsandbytes_module, bnb_quantizer, dense_bnb_linears, is_bnb
 from .contract import LINEARS_KEY, QUANT_METHOD, SIGNPOST_KEY, quantization_marker, tombstones
 from .structure import CompressedCheckpointError
 
@@ -50,8 +51,9 @@ def linears_config(quantization_config) -> dict | None:
     return quantization_config.get(LINEARS_KEY)
 
 
-def stacked_marker(linears: TorchAoConfig) -> dict:
-    """The ``quantization_config`` of a compressed model whose Linears ``linears`` quantizes (JSON-able)."""
+def stacked_marker(linears: QuantizationConfigMixin) -> dict:
+    """The ``quantization_config`` of a compressed model whose Linears ``linears`` (a ``TorchAoConfig``, or a 4-bit
+    ``BitsAndBytesConfig``: ``bnb_linears.py``) quantizes (JSON-able)."""
     nested = linears.to_dict()
     nested["quant_method"] = str(getattr(nested["quant_method"], "value", nested["quant_method"]))
     return quantization_marker(nested)
@@ -91,7 +93,8 @@ def before_torchao_loading(cls: type, pretrained, kwargs: dict) -> dict | None:
     linears = linears_config(marker)
     if linears is None:
         return None
-    torchao_module()  # transformers' torchao quantizer fails with a bare ModuleNotFoundError without it
+    # transformers' quantizers fail with a bare ModuleNotFoundError, or name no package, without it
+    bitsandbytes_module() if is_bnb(linears) else torchao_module()
     config = copy.deepcopy(config)
     config.quantization_config = linears
     kwargs["config"] = config
@@ -99,20 +102,25 @@ def before_torchao_loading(cls: type, pretrained, kwargs: dict) -> dict | None:
 
 
 def after_torchao_loading(model: nn.Module, marker: dict) -> None:
-    """The model loaded by ``before_torchao_loading``'s torchao quantizer gets the checkpoint's marker back, and a
-    ``TorchAoLinears`` that saves it as the same checkpoint (tombstones included)."""
-    model.hf_quantizer = TorchAoLinears(model.hf_quantizer.quantization_config, pre_quantized=True)
+    """The model loaded by ``before_torchao_loading``'s torchao (or bitsandbytes) quantizer gets the checkpoint's
+    marker back, and a ``TorchAoLinears`` (``BnbLinears``) that saves it as the same checkpoint (tombstones
+    included)."""
+    linears = TorchAoLinears if isinstance(model.hf_quantizer.quantization_config, TorchAoConfig) else BnbLinears
+    model.hf_quantizer = linears(model.hf_quantizer.quantization_config, pre_quantized=True)
     model.config.quantization_config = marker
     keep_saveable(model)
 
 
-def linear_quantizer(linears: dict, **environment) -> TorchAoLinears:
+def linear_quantizer(linears: dict, **environment) -> TorchAoLinears | BnbLinears:
     """The quantizer of a checkpoint's Linear weights from its nested config, its environment checked
     (``environment``: ``validate_environment``'s arguments, e.g. ``device_map``)."""
+    if is_bnb(linears):
+        return bnb_quantizer(linears, **environment)
     if linears.get("quant_method") != "torchao":
         raise CompressedCheckpointError(
             f"config.json: quantization_config[{LINEARS_KEY!r}] has quant_method {linears.get('quant_method')!r}; "
-            "the Linear weights beside compressed layers are quantized with torchao (quant_method 'torchao'): "
+            "the Linear weights beside compressed layers are quantized with torchao (quant_method 'torchao') or "
+            "bitsandbytes 4-bit ('bitsandbytes'): "
             "restore config.json from the saved checkpoint"
         )
     torchao_module()  # the flattened Linear weights need torchao's tensor classes
@@ -123,8 +131,13 @@ def linear_quantizer(linears: dict, **environment) -> TorchAoLinears:
 
 def dense_linears(model: nn.Module) -> None:
     """Every torchao-quantized weight of ``model`` becomes the float tensor it stands for (torchao's
-    ``dequantize()``), in place: the Linear half of going back to a dense model."""
-    if linears_config(getattr(model.config, "quantization_config", None)) is None:
+    ``dequantize()``; bitsandbytes 4-bit ones: ``bnb_linears.dense_bnb_linears``), in place: the Linear half of
+    going back to a dense model."""
+    linears = linears_config(getattr(model.config, "quantization_config", None))
+    if linears is None:
+        return
+    if is_bnb(linears):
+        dense_bnb_linears(model, linears)
         return
     base_tensor = torchao_module("torchao.utils").TorchAOBaseTensor
     for module in model.modules():
@@ -134,16 +147,18 @@ def dense_linears(model: nn.Module) -> None:
 
 
 def keep_saveable(model: nn.Module) -> None:
-    """After loading: drop the torchao deserialisation steps transformers keeps in ``model._weight_conversions``.
+    """After loading: drop the torchao (bitsandbytes) deserialisation steps transformers keeps in ``model._weight_conversions``.
     ``save_pretrained`` reverses every kept step and that one has no reverse (transformers 5.24 fails re-saving any
     loaded torchao checkpoint with ``NotImplementedError``); the quantizer's ``get_state_dict_and_metadata`` already
     writes the flattened form they read."""
+    from transformers.integrations.bitsandbytes import Bnb4bitDeserialize
     from transformers.integrations.torchao import TorchAoDeserialize
 
+    steps = (TorchAoDeserialize, Bnb4bitDeserialize)  # bitsandbytes': the same, and Linear4bit saves its own parts
     conversions = getattr(model, "_weight_conversions", None)
     if conversions:
         model._weight_conversions = [
             conversion
             for conversion in conversions
-            if not any(isinstance(op, TorchAoDeserialize) for op in getattr(conversion, "operations", ()))
+            if not any(isinstance(op, steps) for op in getattr(conversion, "operations", ()))
         ]
