@@ -72,7 +72,7 @@ def test_killed_while_writing_the_weights_leaves_the_old_folder_byte_identical(p
 def test_killed_while_writing_the_code_or_card_leaves_the_old_folder_byte_identical(previous, monkeypatch):
     before = snapshot(previous)
 
-    def dies(folder, methods):
+    def dies(folder, methods, optional=()):
         raise Killed("killed while writing the modeling code")
 
     monkeypatch.setattr(saving, "write_modeling_code", dies)

@@ -1,29 +1,16 @@
 """``make demo`` and its documentation agree: the page's one-seed table is what the recipe's ``results.md`` writer
-makes of the committed ``results.json`` of a ``make demo`` run, and the recipe announces each run with an estimate."""
+makes of the committed ``results.json`` of a ``make demo`` run (``recipes/recipekit``), and the recipe announces
+each run with an estimate."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "results" / "smartformer.md"
 RESULTS = ROOT / "docs" / "results" / "smartformer_demo.json"
-
-
-@pytest.fixture(scope="module")
-def recipe():
-    spec = importlib.util.spec_from_file_location("smartformer_demo_recipe", ROOT / "recipes" / "smartformer.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
 
 
 def demo_runs() -> list[str]:
@@ -33,14 +20,19 @@ def demo_runs() -> list[str]:
     return re.search(r"--runs ([^\n]+)", demo).group(1).split()
 
 
-def test_the_page_shows_the_table_make_demo_writes(recipe):
+def test_the_page_shows_the_table_make_demo_writes():
+    from hf_tensorcompress.evaluation.pareto import kind_of
+
+    from recipekit.forecasters import SIZES
+    from recipekit.smartformer_report import markdown
+
     results = json.loads(RESULTS.read_text(encoding="utf-8"))
     assert [run["name"] for run in results["runs"]] == demo_runs()
     assert {run["seed"] for run in results["runs"]} == {0}  # the recipe's default --seeds
-    assert results["steps"] == recipe.SIZES["demo"].steps and results["model"] == "autoformer"
+    assert results["steps"] == SIZES["demo"].steps and results["model"] == "autoformer"
     # no equal-byte baseline among them, so results.md is this table alone (no Pareto section)
-    assert all(recipe.kind_of(run["name"]) != "baseline" for run in results["runs"])
-    assert recipe.markdown(results) in PAGE.read_text(encoding="utf-8")
+    assert all(kind_of(run["name"]) != "baseline" for run in results["runs"])
+    assert markdown(results) in PAGE.read_text(encoding="utf-8")
 
 
 def test_each_run_is_announced_with_its_index_and_an_estimate():
