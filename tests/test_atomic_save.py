@@ -169,6 +169,7 @@ def kill_saves(tmp_path: Path, kills: int) -> list[dict]:
     return results
 
 
+@pytest.mark.slow  # child processes; the journey tier runs the same flows on every push
 def test_twenty_one_killed_saves_leave_the_old_or_the_new_checkpoint(tmp_path):
     kill_saves(tmp_path, 7)
 

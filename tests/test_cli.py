@@ -102,6 +102,7 @@ def test_report_prints_every_module_and_the_totals(compressed_folder):
     assert report["targets"]["params"] < report["targets"]["dense_params"]
 
 
+@pytest.mark.slow  # child processes; the journey tier runs the same flows on every push
 def test_push_uploads_model_code_and_card(hub, repo_id, compressed_folder, tmp_path):
     (tmp_path / "results.json").write_text(json.dumps(RESULTS))
     result = cli(

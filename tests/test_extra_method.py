@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from helpers import run_without_library
 
 #: The method's layer: shipped inside its checkpoints, so it imports torch and the library's public names only.
@@ -121,6 +122,7 @@ print(json.dumps({{
 """
 
 
+@pytest.mark.slow  # child processes; the journey tier runs the same flows on every push
 def test_a_method_defined_outside_the_library_saves_loads_and_ships(tmp_path):
     (tmp_path / "sign_layer.py").write_text(LAYER_FILE)
     checkpoint = tmp_path / "checkpoint"

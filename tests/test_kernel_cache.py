@@ -66,6 +66,7 @@ def cached_kernel(cache: Path) -> Path:
             os.environ["HF_TENSORCOMPRESS_CACHE"] = previous
 
 
+@pytest.mark.slow  # child processes; the journey tier runs the same flows on every push
 @needs_kernel
 def test_a_truncated_kernel_is_rebuilt_not_mapped(tmp_path):
     # built by a child: truncating a file this process had mapped would crash it (SIGBUS) at its next page fault
@@ -95,6 +96,7 @@ def test_a_foreign_file_under_the_kernels_name_is_rebuilt(tmp_path):
     assert lowbit_kernel.verified(target)
 
 
+@pytest.mark.slow  # child processes; the journey tier runs the same flows on every push
 @needs_kernel
 def test_a_foreign_file_with_a_forged_checksum_falls_back_once_then_is_rebuilt(tmp_path):
     target = cached_kernel(tmp_path / "cache")

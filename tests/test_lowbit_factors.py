@@ -53,6 +53,7 @@ def test_saved_codes_load_natively_to_the_same_outputs_and_stay_packed(tmp_path,
     assert linear_bytes(loaded)["ram"] < linear_bytes(model)["ram"]
 
 
+@pytest.mark.slow  # child processes; the journey tier runs the same flows on every push
 def test_trust_remote_code_without_the_library_gives_the_same_outputs(tmp_path):
     x = torch.randn(2, 32, 3)
     expected = {}

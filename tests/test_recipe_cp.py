@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 import torch
 from transformers import AutoModel
 
@@ -18,6 +19,7 @@ from hf_tensorcompress.data import forecasting_windows, load_forecasting_csv
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # child processes; the journey tier runs the same flows on every push
 def test_recipe_trains_compresses_evaluates_and_saves(tmp_path):
     csv = tmp_path / "energy.csv"
     pd.read_csv(appliances_energy_csv()).iloc[:2000][["date", "Appliances", "T1", "RH_1", "T_out"]].to_csv(

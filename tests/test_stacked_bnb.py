@@ -74,6 +74,7 @@ def test_save_then_load_in_a_new_process_gives_identical_logits(tmp_path):
     assert sorted(again) == sorted(stored) and all(torch.equal(again[key], stored[key]) for key in stored)
 
 
+@pytest.mark.slow  # child processes; the journey tier runs the same flows on every push
 def test_loads_without_the_library_and_names_bitsandbytes_where_it_is_missing(tmp_path):
     model = stacked()
     model.save_pretrained(tmp_path / "stacked")

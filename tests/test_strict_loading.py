@@ -161,6 +161,7 @@ def test_a_tampered_stacked_checkpoint_is_refused_natively(saved, tmp_path, case
         AutoModelForCausalLM.from_pretrained(folder)
 
 
+@pytest.mark.slow  # child processes; the journey tier runs the same flows on every push
 def test_the_same_checkpoints_are_refused_without_the_library(saved, tmp_path):
     """One child process without hf_tensorcompress loads every tampered folder with trust_remote_code."""
     cases = {f"tiered: {k}": ((v[2:] or ("tiered",))[0], *v[:2]) for k, v in TIERED_CASES.items()}

@@ -55,6 +55,7 @@ def test_output_aware_indices_lower_the_logit_error_they_target():
     assert (nearest - weight).norm() < 0.6 * weight.norm()  # the codebook fits the rows it stores
 
 
+@pytest.mark.slow  # child processes; the journey tier runs the same flows on every push
 def test_a_codebook_tier_saves_and_loads_natively_and_without_the_library(tmp_path):
     model = compressed(**OPTIONS)
     embedding = model.get_input_embeddings()

@@ -84,6 +84,7 @@ def test_save_then_load_natively_gives_equal_outputs_and_stays_packed(tmp_path):
     assert embedding.storage_bits() == model.get_input_embeddings().storage_bits()
 
 
+@pytest.mark.slow  # child processes; the journey tier runs the same flows on every push
 def test_loads_without_the_library_to_the_same_logits(tmp_path):
     model = compressed(tt_storage_bits=4, tt_storage_group_size=8)
     model.save_pretrained(tmp_path / "tt")
