@@ -83,7 +83,7 @@ def test_compress_from_a_config_file_and_user_errors(dense_folder, tmp_path):
 
     assert_user_error(
         cli("compress", str(dense_folder), str(tmp_path / "bad"), "--rank", "7.5", check=False),
-        "rank=7.5 is outside (0, 1]",
+        "--rank 7.5 is outside (0, 1]",
     )
     assert not (tmp_path / "bad").exists()
     assert_user_error(cli("compress", str(tmp_path / "nowhere"), str(tmp_path / "out"), check=False), "does not exist")
