@@ -58,6 +58,7 @@ from hf_tensorcompress.methods.tt.head import TTTiedHead
 
 from recipekit.domain_arms import BYTE_ARMS, arms, byte_arms
 from recipekit.domain_report import byte_summary, plot, plot_bytes, summary, table
+from recipekit.vocabulary import permute_vocabulary
 
 
 def corpora(args) -> dict[str, tuple]:
@@ -137,6 +138,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--covariance-tokens", type=int, default=4096, help="tokens of the hidden-state covariance")
     parser.add_argument("--window", type=int, default=256)
     parser.add_argument("--stride", type=int, default=256)
+    parser.add_argument(
+        "--permute-vocabulary",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="renumber the vocabulary by this seed's random permutation (rows, head and every text's ids together: "
+        "the same model) to check that a setting does not depend on the token numbering",
+    )
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -147,6 +156,9 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     dense = accelerator.prepare_model(AutoModelForCausalLM.from_pretrained(model_dir), evaluation_mode=True).eval()
     vocab, hidden = dense.get_input_embeddings().weight.shape
+    renumber = (
+        torch.arange(vocab) if args.permute_vocabulary is None else permute_vocabulary(dense, args.permute_vocabulary)
+    )
 
     texts = corpora(args)
     unknown = set(args.calibration_corpora or []) - set(texts)
@@ -160,12 +172,12 @@ def main(argv: list[str] | None = None) -> dict:
         raise ValueError(
             f"--byte-arms {sorted(set(byte_names) - set(BYTE_ARMS))}: no such arm; choose from {BYTE_ARMS} or 'all'"
         )
-    held_out = {name: token_ids(tokenizer, split[1], args.eval_tokens) for name, split in texts.items()}
+    held_out = {name: renumber[token_ids(tokenizer, split[1], args.eval_tokens)] for name, split in texts.items()}
     calibrations = {}
     for name, (build, _) in texts.items():
         if args.calibration_corpora and name not in args.calibration_corpora:
             continue
-        ids = token_ids(tokenizer, build, args.calibration_tokens)
+        ids = renumber[token_ids(tokenizer, build, args.calibration_tokens)]
         counts = torch.bincount(ids, minlength=vocab)[:vocab]
         calibrations[name] = TTCalibration(counts, hidden_covariance(dense, ids[: args.covariance_tokens]))
     base = {name: score(dense, ids, args) for name, ids in held_out.items()}
@@ -236,6 +248,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "calibration_corpora",
                 "arms",
                 "byte_arms",
+                "permute_vocabulary",
             )
         },
         "runs": runs,

@@ -93,16 +93,19 @@ def _with_slots(layer: TieredEmbedding, order: torch.Tensor) -> TieredEmbedding:
 
 @torch.no_grad()
 def budget_tiers(
-    weight: torch.Tensor, config: TieredConfig, calibration: TTCalibration, scale: float | None
+    weight: torch.Tensor, config: TieredConfig, calibration: TTCalibration, scale: float | None, tied: bool
 ) -> TieredEmbedding:
     """The layer of ``size_ratio``: each row's width chosen by measured sensitivity within the byte budget
-    (``budget.py``); tiers from widest to narrowest, each tier's tokens in id order (the order changes no value)."""
+    (``budget.py``); tiers from widest to narrowest, each tier's tokens in id order (the order changes no value).
+    The error metric is the tied head's hidden-state covariance; an embedding that is only looked up (untied head)
+    has no such metric, and its rows' errors are plain squared errors."""
     vocab, hidden = weight.shape
+    covariance = calibration.covariance if tied else torch.eye(hidden, dtype=torch.float64)
     dense_bytes = vocab * hidden * 2
     slot_bytes = vocab * 4
     widths = measure_widths(
         weight,
-        calibration.covariance,
+        covariance,
         config.rounding == "output",
         config.tier_group_size,
         config.codebook_dim,
@@ -141,13 +144,14 @@ def build(
 ) -> TieredEmbedding:
     scale = embedding_scale(name, embedding, "tiered")
     weight = embedding.weight.detach().float()
+    tied = tied_output_name(model, embedding)
     if config.size_ratio is not None:
-        layer = budget_tiers(weight, config, calibration, scale)
+        layer = budget_tiers(weight, config, calibration, scale, tied is not None)
     else:
         layer = fixed_tiers(weight, config, calibration, scale)
     if scale is not None:
         layer.embed_scale = scale
-    layer.tied_output = tied_output_name(model, embedding)
+    layer.tied_output = tied
     return layer.to(embedding.weight.dtype)
 
 
