@@ -29,6 +29,9 @@ gguf Q8_0 / Q5_0 / Q4_1 / Q4_0; hand-written round-to-nearest for int3 / int2, w
 ``tt_storage_bits``); every arm is sized in bytes (bf16 = 1×; parameter-budget arms count
 2 bytes a parameter). ``--ratios`` with no value runs only these.
 
+``--permute-vocabulary SEED`` renumbers the vocabulary by a seeded random permutation (embedding rows, an untied
+head and every text's ids together: the same model), to check that a setting does not depend on the numbering.
+
 Arms without calibration are scored once per evaluation corpus. Writes ``results.json``, ``table.md`` (Δ ln PPL,
 calibration corpus × evaluation corpus, then per arm the mean in domain and the mean and worst across domains, then
 every arm by bytes with the Pareto front), ``domains.png`` (Δ ln PPL against compression ratio per arm, in and across
