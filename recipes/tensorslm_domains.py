@@ -29,6 +29,9 @@ gguf Q8_0 / Q5_0 / Q4_1 / Q4_0; hand-written round-to-nearest for int3 / int2, w
 ``tt_storage_bits``); every arm is sized in bytes (bf16 = 1×; parameter-budget arms count
 2 bytes a parameter). ``--ratios`` with no value runs only these.
 
+``--permute-vocabulary SEED`` renumbers the vocabulary by a seeded random permutation (embedding rows, an untied
+head and every text's ids together: the same model), to check that a setting does not depend on the numbering.
+
 Arms without calibration are scored once per evaluation corpus. Writes ``results.json``, ``table.md`` (Δ ln PPL,
 calibration corpus × evaluation corpus, then per arm the mean in domain and the mean and worst across domains, then
 every arm by bytes with the Pareto front), ``domains.png`` (Δ ln PPL against compression ratio per arm, in and across
@@ -58,6 +61,7 @@ from hf_tensorcompress.methods.tt.head import TTTiedHead
 
 from recipekit.domain_arms import BYTE_ARMS, arms, byte_arms
 from recipekit.domain_report import byte_summary, plot, plot_bytes, summary, table
+from recipekit.vocabulary import permute_vocabulary
 
 
 def corpora(args) -> dict[str, tuple]:
@@ -137,6 +141,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--covariance-tokens", type=int, default=4096, help="tokens of the hidden-state covariance")
     parser.add_argument("--window", type=int, default=256)
     parser.add_argument("--stride", type=int, default=256)
+    parser.add_argument(
+        "--permute-vocabulary",
+        type=int,
+        default=None,
+        metavar="SEED",
+        help="renumber the vocabulary by this seed's random permutation (rows, head and every text's ids together: "
+        "the same model) to check that a setting does not depend on the token numbering",
+    )
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -147,6 +159,9 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     dense = accelerator.prepare_model(AutoModelForCausalLM.from_pretrained(model_dir), evaluation_mode=True).eval()
     vocab, hidden = dense.get_input_embeddings().weight.shape
+    renumber = (
+        torch.arange(vocab) if args.permute_vocabulary is None else permute_vocabulary(dense, args.permute_vocabulary)
+    )
 
     texts = corpora(args)
     unknown = set(args.calibration_corpora or []) - set(texts)
@@ -160,12 +175,12 @@ def main(argv: list[str] | None = None) -> dict:
         raise ValueError(
             f"--byte-arms {sorted(set(byte_names) - set(BYTE_ARMS))}: no such arm; choose from {BYTE_ARMS} or 'all'"
         )
-    held_out = {name: token_ids(tokenizer, split[1], args.eval_tokens) for name, split in texts.items()}
+    held_out = {name: renumber[token_ids(tokenizer, split[1], args.eval_tokens)] for name, split in texts.items()}
     calibrations = {}
     for name, (build, _) in texts.items():
         if args.calibration_corpora and name not in args.calibration_corpora:
             continue
-        ids = token_ids(tokenizer, build, args.calibration_tokens)
+        ids = renumber[token_ids(tokenizer, build, args.calibration_tokens)]
         counts = torch.bincount(ids, minlength=vocab)[:vocab]
         calibrations[name] = TTCalibration(counts, hidden_covariance(dense, ids[: args.covariance_tokens]))
     base = {name: score(dense, ids, args) for name, ids in held_out.items()}
@@ -236,6 +251,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "calibration_corpora",
                 "arms",
                 "byte_arms",
+                "permute_vocabulary",
             )
         },
         "runs": runs,

@@ -14,7 +14,19 @@ SMALL = dict(
     max_position_embeddings=64,
 )
 
-#: family -> (model class, config). Gemma/Gemma 2 scale their embedding; GPT-2 fuses q/k/v in a ``Conv1D``,
+#: Llama 3's rotary scaling (the tiny "llama" is a Llama 3 config with an untied head, as Llama 3 8B has).
+LLAMA3 = dict(
+    rope_scaling={
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 32,
+    }
+)
+
+#: family -> (model class, config). Gemma/Gemma 2/Gemma 3 scale their embedding (Gemma 3's
+#: ``Gemma3TextScaledWordEmbedding``, with a ``padding_idx`` as Phi-3's has); GPT-2 fuses q/k/v in a ``Conv1D``,
 #: Phi-3 and GPT-NeoX in a ``Linear``; BERT ties a masked-LM decoder (with a bias) to the embedding.
 LANGUAGE_MODELS = {
     "gpt2": (
@@ -36,14 +48,19 @@ LANGUAGE_MODELS = {
             pad_token_id=1,
         ),
     ),
-    "llama": (T.LlamaForCausalLM, lambda: T.LlamaConfig(**SMALL, num_key_value_heads=2, eos_token_id=2)),
+    "llama": (T.LlamaForCausalLM, lambda: T.LlamaConfig(**SMALL, num_key_value_heads=2, eos_token_id=2, **LLAMA3)),
     "qwen2": (T.Qwen2ForCausalLM, lambda: T.Qwen2Config(**SMALL, num_key_value_heads=2)),
+    "qwen3": (T.Qwen3ForCausalLM, lambda: T.Qwen3Config(**SMALL, num_key_value_heads=2, head_dim=8)),
     "mistral": (T.MistralForCausalLM, lambda: T.MistralConfig(**SMALL, num_key_value_heads=2, eos_token_id=2)),
     "phi": (T.PhiForCausalLM, lambda: T.PhiConfig(**SMALL)),
     "phi3": (T.Phi3ForCausalLM, lambda: T.Phi3Config(**SMALL, pad_token_id=0, eos_token_id=2, bos_token_id=1)),
     "gpt_neox": (T.GPTNeoXForCausalLM, lambda: T.GPTNeoXConfig(**SMALL)),
     "gemma": (T.GemmaForCausalLM, lambda: T.GemmaConfig(**SMALL, num_key_value_heads=2, head_dim=8)),
     "gemma2": (T.Gemma2ForCausalLM, lambda: T.Gemma2Config(**SMALL, num_key_value_heads=2, head_dim=8)),
+    "gemma3_text": (
+        T.Gemma3ForCausalLM,
+        lambda: T.Gemma3TextConfig(**SMALL, num_key_value_heads=2, head_dim=8, sliding_window=16, pad_token_id=0),
+    ),
     "bert": (T.BertForMaskedLM, lambda: T.BertConfig(**SMALL)),
 }
 

@@ -137,3 +137,19 @@ def test_a_model_loaded_from_a_gguf_file_compresses_and_saves(tmp_path):
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
     assert loaded.config.compression_config["method"] == "tiered"
     assert torch.equal(loaded(ids).logits, expected)
+
+
+def test_a_byte_budget_from_the_command_line(lm_folder, tmp_path, capsys):
+    budget = ["--method", "tiered", "--size-ratio", "3", "--codebook-size", "256"]
+    code, _, err = cli(capsys, "compress", str(lm_folder), str(tmp_path / "o"), *budget)
+    assert code == 2 and "--size-ratio" in err and "--calibration FILE" in err
+    (tmp_path / "calibration.txt").write_text(text_of(600), encoding="utf-8")
+    code, out, err = cli(
+        capsys, "compress", str(lm_folder), str(tmp_path / "out"), *budget, "--calibration",
+        str(tmp_path / "calibration.txt"),
+    )  # fmt: skip
+    assert code == 0 and "size_ratio allocation" in out + err
+    config = json.loads((tmp_path / "out" / "config.json").read_text())["compression_config"]
+    assert config["size_ratio"] == 3
+    tiers = config["modules"]["model.embed_tokens"]["tiers"]
+    assert sum(tier["rows"] for tier in tiers) == VOCAB and len(tiers) > 1

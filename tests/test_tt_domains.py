@@ -221,3 +221,33 @@ def test_domains_recipe_on_smollm2_loses_more_on_mail_than_in_domain(tmp_path):
         assert 0 < delta[(arm, "moby_dick")] < 0.3
         assert delta[(arm, "mail")] > 2 * delta[(arm, "moby_dick")]
     assert all(run["compression_ratio"] >= 2.0 for run in results["runs"])
+
+
+def test_the_budget_arm_gives_the_same_bytes_and_loss_on_a_renumbered_vocabulary(tmp_path):
+    """``--permute-vocabulary``: the same model under other token ids; the ``size_ratio`` arm does not notice."""
+    recipe = load_recipe()
+    model_dir = save_word_level_lm(tmp_path / "model", 1200, 64)
+    generator = torch.Generator().manual_seed(0)
+    for name in ("text", "other"):
+        (tmp_path / name).mkdir()
+        for doc in range(8):
+            words = (torch.rand(150, generator=generator) ** 2 * 1199 + 1).long().tolist()
+            (tmp_path / name / f"{doc}.json").write_text(json.dumps({"text": " ".join(f"w{w}" for w in words)}))
+    common = [
+        "--model",
+        str(model_dir),
+        "--corpus",
+        f"text={tmp_path / 'text'}",
+        "--corpus",
+        f"other={tmp_path / 'other'}",
+    ]
+    common += ["--calibration-corpora", "text", "--ratios", "--eval-tokens", "200"]
+    common += ["--window", "32", "--stride", "32", "--covariance-tokens", "128", "--byte-arms", "tiered-budget-4x"]
+    runs = {}
+    for name, extra in (("original", []), ("renumbered", ["--permute-vocabulary", "3"])):
+        results = recipe.main(common + ["--output-dir", str(tmp_path / name), *extra])
+        assert results["settings"]["permute_vocabulary"] == (3 if extra else None)
+        runs[name] = next(run for run in results["runs"] if run["evaluation"] == "other")
+    assert runs["original"]["embedding_bytes"] == runs["renumbered"]["embedding_bytes"]
+    assert runs["original"]["smaller_than_bf16"] == pytest.approx(4.0, rel=0.01)
+    assert runs["renumbered"]["delta_ln_ppl"] == pytest.approx(runs["original"]["delta_ln_ppl"], abs=1e-4)

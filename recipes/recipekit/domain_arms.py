@@ -14,8 +14,9 @@ from hf_tensorcompress.methods.tt.energy import apply_svd_embedding, svd_rank_fo
 from hf_tensorcompress.methods.tt.solver import balanced_shape
 
 #: ``method="tiered"`` settings of the byte comparison (``--byte-arms``), from 2× to 12× smaller than bf16. Tokens
-#: are tiered by id (BPE merge order: no domain in it); ``rounding="output"`` uses the calibration corpus's
-#: hidden-state covariance. ``rows16+svd``: dense (bf16) rows + output-aware SVD of the others, the README's 2× arm.
+#: are tiered by id (BPE merge order: no domain in it) except in the ``size_ratio`` byte budgets
+#: (``tiered-budget-*``: each row's width by calibration counts × output-aware error); ``rounding="output"`` uses the
+#: calibration corpus's hidden-state covariance. ``rows16+svd``: dense (bf16) rows + output-aware SVD of the others, the README's 2× arm.
 TIERED_ARMS: dict[str, dict] = {
     "tiered-int4": dict(tier_bits=[4], rounding="output"),
     "tiered-int4/int3-24k": dict(tier_tokens=[24000], tier_bits=[4, 3], rounding="output"),
@@ -29,6 +30,8 @@ TIERED_ARMS: dict[str, dict] = {
     "rows-int4+svd-6k": dict(tier_tokens=[6144], tier_bits=[4, 0], low_rank=64, rounding="output"),
     "tiered-codebook": dict(tier_bits=["codebook"], rounding="output"),
     "tiered-int4/codebook-2k": dict(tier_tokens=[2000], tier_bits=[4, "codebook"], rounding="output"),
+    "tiered-budget-4x": dict(size_ratio=4, rounding="output"),
+    "tiered-budget-6x": dict(size_ratio=6, rounding="output"),
 }
 
 #: The ``tt-calib`` arm at 2× (ranks 1,1, output-aware basis, dense rows by calibration counts) with its trains, dense

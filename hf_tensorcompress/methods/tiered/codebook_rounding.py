@@ -55,14 +55,20 @@ def kmeans(vectors: torch.Tensor, entries: int, iterations: int = 15, sample: in
 
 @torch.no_grad()
 def codebook_codes(
-    rows: torch.Tensor, dim: int, entries: int, covariance: torch.Tensor | None = None, damping: float = 0.01
+    rows: torch.Tensor,
+    dim: int,
+    entries: int,
+    covariance: torch.Tensor | None = None,
+    damping: float = 0.01,
+    codebook: torch.Tensor | None = None,
 ) -> CodebookTensor:
-    """``rows`` stored as a ``CodebookTensor``: nearest entries, or GPTVQ under ``covariance`` when given."""
+    """``rows`` stored as a ``CodebookTensor``: nearest entries, or GPTVQ under ``covariance`` when given; the
+    codebook is k-means of ``rows`` unless given (fp16 values, ``(entries, dim)``)."""
     stored = CodebookTensor(rows.shape, dim, entries)
     rows = rows.detach().float().cpu()
     scale = rows.pow(2).mean(1).sqrt().clamp(min=1e-8).half().clamp(min=torch.finfo(torch.float16).tiny).float()
     vectors = (rows / scale[:, None]).reshape(-1, dim)
-    codebook = kmeans(vectors, entries).half().float()
+    codebook = (kmeans(vectors, entries) if codebook is None else codebook.cpu()).half().float()
     if covariance is None:
         indices = nearest(vectors, codebook, desc="codebook indices").reshape(len(rows), -1)
         return stored.set_indices(indices, scale, codebook)

@@ -19,6 +19,9 @@ CODEBOOK_SIZES = (256, 1024, 2048, 4096, 65536)
 #: How codes are chosen: round-to-nearest, or output-aware (GPTQ with the calibration covariance).
 ROUNDINGS = ("nearest", "output")
 
+#: Widths a ``size_ratio`` budget chooses among, row by row.
+BUDGET_WIDTHS = (2, 3, 4, 8, 16, "codebook")
+
 #: Widths the low-rank factors are stored at.
 LOW_RANK_BITS = (8, 16)
 
@@ -36,6 +39,12 @@ class TieredConfig(CompressionConfig):
     """The token embedding (and a tied output layer) stored as tiers of low-bit rows, training-free.
 
     Args:
+        size_ratio: a byte budget: the layer is this many times smaller than the bf16 matrix, every stored byte
+            counted (codes, scales, codebook, the token→row map), within 1 %. Each token's row gets its own width
+            (one of ``BUDGET_WIDTHS``) by measured sensitivity: its calibration count (plus one) times the
+            output-aware error of its row at that width, allocated greedily (Lagrangian) — nothing depends on how the
+            tokenizer numbers its tokens. Needs calibration text (``apply_tiered``); leave ``tier_tokens``,
+            ``tier_bits`` and ``low_rank`` unset. The allocation is the layer's tiers (saved in its spec).
         tier_tokens: how many tokens each tier but the last holds, in ``tier_order``; the last tier takes the rest.
         tier_bits: one width per tier (``len(tier_tokens) + 1``): 2, 3, 4, 8 (packed integer codes with an fp16
             scale and minimum per group), 16 (bfloat16 rows), ``"codebook"`` (vector quantization: every
@@ -44,7 +53,9 @@ class TieredConfig(CompressionConfig):
             SVD tail).
         tier_group_size: columns sharing a scale, one int for every tier or one per tier; None: one group per row.
         tier_order: which tokens come first: ``"token_id"`` (lowest ids: BPE merge order, no text needed),
-            ``"calibration"`` (most frequent in the calibration text) or ``"mixed"`` (half each).
+            ``"calibration"`` (most frequent in the calibration text) or ``"mixed"`` (half each). ``"token_id"`` and
+            ``"mixed"`` depend on how the tokenizer numbers its tokens (so do ties among unseen tokens under
+            ``"calibration"``): the same setting lands elsewhere on another vocabulary; ``size_ratio`` does not.
         rounding: ``"nearest"`` (round-to-nearest) or ``"output"`` (GPTQ rounding under the covariance of the hidden
             states the tied output layer sees: minimises the expected logit error; needs calibration text).
         low_rank: rank of a part ``left @ right`` added to the last tier's rows (0: none),
@@ -56,6 +67,7 @@ class TieredConfig(CompressionConfig):
     """
 
     method: str = "tiered"
+    size_ratio: float | None = None
     tier_tokens: list[int] | None = None
     tier_bits: list[int] | None = one_of(None, TIER_BITS)
     tier_group_size: int | list[int | None] | None = 64
@@ -70,11 +82,15 @@ class TieredConfig(CompressionConfig):
 
     def validate(self) -> None:
         super().validate()
+        if self.size_ratio is not None:
+            self._validate_budget()
         for name in ("tier_tokens", "tier_bits"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, (list, tuple)):
                 raise ValueError(f"{name} must be a list of ints (one per tier) or None, got {value!r}")
         self.tier_tokens = list(self.tier_tokens or [])
+        if self.size_ratio is not None:
+            return
         self.tier_bits = list(self.tier_bits) if self.tier_bits is not None else [4] * (len(self.tier_tokens) + 1)
         if not _int_list(self.tier_tokens) or any(v < 1 for v in self.tier_tokens):
             raise ValueError(f"tier_tokens must be a list of ints >= 1 (tokens per tier), got {self.tier_tokens!r}")
@@ -104,10 +120,22 @@ class TieredConfig(CompressionConfig):
         check_int(self.codebook_size, "codebook_size", 1, f" (one of {list(CODEBOOK_SIZES)})")
         check_choice(self.codebook_size, "codebook_size", CODEBOOK_SIZES)
 
+    def _validate_budget(self) -> None:
+        ratio = self.size_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not ratio > 1:
+            raise ValueError(f"size_ratio must be a number > 1 (times smaller than bf16), got {ratio!r}")
+        if self.tier_tokens or self.tier_bits is not None or self.low_rank:
+            raise ValueError(
+                "size_ratio chooses every row's width itself: leave tier_tokens, tier_bits and low_rank unset "
+                f"(got tier_tokens={self.tier_tokens!r}, tier_bits={self.tier_bits!r}, low_rank={self.low_rank!r})"
+            )
+        if not isinstance(self.tier_group_size, int) or isinstance(self.tier_group_size, bool):
+            raise ValueError(f"with size_ratio, tier_group_size must be one int, got {self.tier_group_size!r}")
+
     def group_sizes(self) -> list[int | None]:
         """One group size per tier."""
         groups = self.tier_group_size if isinstance(self.tier_group_size, list) else [self.tier_group_size]
         return groups * len(self.tier_bits) if len(groups) == 1 else list(groups)
 
     def needs_calibration(self) -> bool:
-        return self.rounding == "output" or self.tier_order != "token_id"
+        return self.size_ratio is not None or self.rounding == "output" or self.tier_order != "token_id"

@@ -129,6 +129,10 @@ class TieredEmbedding(CompressedLayer):
         return ranges
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.lookup(input_ids)
+
+    def lookup(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The stored rows of ``input_ids`` (what the replaced ``nn.Embedding`` looked up)."""
         slot = self.slot[input_ids.reshape(-1)].long()
         dtype = self.dtype_probe.dtype
         vectors = torch.zeros(len(slot), self.embedding_dim, dtype=dtype, device=slot.device)
@@ -158,7 +162,7 @@ class TieredEmbedding(CompressedLayer):
     @property
     def weight(self) -> torch.Tensor:
         """The dense ``(V, d)`` matrix, rebuilt (for code that asks for it; forward and logits never build it)."""
-        return self.forward(torch.arange(self.num_embeddings, device=self.slot.device))
+        return self.lookup(torch.arange(self.num_embeddings, device=self.slot.device))
 
     def resized(self, new_num_tokens: int | None, pad_to_multiple_of: int | None = None) -> TieredEmbedding:
         """``resize_token_embeddings``: the same size is a no-op; another size is refused (rows are packed per tier,

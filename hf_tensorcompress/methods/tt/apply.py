@@ -70,24 +70,32 @@ def tt_settings(config: TTConfig, hidden: int) -> tuple[list[int], list[int] | N
     return list(shape), ranks
 
 
-def layer_for(name: str, embedding: nn.Module) -> tuple[type[TTEmbedding], dict]:
-    """The TT layer class that reproduces ``embedding``'s forward, with its options: a plain lookup, or a lookup
-    times a constant ``embed_scale`` (Gemma's ``*ScaledWordEmbedding``). Anything else is refused: its forward may
-    do more than a lookup, so replacing it would change the model."""
+def embedding_scale(name: str, embedding: nn.Module, method: str) -> float | None:
+    """None for a plain ``nn.Embedding``; the constant ``embed_scale`` of a scaled one (Gemma's
+    ``*ScaledWordEmbedding``, Gemma 3's ``Gemma3TextScaledWordEmbedding``). Any other class is refused, naming it
+    and what is supported: its forward may do more than a lookup, so replacing it would change the model.
+    ``padding_idx`` changes nothing in a lookup (only training), so padded embeddings are plain ones here."""
     if type(embedding) is nn.Embedding:
-        return TTEmbedding, {}
+        return None
     scale = getattr(embedding, "embed_scale", None)
     if (
         isinstance(embedding, nn.Embedding)
         and type(embedding).__name__.endswith("ScaledWordEmbedding")
         and scale is not None
     ):
-        return ScaledTTEmbedding, {"embed_scale": float(scale)}
+        return float(scale)
     raise ValueError(
-        f"method 'tt' replaces nn.Embedding modules (plain, or scaled by a constant embed_scale as in Gemma); {name} "
-        f"is {type(embedding).__name__}, whose forward may do more than a lookup, so replacing it would change the "
-        "model"
+        f"method {method!r} replaces nn.Embedding modules (plain, or scaled by a constant embed_scale as in Gemma's "
+        f"*ScaledWordEmbedding classes); {name} is {type(embedding).__name__}, whose forward may do more than a "
+        "lookup, so replacing it would change the model"
     )
+
+
+def layer_for(name: str, embedding: nn.Module) -> tuple[type[TTEmbedding], dict]:
+    """The TT layer class that reproduces ``embedding``'s forward, with its options: a plain lookup, or a lookup
+    times a constant ``embed_scale`` (``embedding_scale``)."""
+    scale = embedding_scale(name, embedding, "tt")
+    return (TTEmbedding, {}) if scale is None else (ScaledTTEmbedding, {"embed_scale": scale})
 
 
 @torch.no_grad()

@@ -1,0 +1,172 @@
+"""``size_ratio``: every token's row gets its own width under a byte budget, by measured sensitivity (build time
+only; not shipped).
+
+Each row is rounded at every candidate width (output-aware where ``rounding="output"``); its sensitivity at a width
+is ``(count + 1) · (w − ŵ) C (w − ŵ)ᵀ``: how often the calibration text uses the token (add-one, so unseen tokens
+still count) times the expected squared logit error of its row under the hidden-state covariance ``C``. Widths are
+then chosen per row by the Lagrangian of "least total sensitivity within the bytes" (one multiplier found by
+bisection, the bytes it leaves spent on the best remaining upgrades). Every step sees a row's values and count, never
+its id, and the one codebook is k-means of the rows in an order set by their values, so permuting the vocabulary
+permutes the layer and changes neither its bytes nor its outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...progress import progress
+from ...runtime.codebook import CodebookTensor
+from ...runtime.lowbit import LowBitTensor
+from .codebook_rounding import codebook_codes, kmeans
+from .layer import tier_storage
+from .rounding import output_aware_codes
+
+#: Bisection steps on the multiplier's logarithm (from 1e-12 to 1e12: far finer than one row's bytes).
+STEPS = 80
+
+
+@dataclass
+class Width:
+    """Every row stored at one width, with what that costs and loses per row."""
+
+    tier: dict
+    stored: LowBitTensor | CodebookTensor
+    row_bytes: int
+    fixed_bytes: int
+    errors: torch.Tensor
+
+
+def fitted_group(columns: int, group: int) -> int:
+    """The largest group size ≤ ``group`` that divides ``columns`` (a hidden size the group does not divide)."""
+    return max(size for size in range(1, min(group, columns) + 1) if columns % size == 0)
+
+
+def canonical(vectors: torch.Tensor) -> torch.Tensor:
+    """``vectors`` in an order set by their values alone (a seeded projection), so k-means' seeded sampling does
+    not depend on the order rows come in."""
+    direction = torch.randn(vectors.shape[1], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    return vectors[(vectors.double() @ direction).argsort(stable=True)]
+
+
+def tier_spec(width: int | str, group: int, dim: int, entries: int) -> dict:
+    if width == "codebook":
+        return {"bits": "codebook", "group_size": None, "codebook_dim": dim, "codebook_size": entries}
+    return {"bits": width, "group_size": None if width == 16 else group}
+
+
+def _bytes(tier: dict, columns: int) -> tuple[int, int]:
+    """(bytes per row, bytes per tier) of a tier stored this way."""
+    one, two = (tier_storage({**tier, "rows": rows}, columns).storage_bits() // 8 for rows in (1, 2))
+    return two - one, 2 * one - two
+
+
+@torch.no_grad()
+def measure_widths(
+    weight: torch.Tensor, covariance: torch.Tensor, output_aware: bool, group: int, dim: int, entries: int
+) -> list[Width]:
+    """Every row at each of ``BUDGET_WIDTHS`` that fits the hidden size, with each row's output-aware error."""
+    from .config import BUDGET_WIDTHS
+
+    columns = weight.shape[1]
+    group = fitted_group(columns, group)
+    widths = [w for w in BUDGET_WIDTHS if w != "codebook" or columns % dim == 0]
+    covariance = covariance.float().to(weight.device)
+    measured = []
+    for width in progress(widths, desc="size_ratio: rows at each width", unit="width"):
+        tier = tier_spec(width, group, dim, entries)
+        if width == "codebook":
+            scale = weight.pow(2).mean(1, keepdim=True).sqrt().clamp(min=1e-8)
+            codebook = kmeans(canonical(weight / scale).reshape(-1, dim), entries)
+            stored = codebook_codes(weight, dim, entries, covariance if output_aware else None, codebook=codebook)
+        elif output_aware and width != 16:
+            stored = output_aware_codes(weight, covariance, width, group)
+        else:
+            stored = LowBitTensor.quantize(weight, width, tier["group_size"])
+        error = weight - stored.dequantize().to(weight.device)
+        measured.append(Width(tier, stored, *_bytes(tier, columns), ((error @ covariance) * error).sum(1).cpu()))
+    return measured
+
+
+def _total(choice: torch.Tensor, widths: list[Width]) -> int:
+    row_bytes = torch.tensor([w.row_bytes for w in widths])
+    used = torch.bincount(choice, minlength=len(widths)) > 0
+    return int(row_bytes[choice].sum()) + sum(w.fixed_bytes for w, on in zip(widths, used) if on)
+
+
+def allocate(sensitivity: torch.Tensor, widths: list[Width], budget: int) -> torch.Tensor | None:
+    """One width index per row: least total ``sensitivity`` (``(rows, widths)``) within ``budget`` bytes (every
+    width's per-tier bytes counted when used), or None where even the cheapest rows exceed it."""
+    row_bytes = torch.tensor([w.row_bytes for w in widths], dtype=torch.float64)
+    loss = sensitivity.double() / sensitivity.double().mean().clamp(min=1e-300)
+    cheapest = torch.full((len(loss),), int(row_bytes.argmin()))
+    if _total(cheapest, widths) > budget:
+        return None
+    low, high = -12.0, 12.0  # log10 of the multiplier: low spends more bytes than high
+    best = (loss + 10.0**high * row_bytes).argmin(1)
+    for _ in range(STEPS):
+        middle = (low + high) / 2
+        choice = (loss + 10.0**middle * row_bytes).argmin(1)
+        if _total(choice, widths) <= budget:
+            high, best = middle, choice
+        else:
+            low = middle
+    if _total(best, widths) > budget:
+        best = cheapest
+    return _spend_rest(best, loss, row_bytes, widths, budget)
+
+
+def _spend_rest(
+    choice: torch.Tensor, loss: torch.Tensor, row_bytes: torch.Tensor, widths: list[Width], budget: int
+) -> torch.Tensor:
+    """The bytes the multiplier left, spent on each row's best upgrade in order of loss saved per byte (upgrades to
+    a width no row uses yet are left out: its tier bytes are not in the slack)."""
+    rows = torch.arange(len(choice))
+    used = torch.bincount(choice, minlength=len(widths)) > 0
+    extra = row_bytes[None] - row_bytes[choice][:, None]
+    saved = loss[rows, choice][:, None] - loss
+    gain = torch.where((extra > 0) & (saved > 0) & used[None], saved / extra.clamp(min=1), torch.zeros_like(saved))
+    best_gain, target = gain.max(1)
+    order = best_gain.argsort(descending=True, stable=True)
+    order = order[best_gain[order] > 0]
+    cost = extra[order, target[order]]
+    fits = cost.cumsum(0) <= budget - _total(choice, widths)
+    upgraded = choice.clone()
+    upgraded[order[fits]] = target[order[fits]]
+    return upgraded
+
+
+def choose(counts: torch.Tensor, widths: list[Width], budget: int) -> tuple[torch.Tensor | None, list[Width]]:
+    """The allocation with the least total sensitivity, with and without the codebook (whose shared table may not
+    pay for itself on a small vocabulary): (width index per row, the widths it indexes)."""
+    weight = counts.double() + 1.0
+    options = [widths, [w for w in widths if w.tier["bits"] != "codebook"]]
+    results = []
+    for option in options if len(options[1]) < len(widths) else options[:1]:
+        sensitivity = weight[:, None] * torch.stack([w.errors.double() for w in option], 1)
+        choice = allocate(sensitivity, option, budget)
+        if choice is not None:
+            results.append((float(sensitivity.gather(1, choice[:, None]).sum()), choice, option))
+    if not results:
+        return None, widths
+    _, choice, option = min(results, key=lambda result: result[0])
+    return choice, option
+
+
+def subset(width: Width, ids: torch.Tensor) -> LowBitTensor | CodebookTensor:
+    """Rows ``ids`` of a width's stored rows (rows are stored independently: exact)."""
+    if isinstance(width.stored, LowBitTensor):
+        return width.stored.select(ids)
+    stored = width.stored
+    part = CodebookTensor((len(ids), stored.shape[1]), stored.dim, stored.entries)
+    return part.set_indices(stored._indices(ids), stored.scale.index_select(0, ids), stored.codebook)
+
+
+def describe(tiers: list[dict], stored_bytes: int, dense_bytes: int) -> str:
+    """One line: rows per width and the size reached, as printed after a ``size_ratio`` build."""
+    parts = ", ".join(
+        f"{tier['rows']}×" + ("codebook" if tier["bits"] == "codebook" else f"int{tier['bits']}") for tier in tiers
+    )
+    ratio = dense_bytes / stored_bytes
+    return f"size_ratio allocation: {parts}; {stored_bytes:,} bytes stored, {ratio:.3f}× smaller than bf16"
