@@ -12,7 +12,8 @@
 The data flags (``--dataset``, ``--timestamp-column(s)``, ``--id-column``, ``--target``, ``--covariates``,
 ``--one-hot``, ...) are the library's ``data.arguments``; what was read is printed before training, and a file the
 flags do not explain (text columns, calendar fields, duplicated times) stops with one ``error:`` line saying what
-to pass. Missing values are masked in the loss and in every metric; covariates are inputs, never scored.
+to pass. Missing values are masked in the loss and in every metric; covariates are inputs, never scored (PatchTST is
+channel-independent, so there they do not influence the targets' forecast, and the recipe prints so).
 
 Compares, with the same data, steps and seed (which also seeds the search's agent, so seeds vary the search too):
 the dense model, Smartformer (cp + search; also with the
@@ -51,17 +52,19 @@ from hf_tensorcompress.data import describe_forecasting, describe_source, foreca
 from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_forecasting_from_args
 from hf_tensorcompress.usage import user_errors
 
-from recipekit.forecasters import FAMILIES, FULL, SIZES, Size, build_model
+from recipekit.forecasters import FAMILIES, FULL, SIZES, Size, build_model, covariate_note
 from recipekit.quantization_arms import PTQ_ARMS
 from recipekit.run_headers import RunHeaders
-from recipekit.smartformer_arms import DERIVED, build_plan, derived_arms, search_end_step
+from recipekit.smartformer_arms import DERIVED, build_plan, derived_arms, run_names_help, search_end_step
 from recipekit.smartformer_report import save_smartformer, write_results, write_tables
 from recipekit.smartformer_runs import post_training_arm, run_one
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Smartformer: RL-searched CP attention, compared with dense, SVD and fixed ranks."
+        description="Smartformer: RL-searched CP attention, compared with dense, SVD and fixed ranks.",
+        epilog=run_names_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", choices=FAMILIES, default="autoformer")
     parser.add_argument(
@@ -86,7 +89,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--grid", type=float, nargs="*", default=None, help="fixed-rank CP parameter ratios (default by size)"
     )
-    parser.add_argument("--runs", nargs="*", default=None, help="only these run names (e.g. dense smartformer)")
+    parser.add_argument(
+        "--runs", nargs="*", default=None, help="only these run names (e.g. dense smartformer; every name: see below)"
+    )
     parser.add_argument(
         "--save-steps",
         type=int,
@@ -157,9 +162,13 @@ def main(argv=None) -> dict:
                 }
             )
         dataset = load_forecasting_from_args(args)
-        args.channels = len(standardization_of(dataset["train"]).columns)
+        stats = standardization_of(dataset["train"])
+        args.channels = len(stats.columns)
         if PartialState().is_main_process:
             print(describe_forecasting(dataset, describe_source(args.dataset)))
+            note = covariate_note(args.model, [c for c in stats.columns if c not in stats.target_columns])
+            if note:
+                print(note)
         shape_model = build_model(args.model, args.channels, args.context, args.horizon, size, 0, args.model_path)
         data = (
             forecasting_windows(dataset["train"], shape_model.config, stride=size.train_stride, future_mask=True),

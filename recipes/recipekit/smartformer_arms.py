@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -74,15 +75,28 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
     plan.arms += [(f"cp-fixed-{ratio:g}", "cp", ratio, None) for ratio in size.grid]
     plan.arms += [(name, "cp", None, None) for name in DERIVED]
     plan.arms += [(name, None, None, None) for name in (*PTQ_ARMS, *QAT_ARMS)]
-    if not 1 <= plan.switch_step < size.steps:
-        raise ValueError(f"--switch-step {plan.switch_step} must be in [1, {size.steps}) (the runs' steps)")
     if any(not 0.0 < ratio <= 1.0 for ratio in args.all_linear_ratios):
         raise ValueError(f"--all-linear-ratios {args.all_linear_ratios}: each must be in (0, 1]")
     for ratio in args.all_linear_ratios:
         add_svd_all(plan, ratio, shape_model)
     if args.runs is not None:
         plan.arms = chosen_runs(plan, args.runs)
+    check_switch_step(plan, size.steps, args.switch_step is not None)
     return plan
+
+
+def check_switch_step(plan: Plan, steps: int, passed: bool) -> None:
+    """The ``-scheduled`` svd-all arms need a cut inside the run; the error names the flag the user passed (or, with
+    the derived default, ``--steps`` and ``--runs``)."""
+    scheduled = [entry[0] for entry in plan.arms if entry[0] in plan.prepares and entry[0].endswith("-scheduled")]
+    if not scheduled or 1 <= plan.switch_step < steps:
+        return
+    if passed:
+        raise ValueError(f"--switch-step {plan.switch_step} must be in [1, {steps}) (the runs' steps)")
+    raise ValueError(
+        f"--steps {steps}: the scheduled runs {scheduled[:2]}{' …' if len(scheduled) > 2 else ''} switch rank at half "
+        "the steps, which needs --steps >= 2; train longer, or leave them out with --runs"
+    )
 
 
 def add_svd_all(plan: Plan, ratio: float, shape_model: torch.nn.Module) -> None:
@@ -97,6 +111,23 @@ def add_svd_all(plan: Plan, ratio: float, shape_model: torch.nn.Module) -> None:
                 if not trained_bits:
                     plan.arms.append((f"{name}+{scheme}", None, None, None))
                     plan.post_arms[f"{name}+{scheme}"] = (name, factor_transform(*bits))
+
+
+def run_names_help() -> str:
+    """The run names ``--runs`` accepts, for ``--help`` (the svd-all and cp-fixed names follow their flags)."""
+    names = [
+        "dense",
+        "smartformer",
+        "smartformer-validation-reward",
+        "svd-smartformer",
+        "cp-fixed-<ratio> (each --grid ratio)",
+        *DERIVED,
+        *PTQ_ARMS,
+        *QAT_ARMS,
+        "svd-all-<ratio>[-q4][-scheduled] and svd-all-<ratio>[-scheduled]+<int8|int4|int2> (each --all-linear-ratios ratio)",
+    ]
+    text = "runs (--runs NAME ...): " + ", ".join(names)
+    return "\n".join(textwrap.wrap(text, 100, break_on_hyphens=False, break_long_words=False))
 
 
 def chosen_runs(plan: Plan, runs: list[str]) -> list[tuple]:
