@@ -15,6 +15,7 @@ from transformers import PatchTSTConfig, PatchTSTForPrediction
 
 from hf_tensorcompress.data import describe_forecasting, prepare_forecasting
 from hf_tensorcompress.evaluation.tables import runs_table
+
 from recipekit.forecasters import covariate_note
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smartformer.py"
