@@ -45,17 +45,30 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from fractions import Fraction
+from functools import partial
 
+import torch
 from accelerate import PartialState
 
 from hf_tensorcompress.data import describe_forecasting, describe_source, forecasting_windows, standardization_of
 from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_forecasting_from_args
+from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
+from hf_tensorcompress.evaluation.naive import evaluate_naive
 from hf_tensorcompress.usage import user_errors
 
+from recipekit.byte_arms import BYTE_DERIVED, BYTE_WIDTHS, byte_derived_arms, measure_sensitivity
 from recipekit.forecasters import FAMILIES, FULL, SIZES, Size, build_model, covariate_note
 from recipekit.quantization_arms import PTQ_ARMS
 from recipekit.run_headers import RunHeaders
-from recipekit.smartformer_arms import DERIVED, build_plan, derived_arms, run_names_help, search_end_step
+from recipekit.smartformer_arms import (
+    DERIVED,
+    build_plan,
+    byte_widths_help,
+    derived_arms,
+    run_names_help,
+    search_end_step,
+)
 from recipekit.smartformer_report import save_smartformer, write_results, write_tables
 from recipekit.smartformer_runs import post_training_arm, run_one
 
@@ -78,6 +91,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     parser.add_argument(
         "--budget", type=float, default=0.75, help="attention parameter budget of the search (fraction of dense)"
+    )
+    parser.add_argument(
+        "--budget-ratio",
+        type=fraction,
+        default=None,
+        help="byte budget of the smartformer-bytes search, a fraction of the fp32 bytes of every searched Linear "
+        "(e.g. 1/16); adds smartformer-bytes, the allocations at its bytes and int4/int2 weight QAT",
+    )
+    parser.add_argument("--factor-widths", type=int, nargs="+", default=list(BYTE_WIDTHS), help=byte_widths_help())
+    parser.add_argument(
+        "--season", type=int, default=24, help="steps of the last-season naive forecast (24: a day of hourly data)"
     )
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument(
@@ -143,6 +167,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def fraction(text: str) -> float:
+    """``1/16`` or ``0.0625``: a budget fraction in (0, 1]."""
+    try:
+        value = float(Fraction(text))
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction like 1/16 or 0.0625") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} must be in (0, 1]")
+    return value
+
+
+def validation_loss(validation, size: Size, batches: int):
+    """The MSE of a model on the first ``batches`` batches of validation windows (what greedy-bytes measures)."""
+    subset = torch.utils.data.Subset(validation, range(min(len(validation), batches * size.batch_size)))
+    return lambda model: evaluate_forecaster(
+        model, subset, metrics=("mse",), batch_size=size.batch_size, progress=False
+    )["mse"]
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     size = FULL if args.full else SIZES[args.size]
@@ -184,6 +227,9 @@ def main(argv=None) -> dict:
         "steps": size.steps,
         "validate_every": size.validate_every,
         "keep_last": args.keep_last,
+        "budget_ratio": args.budget_ratio,
+        "naive": evaluate_naive(data[2], args.season, batch_size=size.batch_size),
+        "season": args.season,
         "runs": [],
     }
     os.makedirs(args.output_dir, exist_ok=True)
@@ -193,6 +239,7 @@ def main(argv=None) -> dict:
     )
     for seed in args.seeds:
         searched = None  # (groups, final ranks, step its search ended) of this seed's Smartformer run
+        searched_bytes = None  # (groups, {group: (rank, bits)}) of this seed's smartformer-bytes run
         trained = {}  # run name -> (result, trained model) of this seed: what the post-training arms round
         for name, method, rank, make_search in plan.arms:
             if name in plan.post_arms:
@@ -203,16 +250,26 @@ def main(argv=None) -> dict:
                 results["runs"].append(result)
                 print(json.dumps({k: result[k] for k in ("name", "seed", "metrics", "linear_bytes")}))
                 continue
-            arms = [(name, rank, None)]
+            arms = [(name, rank, None, plan.prepares.get(name))]
             if name in DERIVED:
-                arms = derived_arms(name, *searched[:2], seed, args.random_draws)
+                arms = [(*arm, None) for arm in derived_arms(name, *searched[:2], seed, args.random_draws)]
+            if name in BYTE_DERIVED:
+                dense = trained.get("dense", (None, None))[1]
+                loss = validation_loss(data[1], size, args.validation_batches)
+                made = byte_derived_arms(
+                    name,
+                    *searched_bytes,
+                    seed,
+                    args.random_draws,
+                    partial(measure_sensitivity, dense, searched_bytes[0], loss),
+                )
+                arms = [(run_name, None, draw, prepare) for run_name, draw, prepare, _ in made]
             switch_at = None
             if name.endswith("-scheduled"):
                 switch_at = plan.switch_step if name in plan.prepares else searched[2]
-            for run_name, run_rank, draw in arms:
+            for run_name, run_rank, draw, prepare in arms:
                 with headers.run(run_name):
                     search = make_search(seed) if make_search else None
-                    prepare = plan.prepares.get(name)
                     result, trainer = run_one(
                         run_name, method, run_rank, search, seed, args, size, data, switch_at, prepare
                     )
@@ -221,9 +278,17 @@ def main(argv=None) -> dict:
                     result["draw"] = draw
                 results["runs"].append(result)
                 if trainer.is_world_process_zero():
-                    shown = ("name", "seed", "metrics", "attention_params", "linear_bytes", "ranks")
+                    shown = ("name", "seed", "metrics", "attention_params", "linear_bytes", "ranks", "factor_bits")
                     print(json.dumps({k: result[k] for k in shown}))
                     write_results(results, args.output_dir)
+            if name == "smartformer-bytes":
+                found = trainer.search
+                searched_bytes = (
+                    found.groups,
+                    {g.name: (found.ranks[g.name], found.bits[g.name]) for g in found.groups},
+                )
+                if seed == args.seeds[0] and trainer.is_world_process_zero():
+                    trainer.model.save_pretrained(os.path.join(args.output_dir, "smartformer-bytes-model"))
             if name == "smartformer":
                 searched = (trainer.search.groups, dict(trainer.search.ranks), search_end_step(trainer.search.trace))
             if name == "smartformer" and seed == args.seeds[0] and trainer.is_world_process_zero():
