@@ -8,6 +8,7 @@
         --drop-columns No --target pm2.5 --covariates TEMP cbwd --one-hot cbwd
     python recipes/smartformer.py --model patchtst --dataset long.csv --id-column unique_id --target y
     accelerate launch recipes/smartformer.py --model patchtst --model-path my-dense-patchtst/
+    accelerate launch recipes/smartformer.py --model patchtst --size medium --budget-ratio 1/16 --seeds 0 1 2
 
 The data flags (``--dataset``, ``--timestamp-column(s)``, ``--id-column``, ``--target``, ``--covariates``,
 ``--one-hot``, ...) are the library's ``data.arguments``; what was read is printed before training, and a file the
@@ -32,6 +33,11 @@ fraction of its parameters, from the start; ``-scheduled``: at full rank until `
 with int8/int4/int2 factors (``+int8`` ..., saved and loaded back), or trained with 4-bit factors (``-q4``). Every
 table reports bytes of the q/k/v projections and of every Linear layer, on disk and in RAM (fp32 = 1×), and
 ``bytes_pareto.png`` plots test MSE against those bytes with the quantization baselines' Pareto front.
+With ``--budget-ratio 1/16``: ``smartformer-bytes``, the search over rank and factor width of every Linear (both sides
+>= 32) under that fraction of their fp32 bytes, factors trained at the chosen widths; at the bytes each seed's search
+ended with, ``uniform-q4-bytes`` (one ratio, 4-bit factors), ``random-bytes`` and ``greedy-bytes`` (HAQ-style, by
+each layer group's loss increase on the dense run); ``qat-int4-all`` / ``qat-int2-all``. The naive forecasts
+(training mean, last value, last ``--season`` steps) are scored on the same test windows and tabled beside the arms.
 Writes ``results.json``, ``results.md`` (a table like the paper's Tables 3–8), the search trace and its plot, and
 the Smartformer model (``save_pretrained``: config with compression_config, safetensors, remote code, model card).
 Every run is scored on the test windows with the weights of its best validation MSE (checked every few steps;
@@ -48,7 +54,6 @@ import os
 from fractions import Fraction
 from functools import partial
 
-import torch
 from accelerate import PartialState
 
 from hf_tensorcompress.data import describe_forecasting, describe_source, forecasting_windows, standardization_of
@@ -57,7 +62,7 @@ from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
 from hf_tensorcompress.evaluation.naive import evaluate_naive
 from hf_tensorcompress.usage import user_errors
 
-from recipekit.byte_arms import BYTE_DERIVED, BYTE_WIDTHS, byte_derived_arms, measure_sensitivity
+from recipekit.byte_arms import BYTE_DERIVED, BYTE_WIDTHS, FirstWindows, byte_derived_arms, measure_sensitivity
 from recipekit.forecasters import FAMILIES, FULL, SIZES, Size, build_model, covariate_note
 from recipekit.quantization_arms import PTQ_ARMS
 from recipekit.run_headers import RunHeaders
@@ -180,7 +185,7 @@ def fraction(text: str) -> float:
 
 def validation_loss(validation, size: Size, batches: int):
     """The MSE of a model on the first ``batches`` batches of validation windows (what greedy-bytes measures)."""
-    subset = torch.utils.data.Subset(validation, range(min(len(validation), batches * size.batch_size)))
+    subset = FirstWindows(validation, batches * size.batch_size)
     return lambda model: evaluate_forecaster(
         model, subset, metrics=("mse",), batch_size=size.batch_size, progress=False
     )["mse"]

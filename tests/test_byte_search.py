@@ -98,7 +98,7 @@ def test_search_in_bytes_meets_its_budget_and_saves_packed_widths(tmp_path):
         interval=2, consecutive_actions=2, max_actions_per_layer=3, byte_budget=budget, factor_widths=WIDTHS
     )
     args = TrainingArguments(
-        str(tmp_path / "run"), max_steps=50, per_device_train_batch_size=16, learning_rate=1e-3, report_to=[],
+        str(tmp_path / "run"), max_steps=20, per_device_train_batch_size=16, learning_rate=1e-3, report_to=[],
         use_cpu=True, save_strategy="no",
     )  # fmt: skip
     trainer = SmartformerTrainer(model=model, args=args, train_dataset=sines(400), search=search)

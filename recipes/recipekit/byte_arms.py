@@ -171,3 +171,22 @@ def byte_derived_arms(
     else:
         allocations = [(None, greedy_allocation(groups, budget, sensitivity()))]
     return [(name, draw, prepare_allocation(groups, chosen), chosen) for draw, chosen in allocations]
+
+
+class FirstWindows(torch.utils.data.Dataset):
+    """The first ``count`` windows of ``windows``, scored as the whole set is (``scored_mask``: missing values and
+    covariates unscored), so a sensitivity measured on them counts what the test metric counts."""
+
+    def __init__(self, windows: torch.utils.data.Dataset, count: int) -> None:
+        self.windows, self.count = windows, min(count, len(windows))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        return self.windows[index]
+
+    def scored_mask(self, index: int) -> torch.Tensor:
+        if hasattr(self.windows, "scored_mask"):
+            return self.windows.scored_mask(index)
+        return torch.ones_like(self.windows[index]["future_values"], dtype=torch.bool)
