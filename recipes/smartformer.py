@@ -240,7 +240,8 @@ def main(argv=None) -> dict:
     os.makedirs(args.output_dir, exist_ok=True)
     smart_model = smart_dir = None
     headers = RunHeaders(
-        len(args.seeds) * sum(args.random_draws if a[0].startswith("random-ranks") else 1 for a in plan.arms)
+        len(args.seeds)
+        * sum(args.random_draws if a[0].startswith(("random-ranks", "random-bytes")) else 1 for a in plan.arms)
     )
     for seed in args.seeds:
         searched = None  # (groups, final ranks, step its search ended) of this seed's Smartformer run

@@ -67,3 +67,19 @@ def test_naive_forecasts():
     windows = [{"past_values": past[0], "future_values": torch.tensor([[8.0], [9.0], [10.0], [11.0]])}]
     scores = evaluate_naive(windows, 4, batch_size=1)
     assert scores["last-season"]["mse"] == 0 and scores["last-value"]["mse"] == pytest.approx((9 + 4 + 1) / 4)
+
+
+def test_comparison_checks_targets_only_within_the_budget():
+    """byte_comparison's table: sample std over the seeds, and no target claimed for a search over its budget."""
+    from byte_comparison import markdown, summary
+
+    def run(name, mse, ratio):
+        return {"name": name, "metrics": {"mse": mse}, "linear_bytes": {"disk_ratio": ratio}}
+
+    arms = summary([run("dense", 1.0, 1.0), run("dense", 3.0, 1.0), run("smartformer-bytes", 2.0, 0.05)])
+    assert arms["dense"]["std"] == pytest.approx(2**0.5) and arms["dense"]["median"] == 2.0
+    result = {"d": {"arms": arms, "naive": {"last-value": {"mse": 0.5}}}}
+    text = markdown(result, 1 / 16, 2)
+    assert "over 2 seeds: sample std, ddof=1" in text and "naive: last-value" in text and "+0.00 %" in text
+    over = summary([run("dense", 1.0, 1.0), run("smartformer-bytes", 1.0, 0.5)])
+    assert "no target is met" in markdown({"d": {"arms": over, "naive": {}}}, 1 / 16, 1)
