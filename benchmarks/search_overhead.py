@@ -5,12 +5,16 @@ in this process, with the same steps, batches and seed: dense, CP with fixed ran
 The Smartformer time is split into agent time (MDP + A2C), re-decomposition time (set_rank, optimizer swap,
 config refresh, DDP rebuild), importance accumulation and the rest (training). Target: Smartformer / dense ≤ 1.5
 (≤ 1.2 with ``--size medium``, the setting of the recipe's ``--size medium``).
+With ``--bytes RATIO`` it times the byte search instead (every Linear with both sides >= 32 as ``U Vᵀ``, rank and
+factor width per layer searched under a byte budget of RATIO × fp32, factors trained at the chosen widths) against
+ternary QAT of every Linear for the same steps: target byte search / ternary QAT ≤ 1.3.
 The last printed line is one JSON object with the figures.
 
     OMP_NUM_THREADS=1 python benchmarks/search_overhead.py [--steps 200] [--interval 10] [--repeats 2]
     OMP_NUM_THREADS=1 python benchmarks/search_overhead.py --size medium
     OMP_NUM_THREADS=1 python benchmarks/search_overhead.py --size medium --dataset electricity --context 336 --budget 0.2
     python benchmarks/search_overhead.py --size medium --device cuda --dtype bf16   # bf16 mixed precision on a GPU
+    OMP_NUM_THREADS=1 python benchmarks/search_overhead.py --size medium --bytes 1/16
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ import argparse
 import json
 import tempfile
 import time
+from fractions import Fraction
 
 import torch
 from timing import add_device_arguments, device_and_dtype
 from transformers import PatchTSTConfig, PatchTSTForPrediction, Trainer, TrainingArguments
 
 from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress.baselines.quantization import ternary_training
 from hf_tensorcompress.data import BUILTIN_SOURCES, load_forecasting_dataset, standardization_of
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.trainer import SmartformerTrainer
@@ -67,6 +73,58 @@ def model(method: str | None, args: argparse.Namespace, channels: int) -> PatchT
     return dense if method is None else apply_compression(dense, CompressionConfig(method=method, rank=1.0))
 
 
+def every_linear(method: str, args: argparse.Namespace, channels: int) -> PatchTSTForPrediction:
+    """Every Linear ternary-QAT (``ternary``), or every one with both sides >= 32 as ``U Vᵀ`` at full rank (``svd``)."""
+    dense = model(None, args, channels)
+    linears = {name: m for name, m in dense.named_modules() if isinstance(m, torch.nn.Linear)}
+    if method == "ternary":
+        return ternary_training(dense, list(linears))
+    ranks = {
+        name: min(m.in_features, m.out_features)
+        for name, m in linears.items()
+        if min(m.in_features, m.out_features) >= 32
+    }
+    return apply_compression(dense, CompressionConfig(method="svd", target_modules=list(ranks), rank=1.0, ranks=ranks))
+
+
+def bytes_main(args: argparse.Namespace, search: SearchConfig, training, data, channels: int) -> None:
+    """Byte search against ternary QAT of every Linear, the same steps; the last line is the JSON result."""
+    search.byte_budget, search.param_budget, search.factor_widths = args.bytes, None, (8, 4, 3, 2)
+    search.validate()
+    ternary_runs, byte_runs = [], []
+    for _ in range(args.repeats):
+        ternary_runs.append(
+            timed(Trainer(model=every_linear("ternary", args, channels), args=training, train_dataset=data))
+        )
+        trainer = SmartformerTrainer(
+            model=every_linear("svd", args, channels), args=training, train_dataset=data, search=search
+        )
+        byte_runs.append((timed(trainer), trainer))
+    ternary_seconds = min(ternary_runs)
+    byte_seconds, searched = min(byte_runs, key=lambda run: run[0])
+    parts = {key: round(value, 3) for key, value in searched.search_seconds.items()}
+    result = {
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "byte_budget": args.bytes,
+        "stages": len(searched.search.trace),
+        "search_finished": searched.search.done,
+        "ternary_qat_seconds": round(ternary_seconds, 3),
+        "byte_search_seconds": round(byte_seconds, 3),
+        "byte_search_agent_seconds": parts["agent"],
+        "byte_search_redecompose_seconds": parts["redecompose"],
+        "byte_search_importance_seconds": parts["importance"],
+        "byte_search_over_ternary_qat": round(byte_seconds / ternary_seconds, 3),
+        "target_byte_search_over_ternary_qat": 1.3,
+        "size": args.size or "custom",
+        "dataset": args.dataset,
+        "device": str(training.device),
+        "dtype": args.dtype,
+    }
+    print(f"ternary QAT {ternary_seconds:.1f}s | byte search {byte_seconds:.1f}s (agent {parts['agent']}s)")
+    print(json.dumps(result))
+
+
 def timed(trainer: Trainer) -> float:
     """End-to-end training time (on a GPU, once every queued kernel has run)."""
     start = time.perf_counter()
@@ -98,6 +156,13 @@ def main() -> None:
         "steps, k = 3, at most 6 actions per layer); target Smartformer / dense <= 1.2",
     )
     parser.add_argument("--budget", type=float, default=0.75, help="--size medium: the search's parameter budget")
+    parser.add_argument(
+        "--bytes",
+        type=lambda text: float(Fraction(text)),
+        default=None,
+        metavar="RATIO",
+        help="time the byte search at this budget (e.g. 1/16) against ternary QAT of every Linear instead",
+    )
     add_device_arguments(parser)
     args = parser.parse_args()
     device, dtype = device_and_dtype(args)
@@ -132,6 +197,9 @@ def main() -> None:
         fp16=dtype == torch.float16,
     )
 
+    if args.bytes is not None:
+        bytes_main(args, search, training, data, channels)
+        return
     # interleaved repeats on a shared machine: the fastest run of each variant is the least disturbed one
     dense_runs, fixed_runs, smart_runs = [], [], []
     for _ in range(args.repeats):

@@ -8,11 +8,13 @@
         --drop-columns No --target pm2.5 --covariates TEMP cbwd --one-hot cbwd
     python recipes/smartformer.py --model patchtst --dataset long.csv --id-column unique_id --target y
     accelerate launch recipes/smartformer.py --model patchtst --model-path my-dense-patchtst/
+    accelerate launch recipes/smartformer.py --model patchtst --size medium --budget-ratio 1/16 --seeds 0 1 2
 
 The data flags (``--dataset``, ``--timestamp-column(s)``, ``--id-column``, ``--target``, ``--covariates``,
 ``--one-hot``, ...) are the library's ``data.arguments``; what was read is printed before training, and a file the
 flags do not explain (text columns, calendar fields, duplicated times) stops with one ``error:`` line saying what
-to pass. Missing values are masked in the loss and in every metric; covariates are inputs, never scored.
+to pass. Missing values are masked in the loss and in every metric; covariates are inputs, never scored (PatchTST is
+channel-independent, so there they do not influence the targets' forecast, and the recipe prints so).
 
 Compares, with the same data, steps and seed (which also seeds the search's agent, so seeds vary the search too):
 the dense model, Smartformer (cp + search; also with the
@@ -31,6 +33,11 @@ fraction of its parameters, from the start; ``-scheduled``: at full rank until `
 with int8/int4/int2 factors (``+int8`` ..., saved and loaded back), or trained with 4-bit factors (``-q4``). Every
 table reports bytes of the q/k/v projections and of every Linear layer, on disk and in RAM (fp32 = 1×), and
 ``bytes_pareto.png`` plots test MSE against those bytes with the quantization baselines' Pareto front.
+With ``--budget-ratio 1/16``: ``smartformer-bytes``, the search over rank and factor width of every Linear (both sides
+>= 32) under that fraction of their fp32 bytes, factors trained at the chosen widths; at the bytes each seed's search
+ended with, ``uniform-q4-bytes`` (one ratio, 4-bit factors), ``random-bytes`` and ``greedy-bytes`` (HAQ-style, by
+each layer group's loss increase on the dense run); ``qat-int4-all`` / ``qat-int2-all``. The naive forecasts
+(training mean, last value, last ``--season`` steps) are scored on the same test windows and tabled beside the arms.
 Writes ``results.json``, ``results.md`` (a table like the paper's Tables 3–8), the search trace and its plot, and
 the Smartformer model (``save_pretrained``: config with compression_config, safetensors, remote code, model card).
 Every run is scored on the test windows with the weights of its best validation MSE (checked every few steps;
@@ -44,24 +51,38 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from fractions import Fraction
+from functools import partial
 
 from accelerate import PartialState
 
 from hf_tensorcompress.data import describe_forecasting, describe_source, forecasting_windows, standardization_of
 from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_forecasting_from_args
+from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
+from hf_tensorcompress.evaluation.naive import evaluate_naive
 from hf_tensorcompress.usage import user_errors
 
-from recipekit.forecasters import FAMILIES, FULL, SIZES, Size, build_model
+from recipekit.byte_arms import BYTE_DERIVED, BYTE_WIDTHS, FirstWindows, byte_derived_arms, measure_sensitivity
+from recipekit.forecasters import FAMILIES, FULL, SIZES, Size, build_model, covariate_note
 from recipekit.quantization_arms import PTQ_ARMS
 from recipekit.run_headers import RunHeaders
-from recipekit.smartformer_arms import DERIVED, build_plan, derived_arms, search_end_step
+from recipekit.smartformer_arms import (
+    DERIVED,
+    build_plan,
+    byte_widths_help,
+    derived_arms,
+    run_names_help,
+    search_end_step,
+)
 from recipekit.smartformer_report import save_smartformer, write_results, write_tables
 from recipekit.smartformer_runs import post_training_arm, run_one
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Smartformer: RL-searched CP attention, compared with dense, SVD and fixed ranks."
+        description="Smartformer: RL-searched CP attention, compared with dense, SVD and fixed ranks.",
+        epilog=run_names_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", choices=FAMILIES, default="autoformer")
     parser.add_argument(
@@ -76,6 +97,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--budget", type=float, default=0.75, help="attention parameter budget of the search (fraction of dense)"
     )
+    parser.add_argument(
+        "--budget-ratio",
+        type=fraction,
+        default=None,
+        help="byte budget of the smartformer-bytes search, a fraction of the fp32 bytes of every searched Linear "
+        "(e.g. 1/16); adds smartformer-bytes, the allocations at its bytes and int4/int2 weight QAT",
+    )
+    parser.add_argument("--factor-widths", type=int, nargs="+", default=list(BYTE_WIDTHS), help=byte_widths_help())
+    parser.add_argument(
+        "--season", type=int, default=24, help="steps of the last-season naive forecast (24: a day of hourly data)"
+    )
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument(
         "--steps",
@@ -86,7 +118,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--grid", type=float, nargs="*", default=None, help="fixed-rank CP parameter ratios (default by size)"
     )
-    parser.add_argument("--runs", nargs="*", default=None, help="only these run names (e.g. dense smartformer)")
+    parser.add_argument(
+        "--runs", nargs="*", default=None, help="only these run names (e.g. dense smartformer; every name: see below)"
+    )
     parser.add_argument(
         "--save-steps",
         type=int,
@@ -138,6 +172,25 @@ def parse_args(argv=None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def fraction(text: str) -> float:
+    """``1/16`` or ``0.0625``: a budget fraction in (0, 1]."""
+    try:
+        value = float(Fraction(text))
+    except (ValueError, ZeroDivisionError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction like 1/16 or 0.0625") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} must be in (0, 1]")
+    return value
+
+
+def validation_loss(validation, size: Size, batches: int):
+    """The MSE of a model on the first ``batches`` batches of validation windows (what greedy-bytes measures)."""
+    subset = FirstWindows(validation, batches * size.batch_size)
+    return lambda model: evaluate_forecaster(
+        model, subset, metrics=("mse",), batch_size=size.batch_size, progress=False
+    )["mse"]
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
     size = FULL if args.full else SIZES[args.size]
@@ -157,9 +210,13 @@ def main(argv=None) -> dict:
                 }
             )
         dataset = load_forecasting_from_args(args)
-        args.channels = len(standardization_of(dataset["train"]).columns)
+        stats = standardization_of(dataset["train"])
+        args.channels = len(stats.columns)
         if PartialState().is_main_process:
             print(describe_forecasting(dataset, describe_source(args.dataset)))
+            note = covariate_note(args.model, [c for c in stats.columns if c not in stats.target_columns])
+            if note:
+                print(note)
         shape_model = build_model(args.model, args.channels, args.context, args.horizon, size, 0, args.model_path)
         data = (
             forecasting_windows(dataset["train"], shape_model.config, stride=size.train_stride, future_mask=True),
@@ -175,15 +232,20 @@ def main(argv=None) -> dict:
         "steps": size.steps,
         "validate_every": size.validate_every,
         "keep_last": args.keep_last,
+        "budget_ratio": args.budget_ratio,
+        "naive": evaluate_naive(data[2], args.season, batch_size=size.batch_size),
+        "season": args.season,
         "runs": [],
     }
     os.makedirs(args.output_dir, exist_ok=True)
     smart_model = smart_dir = None
     headers = RunHeaders(
-        len(args.seeds) * sum(args.random_draws if a[0].startswith("random-ranks") else 1 for a in plan.arms)
+        len(args.seeds)
+        * sum(args.random_draws if a[0].startswith(("random-ranks", "random-bytes")) else 1 for a in plan.arms)
     )
     for seed in args.seeds:
         searched = None  # (groups, final ranks, step its search ended) of this seed's Smartformer run
+        searched_bytes = None  # (groups, {group: (rank, bits)}) of this seed's smartformer-bytes run
         trained = {}  # run name -> (result, trained model) of this seed: what the post-training arms round
         for name, method, rank, make_search in plan.arms:
             if name in plan.post_arms:
@@ -194,16 +256,26 @@ def main(argv=None) -> dict:
                 results["runs"].append(result)
                 print(json.dumps({k: result[k] for k in ("name", "seed", "metrics", "linear_bytes")}))
                 continue
-            arms = [(name, rank, None)]
+            arms = [(name, rank, None, plan.prepares.get(name))]
             if name in DERIVED:
-                arms = derived_arms(name, *searched[:2], seed, args.random_draws)
+                arms = [(*arm, None) for arm in derived_arms(name, *searched[:2], seed, args.random_draws)]
+            if name in BYTE_DERIVED:
+                dense = trained.get("dense", (None, None))[1]
+                loss = validation_loss(data[1], size, args.validation_batches)
+                made = byte_derived_arms(
+                    name,
+                    *searched_bytes,
+                    seed,
+                    args.random_draws,
+                    partial(measure_sensitivity, dense, searched_bytes[0], loss),
+                )
+                arms = [(run_name, None, draw, prepare) for run_name, draw, prepare, _ in made]
             switch_at = None
             if name.endswith("-scheduled"):
                 switch_at = plan.switch_step if name in plan.prepares else searched[2]
-            for run_name, run_rank, draw in arms:
+            for run_name, run_rank, draw, prepare in arms:
                 with headers.run(run_name):
                     search = make_search(seed) if make_search else None
-                    prepare = plan.prepares.get(name)
                     result, trainer = run_one(
                         run_name, method, run_rank, search, seed, args, size, data, switch_at, prepare
                     )
@@ -212,9 +284,17 @@ def main(argv=None) -> dict:
                     result["draw"] = draw
                 results["runs"].append(result)
                 if trainer.is_world_process_zero():
-                    shown = ("name", "seed", "metrics", "attention_params", "linear_bytes", "ranks")
+                    shown = ("name", "seed", "metrics", "attention_params", "linear_bytes", "ranks", "factor_bits")
                     print(json.dumps({k: result[k] for k in shown}))
                     write_results(results, args.output_dir)
+            if name == "smartformer-bytes":
+                found = trainer.search
+                searched_bytes = (
+                    found.groups,
+                    {g.name: (found.ranks[g.name], found.bits[g.name]) for g in found.groups},
+                )
+                if seed == args.seeds[0] and trainer.is_world_process_zero():
+                    trainer.model.save_pretrained(os.path.join(args.output_dir, "smartformer-bytes-model"))
             if name == "smartformer":
                 searched = (trainer.search.groups, dict(trainer.search.ranks), search_end_step(trainer.search.trace))
             if name == "smartformer" and seed == args.seeds[0] and trainer.is_world_process_zero():

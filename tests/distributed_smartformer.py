@@ -1,7 +1,8 @@
 """Run by tests/test_distributed.py under ``accelerate launch --multi_gpu --num_processes 2`` (CPU, gloo).
 
 Trains a tiny PatchTST with the search, then writes, per process, the ranks it held after every stage, a
-fingerprint of its final parameters and the gradients of one backward pass on process-specific data.
+fingerprint of its final parameters and the gradients of one backward pass on process-specific data. With a second
+argument ``bytes``: the byte search (rank and factor width of every Linear) on a tiny PatchTST whose every Linear is SVD.
 """
 
 from __future__ import annotations
@@ -16,15 +17,17 @@ from transformers import TrainingArguments
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from smartformer_fixtures import sines, tiny_patchtst  # noqa: E402
+from test_byte_search import every_linear_svd  # noqa: E402
 
 from hf_tensorcompress.search import SearchConfig  # noqa: E402
 from hf_tensorcompress.search.trainer import SmartformerTrainer  # noqa: E402
 
 
-def main(output_dir: str) -> None:
-    model = tiny_patchtst(layers=2)
+def main(output_dir: str, mode: str = "ranks") -> None:
+    model = tiny_patchtst(layers=2) if mode == "ranks" else every_linear_svd()
+    budget = {"param_budget": 0.45} if mode == "ranks" else {"byte_budget": 1 / 6, "factor_widths": (8, 4, 2)}
     search = SearchConfig(
-        interval=3, consecutive_actions=2, max_actions_per_layer=4, param_budget=0.45, epsilon_start=0.9, seed=2
+        interval=3, consecutive_actions=2, max_actions_per_layer=4, epsilon_start=0.9, seed=2, **budget
     )
     args = TrainingArguments(
         output_dir,
@@ -51,6 +54,8 @@ def main(output_dir: str) -> None:
         "world_size": dist.get_world_size(),
         "ddp": type(wrapped).__name__,
         "rank_history": trainer.rank_history,
+        "bits_history": [record.get("bits") for record in trainer.search.trace],
+        "factor_bits": {n: s.get("factor_bits") for n, s in model.config.compression_config["modules"].items()},
         "trace_steps": [record["step"] for record in trainer.search.trace],
         "params": {name: p.detach().double().sum().item() for name, p in model.named_parameters()},
         "grads": {name: p.grad.double().sum().item() for name, p in model.named_parameters() if p.grad is not None},
@@ -60,4 +65,4 @@ def main(output_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

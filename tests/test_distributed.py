@@ -53,3 +53,19 @@ def test_two_processes_hold_the_same_ranks_and_keep_gradients_in_sync(tmp_path):
     for name, value in first["grads"].items():
         assert second["grads"][name] == pytest.approx(value, rel=1e-5, abs=1e-9), name
     assert (tmp_path / "smartformer_trace.json").exists()
+
+
+@pytest.mark.slow
+def test_two_processes_hold_the_same_ranks_and_widths_in_the_byte_search(tmp_path):
+    """The byte search under DDP: both processes apply the same rank and factor-width changes and stay in sync."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPT.parent.parent))
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(SCRIPT), str(tmp_path),
+               "bytes"]  # fmt: skip
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    first, second = (json.loads((tmp_path / f"process-{i}.json").read_text()) for i in (0, 1))
+    assert first["rank_history"] == second["rank_history"] and first["bits_history"] == second["bits_history"]
+    assert first["factor_bits"] == second["factor_bits"] and set(first["factor_bits"].values()) & {8, 4, 2}
+    for name, value in first["params"].items():
+        assert second["params"][name] == pytest.approx(value, rel=1e-6, abs=1e-9), name

@@ -105,3 +105,24 @@ def test_post_training_arms_need_their_source(smartformer, tmp_path, capsys):
             ]
         )
     assert "add them" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_byte_budget_arms_run_and_save_the_searched_model(smartformer, tmp_path):
+    """``--budget-ratio`` adds the byte search, its equal-bytes baselines and int-N QAT; the searched model is saved
+    with per-layer factor widths and the naive forecasts sit beside the arms."""
+    runs = ["dense", "smartformer-bytes", "uniform-q4-bytes", "random-bytes", "greedy-bytes", "qat-int4-all"]
+    results = smartformer.main(
+        ["--model", "patchtst", "--dataset", str(series_csv(tmp_path / "s.csv")), "--context", "64", "--horizon", "16",
+         "--steps", "30", "--budget-ratio", "1/8", "--random-draws", "1", "--runs", *runs,
+         "--output-dir", str(tmp_path / "out")]
+    )  # fmt: skip
+    assert [run["name"] for run in results["runs"]] == runs
+    searched = results["runs"][1]
+    assert set(searched["factor_bits"].values()) <= {None, 8, 4, 3, 2}
+    assert set(results["naive"]) == {"training-mean", "last-value", "last-season"}
+    saved = json.loads((tmp_path / "out" / "smartformer-bytes-model" / "config.json").read_text())
+    assert {name: spec.get("factor_bits") for name, spec in saved["compression_config"]["modules"].items()} == (
+        searched["factor_bits"]
+    )
+    assert "Naive forecasts" in (tmp_path / "out" / "results.md").read_text()

@@ -4,7 +4,7 @@ which applies it, so that every source (CSV, Parquet, ``datasets``) is interpret
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 
@@ -47,6 +47,7 @@ class Tidy:
     timestamp: str | None
     targets: list[str]
     covariates: list[str]
+    unused: list[str] = field(default_factory=list)
 
     @property
     def channels(self) -> list[str]:
@@ -97,7 +98,8 @@ def parse_timestamps(frame: pd.DataFrame, column: str) -> pd.DataFrame:
 def _value_columns(
     frame: pd.DataFrame, layout: Layout, skip: set[str], timestamp: str | None
 ) -> tuple[list[str], list[str]]:
-    """(targets, covariates) as columns of ``frame`` (before any pivot)."""
+    """(targets, covariates) as columns of ``frame`` (before any pivot); with an ``id_column`` a boolean column is
+    not taken as a target by default (it would become one scored 0/1 channel per series)."""
     named = [*(layout.columns or []), *layout.covariates, *layout.drop_columns]
     unknown = [name for name in named if name not in frame.columns]
     if unknown:
@@ -121,11 +123,36 @@ def _value_columns(
             f"{list(layout.drop_columns)}); pass columns=[...] (--target ...) naming numeric columns"
         )
     suspicious_channels(frame, [*rest, *covariates], timestamp)
+    if layout.id_column is not None:
+        flags = [name for name in rest if pd.api.types.is_bool_dtype(frame[name])]
+        if flags:
+            raise ValueError(
+                f"column(s) {flags} hold True/False; with id_column={layout.id_column!r} each would become one scored "
+                f"target channel per series. Name the targets with columns=[...] (--target ...) and pass them as "
+                f"covariates={flags} (--covariates {' '.join(flags)}), or leave them out with drop_columns={flags} "
+                f"(--drop-columns {' '.join(flags)})"
+            )
     return rest, covariates
+
+
+def _unused_columns(frame: pd.DataFrame, used: set[str]) -> list[str]:
+    """Columns of the table that are neither the time axis, the series id, a target, a covariate nor dropped."""
+    return [name for name in frame.columns if name not in used]
+
+
+def _check_one_hot(encoded: dict[str, list[str]], channels: list[str]) -> None:
+    """A one-hot encoded column must end up as a channel: encoding one that is left out is a mistake to report."""
+    unused = [name for name, new in encoded.items() if not set(new) & set(channels)]
+    if unused:
+        raise ValueError(
+            f"one_hot={unused} (--one-hot {' '.join(unused)}) encodes column(s) that are neither targets nor "
+            f"covariates; add them to columns (--target) or covariates (--covariates), or do not encode them"
+        )
 
 
 def tidy(frame: pd.DataFrame, layout: Layout) -> Tidy:
     """Apply ``layout`` to one table: encode, build and check the time axis, pivot long data, pick channels."""
+    encoded: dict[str, list[str]] = {}
     if layout.one_hot:
         frame, encoded = one_hot(frame, layout.one_hot)
         expand = lambda names: [new for name in names for new in encoded.get(name, [name])]  # noqa: E731
@@ -153,6 +180,8 @@ def tidy(frame: pd.DataFrame, layout: Layout) -> Tidy:
                 f"id_column={layout.id_column!r} (--id-column) is not a column; columns are {list(frame.columns)}"
             )
         targets, covariates = _value_columns(frame, layout, skip, timestamp)
+        unused = _unused_columns(frame, skip | {*targets, *covariates, *layout.drop_columns})
+        _check_one_hot(encoded, [*targets, *covariates])
         frame, names = pivot_long(frame, layout.id_column, timestamp, [*targets, *covariates])
         targets = [channel for name in targets for channel in names[name]]
         covariates = [channel for name in covariates for channel in names[name]]
@@ -160,6 +189,8 @@ def tidy(frame: pd.DataFrame, layout: Layout) -> Tidy:
         if timestamp:
             frame = check_timestamps(frame, timestamp, layout.sort_timestamps)
         targets, covariates = _value_columns(frame, layout, skip, timestamp)
+        unused = _unused_columns(frame, skip | {*targets, *covariates, *layout.drop_columns})
+        _check_one_hot(encoded, [*targets, *covariates])
     if not targets:
         raise ValueError("no target channels: columns=[] (--target) names none; name at least one numeric column")
-    return Tidy(frame.reset_index(drop=True), timestamp, targets, covariates)
+    return Tidy(frame.reset_index(drop=True), timestamp, targets, covariates, unused)

@@ -119,7 +119,7 @@ def prepare_forecasting(
         raise ValueError(
             f"channel(s) {empty_channels} have no value in the training split; leave them out (drop_columns)"
         )
-    stats = Standardization.fit(values["train"], first.channels, first.timestamp, first.targets)
+    stats = Standardization.fit(values["train"], first.channels, first.timestamp, first.targets, first.unused)
     splits = {}
     for name, table in tables.items():
         frame = pd.DataFrame(stats.apply(values[name]).astype(np.float32), columns=first.channels)
@@ -131,4 +131,4 @@ def prepare_forecasting(
 
 
 def _rows(table: Tidy, start: int, stop: int) -> Tidy:
-    return Tidy(table.frame.iloc[start:stop], table.timestamp, table.targets, table.covariates)
+    return Tidy(table.frame.iloc[start:stop], table.timestamp, table.targets, table.covariates, table.unused)

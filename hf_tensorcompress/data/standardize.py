@@ -18,6 +18,8 @@ class Standardization:
 
     A channel that is constant in the training split gets ``std = 1`` (it is only centred), so no division by zero.
     ``targets``: the channels metrics score (``None``: all); the others are covariates, inputs only.
+    ``unused``: columns of the source that became no channel (not named by ``columns`` when it was given), so the
+    printed summary can say what was left out.
     """
 
     columns: tuple[str, ...]
@@ -25,10 +27,16 @@ class Standardization:
     std: tuple[float, ...]
     timestamp_column: str | None = None
     targets: tuple[str, ...] | None = None
+    unused: tuple[str, ...] = ()
 
     @classmethod
     def fit(
-        cls, values: np.ndarray, columns: list[str], timestamp_column: str | None, targets: list[str] | None = None
+        cls,
+        values: np.ndarray,
+        columns: list[str],
+        timestamp_column: str | None,
+        targets: list[str] | None = None,
+        unused: tuple[str, ...] | list[str] = (),
     ) -> Standardization:
         """Statistics of ``values`` (rows, channels), ignoring NaNs (missing values)."""
         mean = np.nanmean(values, axis=0)
@@ -36,7 +44,12 @@ class Standardization:
         std = np.where(np.isfinite(std) & (std > 0), std, 1.0)
         chosen = None if targets is None or list(targets) == list(columns) else tuple(targets)
         return cls(
-            tuple(columns), tuple(float(m) for m in mean), tuple(float(s) for s in std), timestamp_column, chosen
+            tuple(columns),
+            tuple(float(m) for m in mean),
+            tuple(float(s) for s in std),
+            timestamp_column,
+            chosen,
+            tuple(str(name) for name in unused),
         )
 
     def apply(self, values: np.ndarray) -> np.ndarray:
@@ -59,6 +72,7 @@ class Standardization:
             tuple(data["std"]),
             data["timestamp_column"],
             None if targets is None else tuple(targets),
+            tuple(data.get("unused", ())),
         )
 
     @property

@@ -40,6 +40,10 @@ def describe_forecasting(data: datasets.DatasetDict, source: str) -> str:
         f"  channels: {len(stats.columns)}; targets (scored): {_names(list(stats.target_columns))}"
         + (f"; covariates (inputs only): {_names(covariates)}" if covariates else ""),
     ]
+    if stats.unused:
+        lines.append(
+            f"  not used (no channel; name them with --target/--covariates to keep them): {_names(list(stats.unused))}"
+        )
     if stats.timestamp_column:
         stamps = pd.concat([frame[stats.timestamp_column] for frame in frames.values()], ignore_index=True)
         lines.append(

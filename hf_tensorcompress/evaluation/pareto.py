@@ -25,7 +25,8 @@ def kind_of(name: str) -> str:
 
 
 def arm_points(runs: list[dict], metric: str, bytes_of=lambda run: run["linear_bytes"]["disk_ratio"]) -> list[dict]:
-    """One point per run name: mean and std of ``metric`` over its seeds, mean bytes (fraction of fp32)."""
+    """One point per run name: mean and sample std (ddof=1; 0 for one seed) of ``metric`` over its seeds, mean
+    bytes (fraction of fp32)."""
     grouped: dict[str, list[dict]] = {}
     for run in runs:
         grouped.setdefault(run["name"], []).append(run)
@@ -35,7 +36,7 @@ def arm_points(runs: list[dict], metric: str, bytes_of=lambda run: run["linear_b
             "kind": kind_of(name),
             "seeds": len(group),
             "metric": float(np.mean([run["metrics"][metric] for run in group])),
-            "std": float(np.std([run["metrics"][metric] for run in group])),
+            "std": float(np.std([run["metrics"][metric] for run in group], ddof=1)) if len(group) > 1 else 0.0,
             "bytes": float(np.mean([bytes_of(run) for run in group])),
         }
         for name, group in grouped.items()

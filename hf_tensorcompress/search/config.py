@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..json_config import JsonConfig
+from ..runtime.marker import FACTOR_BITS
 
 INTERVAL_UNITS = ("steps", "epochs")
 REWARDS = ("loss", "accuracy", "validation_loss")
@@ -49,6 +50,15 @@ class SearchConfig(JsonConfig):
         param_budget: optional fraction in (0, 1] of the dense parameters (weights + biases) of all searched projections that the
             compressed ones may keep in the end. Enforced as AMC's action wall: a rank is only offered if the
             budget can still be met with every other undecided layer at its smallest rank.
+        byte_budget: optional fraction in (0, 1] of the fp32 bytes (weights + biases) of all searched layers that
+            they may take as stored in the end (factor codes, scales and biases), the same AMC wall in bytes; the
+            reward is unchanged (the loss), the budget decides which (rank, width) actions exist. Not with
+            ``param_budget``.
+        factor_widths: the factor bit widths the agent chooses among for every searched layer besides its rank
+            (each of 2, 3, 4, 8, or ``None`` for fp32 factors); the factors then train quantization-aware at the
+            width currently chosen (straight-through) and the final model saves them packed with per-layer
+            ``factor_bits``. ``None``: ranks only, factors as they are. Needs SVD layers.
+        factor_group_size: group size of the low-bit factors' scales (rows that it does not divide use one group).
         gamma: the actor-critic's discount (paper: 0.95).
         learning_rate: the actor-critic's learning rate (paper: 1e-3).
         hidden_units: units of each of the actor-critic's two hidden layers (paper: 40).
@@ -72,6 +82,9 @@ class SearchConfig(JsonConfig):
     consecutive_actions: int = 5
     max_actions_per_layer: int | None = 15
     param_budget: float | None = None
+    byte_budget: float | None = None
+    factor_widths: tuple[int | None, ...] | None = None
+    factor_group_size: int | None = 32
     gamma: float = 0.95
     learning_rate: float = 1e-3
     hidden_units: int = 40
@@ -83,6 +96,8 @@ class SearchConfig(JsonConfig):
     plot_file: str | None = "smartformer_trace.png"
 
     def __post_init__(self) -> None:
+        if self.factor_widths is not None:
+            self.factor_widths = tuple(self.factor_widths)  # a JSON round trip gives a list
         if self.tolerance is None and self.reward in DEFAULT_TOLERANCE:
             self.tolerance = DEFAULT_TOLERANCE[self.reward]
         self.validate()
@@ -134,6 +149,25 @@ class SearchConfig(JsonConfig):
             raise ValueError(
                 f"param_budget={self.param_budget!r} must be a fraction in (0, 1] of the dense parameters, or None"
             )
+        if self.byte_budget is not None and (
+            isinstance(self.byte_budget, bool)
+            or not isinstance(self.byte_budget, (int, float))
+            or not 0.0 < self.byte_budget <= 1.0
+        ):
+            raise ValueError(
+                f"byte_budget={self.byte_budget!r} must be a fraction in (0, 1] of the fp32 bytes, e.g. 1/16, or None"
+            )
+        if self.byte_budget is not None and self.param_budget is not None:
+            raise ValueError("pass param_budget or byte_budget, not both")
+        if self.factor_widths is not None:
+            wrong = [w for w in self.factor_widths if w is not None and (isinstance(w, bool) or w not in FACTOR_BITS)]
+            if wrong or not self.factor_widths or len(set(self.factor_widths)) != len(self.factor_widths):
+                raise ValueError(
+                    f"factor_widths={list(self.factor_widths)}: distinct values among {list(FACTOR_BITS)} and None "
+                    "(fp32 factors), at least one"
+                )
+        if self.factor_group_size is not None:
+            _positive_int(self.factor_group_size, "factor_group_size")
         if (
             isinstance(self.learning_rate, bool)
             or not isinstance(self.learning_rate, (int, float))
@@ -144,6 +178,16 @@ class SearchConfig(JsonConfig):
             _positive_int(getattr(self, name), name)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
+
+    @property
+    def widths(self) -> tuple[int | None, ...]:
+        """The factor widths actions choose among (``(None,)``: ranks only, fp32 factors)."""
+        return self.factor_widths or (None,)
+
+    @property
+    def budget(self) -> float | None:
+        """The budget fraction, whichever unit it is in (``byte_budget`` when set)."""
+        return self.byte_budget if self.byte_budget is not None else self.param_budget
 
     def epsilon(self, actions_taken: int) -> float:
         """Exploration probability after ``actions_taken`` actions."""

@@ -3,7 +3,8 @@
 Follows the paper (after Cai et al. 2018): each layer is described as "<type>-<position>-<heads>-<head_dim>-<rank>",
 tokens are embedded, a 1-layer bidirectional LSTM (64 units) runs over the layers, and the output at the selected
 layer's position is the state. The vocabulary holds only the tokens that can occur (a few dozen), so the encoder
-has tens of thousands of parameters, not the 459M of the public code's embedding.
+has tens of thousands of parameters, not the 459M of the public code's embedding. In the byte search a sixth
+field holds the layer's factor width ("bits:4", "bits:None" for fp32).
 """
 
 from __future__ import annotations
@@ -16,28 +17,35 @@ from .space import AttentionGroup
 FIELDS = ("type", "pos", "heads", "dim", "rank")
 
 
-def describe(group: AttentionGroup, rank: int) -> list[str]:
-    """The token string of one attention layer, e.g. ``['type:cp', 'pos:0', 'heads:4', 'dim:8', 'rank:6']``."""
+def describe(group: AttentionGroup, rank: int, bits: int | None = None) -> list[str]:
+    """The token string of one attention layer, e.g. ``['type:cp', 'pos:0', 'heads:4', 'dim:8', 'rank:6']`` (plus
+    ``'bits:4'`` when the search chooses widths)."""
     values = (group.layer_type, group.position, group.heads, group.head_dim, rank)
-    return [f"{name}:{value}" for name, value in zip(FIELDS, values)]
+    tokens = [f"{name}:{value}" for name, value in zip(FIELDS, values)]
+    return tokens if group.widths == (None,) else [*tokens, f"bits:{bits}"]
 
 
-def build_vocabulary(groups: list[AttentionGroup], ranks: dict[str, int]) -> list[str]:
-    """Every token that can occur: all layers' descriptions at every candidate rank and at their current rank."""
+def build_vocabulary(
+    groups: list[AttentionGroup], ranks: dict[str, int], bits: dict[str, int | None] | None = None
+) -> list[str]:
+    """Every token that can occur: all layers' descriptions at every candidate action and as they are now."""
+    bits = bits or {}
     tokens = {"<unk>"}
     for group in groups:
-        for rank in (*group.candidates, ranks[group.name]):
-            tokens.update(describe(group, rank))
+        for rank, width in (*group.actions, (ranks[group.name], bits.get(group.name))):
+            tokens.update(describe(group, rank, width))
     return sorted(tokens)
 
 
 class StateEncoder(nn.Module):
-    def __init__(self, vocabulary: list[str], embedding_dim: int = 16, lstm_units: int = 64) -> None:
+    def __init__(
+        self, vocabulary: list[str], embedding_dim: int = 16, lstm_units: int = 64, fields: int = len(FIELDS)
+    ) -> None:
         super().__init__()
         self.vocabulary = list(vocabulary)
         self.index = {token: i for i, token in enumerate(self.vocabulary)}
         self.embedding = nn.Embedding(len(self.vocabulary), embedding_dim)
-        self.lstm = nn.LSTM(embedding_dim * len(FIELDS), lstm_units, num_layers=1, batch_first=True, bidirectional=True)
+        self.lstm = nn.LSTM(embedding_dim * fields, lstm_units, num_layers=1, batch_first=True, bidirectional=True)
 
     @property
     def state_dim(self) -> int:

@@ -29,21 +29,30 @@ AGENT_FILE = "search_agent.pt"
 
 
 class RankSearch:
-    def __init__(self, groups: list[AttentionGroup], ranks: dict[str, int], config: SearchConfig) -> None:
+    def __init__(
+        self,
+        groups: list[AttentionGroup],
+        ranks: dict[str, int],
+        config: SearchConfig,
+        bits: dict[str, int | None] | None = None,
+    ) -> None:
         self.groups = groups
         self.by_name = {group.name: group for group in groups}
         self.config = config
         self.ranks = dict(ranks)
-        self.width = max(len(group.candidates) for group in groups)
+        self.bits = {group.name: (bits or {}).get(group.name) for group in groups}
+        self.width = max(len(group.actions) for group in groups)
         with torch.random.fork_rng():  # agent init must not disturb (or depend on) the training RNG
             torch.manual_seed(config.seed)
-            encoder = StateEncoder(build_vocabulary(groups, ranks), config.embedding_dim, config.lstm_units)
+            vocabulary = build_vocabulary(groups, ranks, self.bits)
+            fields = len(describe(groups[0], ranks[groups[0].name], self.bits[groups[0].name]))
+            encoder = StateEncoder(vocabulary, config.embedding_dim, config.lstm_units, fields)
             self.agent = ActorCritic(encoder, self.width, config.hidden_units, config.gamma, config.learning_rate)
         self.rng = random.Random(config.seed)
         self.importance = TaylorImportance(groups)
         self.decided: dict[str, int] = {}
         self.current: str | None = None
-        self.actions: dict[str, list[int]] = {group.name: [] for group in groups}
+        self.actions: dict[str, list[tuple[int, int | None]]] = {group.name: [] for group in groups}
         self.pending: dict | None = None
         self.actions_taken = 0
         self.trace: list[dict] = []
@@ -57,17 +66,23 @@ class RankSearch:
 
     def _tokens(self) -> list[list[int]]:
         encoder = self.agent.encoder
-        return encoder.encode_tokens([describe(group, self.ranks[group.name]) for group in self.groups])
+        return encoder.encode_tokens(
+            [describe(group, self.ranks[group.name], self.bits[group.name]) for group in self.groups]
+        )
 
     def _mask(self, name: str) -> list[bool]:
         index = self.by_name[name].position
-        return allowed_actions(self.groups, index, self.ranks, set(self.decided), self.config.param_budget, self.width)
+        in_bytes = self.config.byte_budget is not None
+        return allowed_actions(
+            self.groups, index, self.ranks, set(self.decided), self.config.budget, self.width, self.bits, in_bytes
+        )
 
     # ------------------------------------------------------------------ one stage
     def end_stage(self, step: int, metric: float) -> dict:
-        """Advance the MDP by one stage; returns the record (``changes`` = {group: new rank} to apply)."""
+        """Advance the MDP by one stage; returns the record (``changes`` = {group: new rank}, ``bit_changes`` =
+        {group: new factor bits} to apply)."""
         importance = self.importance.state_dict()
-        record: dict = {"step": step, "metric": metric, "importance": importance, "changes": {}}
+        record: dict = {"step": step, "metric": metric, "importance": importance, "changes": {}, "bit_changes": {}}
         if self.pending is not None:
             self._complete_transition(record, metric)
         if not self.done:
@@ -75,7 +90,7 @@ class RankSearch:
                 undecided = [g for g in self.groups if g.name not in self.decided]
                 self.current = min(undecided, key=lambda g: (importance[g.name], g.position)).name
             self._act(record, metric)
-        record.update(ranks=dict(self.ranks), decided=sorted(self.decided), done=self.done)
+        record.update(ranks=dict(self.ranks), bits=dict(self.bits), decided=sorted(self.decided), done=self.done)
         self.trace.append(record)
         self.importance.reset()
         return record
@@ -97,11 +112,19 @@ class RankSearch:
             mask = self._mask(name)
             with torch.no_grad():
                 logits = self.agent.actor(self.agent.encoder(self._tokens(), position))
-            rank = self.by_name[name].candidates[int(masked_log_softmax(logits, mask).argmax())]
-            if rank != self.ranks[name]:
-                record["changes"][name] = rank
-                self.ranks[name] = rank
+            action = self.by_name[name].actions[int(masked_log_softmax(logits, mask).argmax())]
+            self._take(name, action, record)
             self._decide(name, record)
+
+    def _take(self, name: str, action: tuple[int, int | None], record: dict) -> None:
+        """Set ``name`` to ``action`` (rank, factor bits), noting in ``record`` what the trainer must change."""
+        rank, bits = action
+        if rank != self.ranks[name]:
+            record["changes"][name] = rank
+        if bits != self.bits[name] and self.by_name[name].widths != (None,):
+            record["bit_changes"][name] = bits
+            self.bits[name] = bits
+        self.ranks[name] = rank
 
     def _decide(self, name: str, record: dict) -> None:
         self.decided[name] = self.ranks[name]
@@ -115,9 +138,9 @@ class RankSearch:
         tokens = self._tokens()
         epsilon = self.config.epsilon(self.actions_taken)
         slot, explored = self.agent.act(tokens, group.position, mask, epsilon, self.rng)
-        rank = group.candidates[slot]
+        rank, bits = group.actions[slot]
         self.pending = {"group": name, "tokens": tokens, "action": slot, "mask": mask, "metric": metric}
-        self.actions[name].append(rank)
+        self.actions[name].append((rank, bits))
         self.actions_taken += 1
         record.update(
             layer=name,
@@ -125,12 +148,12 @@ class RankSearch:
             layer_importance=record["importance"][name],
             rank=rank,
             previous_rank=self.ranks[name],
+            bits_chosen=bits,
+            previous_bits=self.bits[name],
             explored=explored,
             epsilon=epsilon,
         )
-        if rank != self.ranks[name]:
-            record["changes"][name] = rank
-        self.ranks[name] = rank
+        self._take(name, (rank, bits), record)
 
     def observe(self, metric: float) -> None:
         self.metric_sum += float(metric)
@@ -139,6 +162,7 @@ class RankSearch:
     def mirror(self, record: dict) -> None:
         """Follow the main process's decision on another process (ranks and progress, not the agent)."""
         self.ranks = dict(record["ranks"])
+        self.bits = dict(record.get("bits", self.bits))
         self.decided = {name: self.ranks[name] for name in record["decided"]}
         self.trace.append(record)
 
@@ -149,6 +173,7 @@ class RankSearch:
             "config": self.config.to_dict(),
             "vocabulary": self.agent.encoder.vocabulary,
             "ranks": self.ranks,
+            "bits": self.bits,
             "decided": self.decided,
             "current": self.current,
             "actions": self.actions,
@@ -170,7 +195,8 @@ class RankSearch:
         self.ranks = {name: int(rank) for name, rank in state["ranks"].items()}
         self.decided = {name: int(rank) for name, rank in state["decided"].items()}
         self.current = state["current"]
-        self.actions = {name: list(values) for name, values in state["actions"].items()}
+        self.bits = {name: state.get("bits", {}).get(name) for name in self.bits}
+        self.actions = {name: [_action(value) for value in values] for name, values in state["actions"].items()}
         self.pending = state["pending"]
         self.actions_taken = int(state["actions_taken"])
         self.trace = list(state["trace"])
@@ -188,3 +214,8 @@ class RankSearch:
         with open(os.path.join(folder, STATE_FILE), encoding="utf-8") as handle:
             self.load_state_dict(json.load(handle))
         self.agent.load_full_state_dict(torch.load(os.path.join(folder, AGENT_FILE), weights_only=True))
+
+
+def _action(value) -> tuple[int, int | None]:
+    """An action history entry as saved (a [rank, bits] pair, or a bare rank from a rank-only search)."""
+    return (int(value), None) if isinstance(value, int) else (int(value[0]), value[1])

@@ -2,7 +2,9 @@
 
 The paper decomposes "a Multi-head Attention layer" as a whole, so the q/k/v projections of one attention module
 (those that were compressed) form one group and always hold the same rank. The action space of a group follows
-every rank when there are at most ``max_candidates``, else ranks at parameter ratios 0.1 … 1.0.
+every rank when there are at most ``max_candidates``, else ranks at parameter ratios 0.1 … 1.0. In the byte search
+(``SearchConfig.factor_widths``) an action is a (rank, factor bit width) pair, and a group is costed in bytes as
+stored (``bytes_at``), so a layer can trade rank for width.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ import math
 from dataclasses import dataclass
 
 from torch import nn
+
+from ..runtime.factor_storage import stored_form
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,35 @@ class AttentionGroup:
     params_per_rank: int
     bias_params: int
     candidates: tuple[int, ...]
+    shapes: tuple[tuple[int, int], ...] = ()
+    widths: tuple[int | None, ...] = (None,)
+    group_size: int | None = None
+
+    @property
+    def actions(self) -> tuple[tuple[int, int | None], ...]:
+        """The (rank, factor bits) pairs an action chooses among; bits ``None`` is fp32 factors."""
+        return tuple((rank, bits) for bits in self.widths for rank in self.candidates)
+
+    @property
+    def dense_bytes(self) -> int:
+        """fp32 bytes of the dense projections this group replaced (weights and biases)."""
+        return 4 * self.dense_params
+
+    def bytes_at(self, rank: int, bits: int | None = None) -> float:
+        """Bytes of the whole group at ``rank`` with factors stored in ``bits`` (codes, scales and minima, as
+        ``LowRankLinear.storage_bits`` counts them), plus the fp32 biases."""
+        if bits is None:
+            return 4 * self.params_at(rank)
+        factor_bits = sum(
+            stored_form(shape, bits, self.group_size).storage_bits()
+            for out_features, in_features in self.shapes
+            for shape in ((out_features, rank), (rank, in_features))
+        )
+        return factor_bits / 8 + 4 * self.bias_params
+
+    def cost(self, action: tuple[int, int | None], in_bytes: bool) -> float:
+        """What the budget counts of ``action``: bytes as stored, or parameters."""
+        return self.bytes_at(*action) if in_bytes else self.params_at(action[0])
 
     @property
     def dense_params(self) -> int:
@@ -55,8 +88,14 @@ def candidate_ranks(dense_weights: int, params_per_rank: int, max_candidates: in
     return tuple(sorted(ranks))
 
 
-def attention_groups(model: nn.Module, max_candidates: int = 10) -> list[AttentionGroup]:
-    """The searchable groups of a compressed model, in the order of ``config.compression_config['modules']``."""
+def attention_groups(
+    model: nn.Module,
+    max_candidates: int = 10,
+    widths: tuple[int | None, ...] = (None,),
+    group_size: int | None = None,
+) -> list[AttentionGroup]:
+    """The searchable groups of a compressed model, in the order of ``config.compression_config['modules']``;
+    ``widths``: the factor bit widths an action may choose (``None``: fp32), which needs SVD layers."""
     recorded = getattr(model.config, "compression_config", None) or {}
     names = list(recorded.get("modules", {}))
     if not names:
@@ -79,6 +118,11 @@ def attention_groups(model: nn.Module, max_candidates: int = 10) -> list[Attenti
                 f"attention module {parent!r} mixes layer types {sorted(types)}; compress it with one method"
             )
         first = layers[0]
+        if widths != (None,) and types != {"svd"}:
+            raise ValueError(
+                f"{parent!r} holds {sorted(types)} layers: the byte search chooses factor widths of SVD layers; "
+                "compress with CompressionConfig(method='svd', target_modules=[...])"
+            )
         heads = getattr(first, "num_heads", None) or getattr(model.get_submodule(parent), "num_heads", 1)
         dense = sum(layer.in_features * layer.out_features for layer in layers)
         per_rank = sum(factor_params_per_rank(layer) for layer in layers)
@@ -94,6 +138,9 @@ def attention_groups(model: nn.Module, max_candidates: int = 10) -> list[Attenti
                 params_per_rank=per_rank,
                 bias_params=sum(layer.bias.numel() for layer in layers if layer.bias is not None),
                 candidates=candidate_ranks(dense, per_rank, max_candidates),
+                shapes=tuple((layer.out_features, layer.in_features) for layer in layers),
+                widths=tuple(widths),
+                group_size=group_size,
             )
         )
     return groups
@@ -103,6 +150,10 @@ def current_rank(model: nn.Module, group: AttentionGroup) -> int:
     return model.get_submodule(group.modules[0]).rank
 
 
+def current_bits(model: nn.Module, group: AttentionGroup) -> int | None:
+    return getattr(model.get_submodule(group.modules[0]), "factor_bits", None)
+
+
 def allowed_actions(
     groups: list[AttentionGroup],
     index: int,
@@ -110,24 +161,33 @@ def allowed_actions(
     decided: set[str],
     budget: float | None,
     width: int,
+    bits: dict[str, int | None] | None = None,
+    in_bytes: bool = False,
 ) -> list[bool]:
     """Mask over the ``width`` action slots of ``groups[index]``: a slot exists and respects the budget wall.
 
-    AMC's wall: rank r is allowed only if this group at r, the decided groups at their ranks and every other
-    undecided group at its smallest candidate still fit in ``budget`` × the dense parameters of all groups
-    (weights and biases, so the budget is what a parameter count of the projections shows).
+    AMC's wall: an action is allowed only if this group with it, the decided groups as they are and every other
+    undecided group at its cheapest action still fit in ``budget`` × the dense cost of all groups: parameters
+    (weights and biases, so the budget is what a parameter count of the projections shows) or, with ``in_bytes``,
+    bytes as stored against fp32 (``bits``: the decided groups' factor widths).
     """
     group = groups[index]
-    mask = [slot < len(group.candidates) for slot in range(width)]
+    mask = [slot < len(group.actions) for slot in range(width)]
     if budget is None:
         return mask
-    limit = budget * sum(g.dense_params for g in groups)
+    bits = bits or {}
+    dense = sum(g.dense_bytes if in_bytes else g.dense_params for g in groups)
     others = sum(
-        g.params_at(ranks[g.name]) if g.name in decided else g.params_at(g.candidates[0])
+        g.cost((ranks[g.name], bits.get(g.name)), in_bytes)
+        if g.name in decided
+        else min(g.cost(action, in_bytes) for action in g.actions)
         for g in groups
         if g.name != group.name
     )
-    walled = [ok and others + group.params_at(group.candidates[slot]) <= limit for slot, ok in enumerate(mask)]
-    if not any(walled):  # the budget is unreachable even at the smallest ranks: offer the smallest rank only
-        walled = [slot == 0 for slot in range(width)]
+    walled = [
+        ok and others + group.cost(group.actions[slot], in_bytes) <= budget * dense for slot, ok in enumerate(mask)
+    ]
+    if not any(walled):  # the budget is unreachable even at the cheapest actions: offer the cheapest one only
+        cheapest = min(range(len(group.actions)), key=lambda slot: group.cost(group.actions[slot], in_bytes))
+        walled = [slot == cheapest for slot in range(width)]
     return walled

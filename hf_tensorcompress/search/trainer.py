@@ -32,7 +32,7 @@ from .config import SearchConfig
 from .mdp import STATE_FILE, RankSearch
 from .optim import replace_parameters_in_optimizer
 from .plot import plot_trace
-from .space import attention_groups, current_rank
+from .space import attention_groups, current_bits, current_rank
 
 logger = logging.get_logger(__name__)
 
@@ -102,6 +102,12 @@ class SmartformerCallback(TrainerCallback):
         self.trainer._write_plot()
 
 
+def _low_bit(layer: nn.Module, spec: dict) -> bool:
+    """A trainable low-rank layer that has, or is to get, low-bit factors."""
+    bits = spec.get("factor_bits") is not None or getattr(layer, "factor_bits", None) is not None
+    return bits and hasattr(layer, "set_factor_bits") and not getattr(layer, "stored", False)
+
+
 def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
@@ -123,14 +129,16 @@ class SmartformerTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.search_config = search if search is not None else SearchConfig()
         self.search_config.validate()
-        groups = attention_groups(self.model, self.search_config.max_candidates)
+        config = self.search_config
+        groups = attention_groups(self.model, config.max_candidates, config.widths, config.factor_group_size)
         ranks = {group.name: current_rank(self.model, group) for group in groups}
+        bits = {group.name: current_bits(self.model, group) for group in groups}
         if self.search_config.reward == "validation_loss" and self.eval_dataset is None:
             raise ValueError(
                 "SearchConfig(reward='validation_loss') scores each stage on held-out batches: pass "
                 "eval_dataset=... to the trainer, or use reward='loss'"
             )
-        self.search = RankSearch(groups, ranks, self.search_config)
+        self.search = RankSearch(groups, ranks, self.search_config, bits)
         self.rank_history: list[tuple[int, dict[str, int]]] = []
         self.search_seconds = {"agent": 0.0, "redecompose": 0.0, "importance": 0.0}
         self._stage_metric: torch.Tensor | None = None
@@ -214,7 +222,7 @@ class SmartformerTrainer(Trainer):
             if not self.is_world_process_zero():
                 self.search.mirror(record)
         start = time.perf_counter()
-        self._apply_ranks(record["changes"])
+        self._apply_ranks(record["changes"], record.get("bit_changes", {}))
         self.search_seconds["redecompose"] += time.perf_counter() - start
         record.update(self._searched_size())
         self.rank_history.append((self.state.global_step, dict(record["ranks"])))
@@ -229,14 +237,30 @@ class SmartformerTrainer(Trainer):
             "attention_bytes": {key: sum(rows[name][key] for name in names) for key in ("dense", "disk", "ram")},
         }
 
-    def _apply_ranks(self, changes: dict[str, int]) -> None:
+    def _apply_ranks(self, changes: dict[str, int], bit_changes: dict[str, int | None]) -> None:
+        """Ranks first (new factors swapped into the optimizer), then the factor widths: the same parameters,
+        computed with from now on rounded to the new width (straight-through)."""
         modules = {name: rank for group, rank in changes.items() for name in self.search.by_name[group].modules}
         apply_ranks(self, modules, self.search_config.als_iterations)
+        for group, bits in bit_changes.items():
+            for name in self.search.by_name[group].modules:
+                self.model.get_submodule(name).set_factor_bits(bits, self.search_config.factor_group_size)
+        if bit_changes:
+            refresh_compression_config(self.model)
 
     # ------------------------------------------------------------------ visibility
     def _log_decision(self, record: dict) -> None:
         logs = {"search/loss" if self.search_config.reward == "loss" else "search/accuracy": record["metric"]}
-        for key in ("layer", "layer_importance", "rank", "previous_rank", "reward", "epsilon", "decided_layer"):
+        for key in (
+            "layer",
+            "layer_importance",
+            "rank",
+            "previous_rank",
+            "bits_chosen",
+            "reward",
+            "epsilon",
+            "decided_layer",
+        ):
             if key in record:
                 logs[f"search/{key}"] = record[key]
         logs["search/attention_rank_sum"] = sum(record["ranks"].values())
@@ -273,7 +297,13 @@ class SmartformerTrainer(Trainer):
             saved = json.load(handle).get("compression_config") or {}
         current = target.config.compression_config["modules"]
         changed = {name: spec for name, spec in saved.get("modules", {}).items() if current.get(name) != spec}
-        install_layers(target, changed)
+        # a layer with low-bit factors keeps its trainable form (from a spec with factor_bits it would load stored)
+        trainable = {name: spec for name, spec in changed.items() if _low_bit(target.get_submodule(name), spec)}
+        for name, spec in trainable.items():
+            layer = target.get_submodule(name)
+            layer.set_rank(spec["rank"])
+            layer.set_factor_bits(spec.get("factor_bits"), spec.get("factor_group_size"))
+        install_layers(target, {name: spec for name, spec in changed.items() if name not in trainable})
         refresh_compression_config(target)
         super()._load_from_checkpoint(resume_from_checkpoint, model)
         if os.path.exists(os.path.join(resume_from_checkpoint, STATE_FILE)):

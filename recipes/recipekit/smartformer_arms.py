@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -13,6 +14,7 @@ import torch
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total_params, uniform_ranks
 
+from .byte_arms import BYTE_DERIVED, BYTE_WIDTHS, INT_QAT_ARMS, prepare_allocation, prepare_int_qat
 from .forecasters import Size
 from .quantization_arms import (
     FACTOR_SCHEMES,
@@ -46,7 +48,18 @@ class Plan:
 def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., SearchConfig]:
     """``make(seed, reward)``: a fresh search config per run (the trainer keeps it)."""
 
-    def make(seed: int, reward: str = "loss") -> SearchConfig:
+    def make(seed: int, reward: str = "loss", in_bytes: bool = False) -> SearchConfig:
+        if in_bytes:  # rank and factor width of every Linear, under a byte budget
+            return SearchConfig(
+                seed=seed,
+                interval=size.interval,
+                consecutive_actions=size.consecutive_actions,
+                max_actions_per_layer=size.max_actions_per_layer,
+                byte_budget=args.budget_ratio,
+                factor_widths=tuple(args.factor_widths),
+                reward=reward,
+                validation_batches=args.validation_batches,
+            )
         return SearchConfig(
             seed=seed,
             interval=size.interval,
@@ -74,15 +87,30 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
     plan.arms += [(f"cp-fixed-{ratio:g}", "cp", ratio, None) for ratio in size.grid]
     plan.arms += [(name, "cp", None, None) for name in DERIVED]
     plan.arms += [(name, None, None, None) for name in (*PTQ_ARMS, *QAT_ARMS)]
-    if not 1 <= plan.switch_step < size.steps:
-        raise ValueError(f"--switch-step {plan.switch_step} must be in [1, {size.steps}) (the runs' steps)")
     if any(not 0.0 < ratio <= 1.0 for ratio in args.all_linear_ratios):
         raise ValueError(f"--all-linear-ratios {args.all_linear_ratios}: each must be in (0, 1]")
     for ratio in args.all_linear_ratios:
         add_svd_all(plan, ratio, shape_model)
+    if args.budget_ratio is not None:
+        add_byte_arms(plan, search)
     if args.runs is not None:
         plan.arms = chosen_runs(plan, args.runs)
+    check_switch_step(plan, size.steps, args.switch_step is not None)
     return plan
+
+
+def check_switch_step(plan: Plan, steps: int, passed: bool) -> None:
+    """The ``-scheduled`` svd-all arms need a cut inside the run; the error names the flag the user passed (or, with
+    the derived default, ``--steps`` and ``--runs``)."""
+    scheduled = [entry[0] for entry in plan.arms if entry[0] in plan.prepares and entry[0].endswith("-scheduled")]
+    if not scheduled or 1 <= plan.switch_step < steps:
+        return
+    if passed:
+        raise ValueError(f"--switch-step {plan.switch_step} must be in [1, {steps}) (the runs' steps)")
+    raise ValueError(
+        f"--steps {steps}: the scheduled runs {scheduled[:2]}{' …' if len(scheduled) > 2 else ''} switch rank at half "
+        "the steps, which needs --steps >= 2; train longer, or leave them out with --runs"
+    )
 
 
 def add_svd_all(plan: Plan, ratio: float, shape_model: torch.nn.Module) -> None:
@@ -99,11 +127,47 @@ def add_svd_all(plan: Plan, ratio: float, shape_model: torch.nn.Module) -> None:
                     plan.post_arms[f"{name}+{scheme}"] = (name, factor_transform(*bits))
 
 
+def run_names_help() -> str:
+    """The run names ``--runs`` accepts, for ``--help`` (the svd-all and cp-fixed names follow their flags)."""
+    names = [
+        "dense",
+        "smartformer",
+        "smartformer-validation-reward",
+        "svd-smartformer",
+        "cp-fixed-<ratio> (each --grid ratio)",
+        *DERIVED,
+        *PTQ_ARMS,
+        *QAT_ARMS,
+        "with --budget-ratio: smartformer-bytes",
+        *BYTE_DERIVED,
+        *INT_QAT_ARMS,
+        "svd-all-<ratio>[-q4][-scheduled] and svd-all-<ratio>[-scheduled]+<int8|int4|int2> (each --all-linear-ratios ratio)",
+    ]
+    text = "runs (--runs NAME ...): " + ", ".join(names)
+    return "\n".join(textwrap.wrap(text, 100, break_on_hyphens=False, break_long_words=False))
+
+
+def add_byte_arms(plan: Plan, search: Callable[..., SearchConfig]) -> None:
+    """``smartformer-bytes`` (every Linear at full rank and fp32 factors, then searched in rank and width), the
+    allocations derived from each seed's search (their ``prepare`` is made per seed) and int-N weight QAT."""
+    plan.arms.append(("smartformer-bytes", None, None, lambda seed: search(seed, in_bytes=True)))
+    plan.prepares["smartformer-bytes"] = prepare_allocation(None, None)
+    plan.arms += [(name, None, None, None) for name in BYTE_DERIVED]
+    plan.arms += [(name, None, None, None) for name in INT_QAT_ARMS]
+    plan.prepares.update({name: prepare_int_qat(int(name.split("-")[1][3:])) for name in INT_QAT_ARMS})
+
+
 def chosen_runs(plan: Plan, runs: list[str]) -> list[tuple]:
     """The arms ``--runs`` names, in plan order, once the runs they depend on are among them."""
     unknown = sorted(set(runs) - {entry[0] for entry in plan.arms})
     if unknown:
         raise ValueError(f"--runs {runs}: unknown {unknown}; choose from {[e[0] for e in plan.arms]}")
+    if set(runs) & set(BYTE_DERIVED) and "smartformer-bytes" not in runs:
+        raise ValueError(
+            f"--runs {runs}: {sorted(set(runs) & set(BYTE_DERIVED))} take their bytes from smartformer-bytes; add it"
+        )
+    if "greedy-bytes" in runs and "dense" not in runs:
+        raise ValueError(f"--runs {runs}: greedy-bytes measures each layer's sensitivity on the dense run; add dense")
     if set(runs) & set(DERIVED) and "smartformer" not in runs:
         raise ValueError(
             f"--runs {runs}: {sorted(set(runs) & set(DERIVED))} take their parameter count from "
@@ -137,3 +201,7 @@ def search_end_step(trace: list[dict]) -> int:
     if not trace:  # no stage ended (a run shorter than one interval): nothing was cut, so nothing to wait for
         return 1
     return next((record["step"] for record in trace if record["done"]), trace[-1]["step"])
+
+
+def byte_widths_help() -> str:
+    return f"factor widths the byte search chooses among per Linear (default {' '.join(map(str, BYTE_WIDTHS))})"

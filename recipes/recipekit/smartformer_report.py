@@ -11,6 +11,7 @@ from transformers import AutoModel
 
 from hf_tensorcompress.evaluation.pareto import kind_of, write_pareto
 from hf_tensorcompress.evaluation.tables import runs_table
+from hf_tensorcompress.reporting import markdown_table
 from hf_tensorcompress.runtime.atomic import atomic_folder
 
 from .costs import bytes_cell
@@ -49,8 +50,23 @@ def markdown(results: dict) -> str:
     table = runs_table(runs, {"mse": "MSE", "mae": "MAE", "seconds": "train s"}, COLUMNS)
     return (
         f"### {results['model']} on {results['dataset']}, horizon {results['horizon']}\n\n{table}\n"
+        f"{naive_table(results)}"
         f"Every run: {results['steps']} optimizer steps, scored with the weights of its best validation MSE "
         f"(checked every {results['validate_every']} steps){'; --keep-last: final weights' if results['keep_last'] else ''}.\n"
+    )
+
+
+def naive_table(results: dict) -> str:
+    """The naive forecasts on the same test windows, beside the arms: a trained model should beat them clearly."""
+    naive = results.get("naive")
+    if not naive:
+        return ""
+    rows = [[name, f"{values['mse']:.4f}", f"{values['mae']:.4f}"] for name, values in naive.items()]
+    season = results.get("season")
+    return (
+        f"Naive forecasts on the same test windows (last-season: the last {season} steps repeated):\n\n"
+        + markdown_table(["naive forecast", "MSE", "MAE"], rows)
+        + "\n\n"
     )
 
 

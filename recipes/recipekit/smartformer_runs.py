@@ -95,11 +95,14 @@ def run_one(
     trainer.train(resume_from_checkpoint=checkpoint)
     seconds = time.perf_counter() - start
     model = trainer.model
-    ranks = {}
+    ranks, factor_bits = {}, {}
     if method is not None:
         ranks = {group.name: model.get_submodule(group.modules[0]).rank for group in attention_groups(model)}
     elif prepare is not None and getattr(model.config, "compression_config", None):
         ranks = {name: spec["rank"] for name, spec in model.config.compression_config["modules"].items()}
+        factor_bits = {
+            name: spec.get("factor_bits") for name, spec in model.config.compression_config["modules"].items()
+        }
     result = {
         "name": name,
         "seed": seed,
@@ -113,6 +116,7 @@ def run_one(
         "flops": projection_flops(model),
         "model_flops": model_flops(model, test),
         "ranks": ranks,
+        "factor_bits": factor_bits,
         "agent_seed": None if search is None else search.seed,
         "switch_step": switch_at,
         "train_seconds": round(seconds, 2),

@@ -1,0 +1,85 @@
+"""The equal-bytes baselines of the byte search (uniform, random and greedy allocations, int-N weight QAT) and the
+naive forecasts beside them."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from test_byte_search import WIDTHS, every_linear_svd
+
+from hf_tensorcompress.evaluation.naive import evaluate_naive, naive_forecast
+from hf_tensorcompress.search import attention_groups
+
+from recipekit.byte_arms import (
+    allocation_bytes,
+    greedy_allocation,
+    prepare_int_qat,
+    random_allocation,
+    uniform_allocation,
+)
+
+
+@pytest.fixture(scope="module")
+def groups():
+    return attention_groups(every_linear_svd(), 10, WIDTHS, 32)
+
+
+def test_allocations_stay_within_the_bytes_they_are_given(groups):
+    budget = 0.3 * sum(g.dense_bytes for g in groups)
+    uniform = uniform_allocation(groups, budget)
+    assert allocation_bytes(groups, uniform) <= budget and {bits for _, bits in uniform.values()} == {4}
+    for draw in range(5):
+        assert allocation_bytes(groups, random_allocation(groups, budget, random.Random(draw))) <= budget
+    assert len({tuple(random_allocation(groups, budget, random.Random(d)).items()) for d in range(5)}) > 1
+
+
+def test_greedy_allocation_gives_bytes_to_the_sensitive_layer(groups):
+    """With one group costly to shrink and the other free, the greedy allocator shrinks the free one first."""
+    budget = 0.3 * sum(g.dense_bytes for g in groups)
+    costly, free = groups[0].name, groups[1].name
+    sensitivity = {
+        costly: {a: 1.0 / groups[0].bytes_at(*a) for a in groups[0].actions},
+        free: {a: 0.0 for a in groups[1].actions},
+    }
+    allocation = greedy_allocation(groups, budget, sensitivity)
+    assert allocation_bytes(groups, allocation) <= budget
+    assert allocation[free] == min(groups[1].actions, key=lambda a: groups[1].bytes_at(*a))
+    assert groups[0].bytes_at(*allocation[costly]) > groups[1].bytes_at(*allocation[free])
+
+
+def test_int_qat_trains_rounded_weights_and_counts_their_codes():
+    dense = torch.nn.Sequential(torch.nn.Linear(64, 32))
+    packed = prepare_int_qat(2)(dense, None)
+    weight = dense[0].weight
+    assert len(torch.unique(weight[0, :32])) <= 4  # 2-bit codes in a group of 32
+    assert packed["0"] < 64 * 32 * 4 / 8 + 32 * 4  # 2-bit codes with their scales, and the fp32 bias
+    dense(torch.randn(3, 64)).sum().backward()
+    assert dense[0].parametrizations.weight.original.grad is not None  # straight-through to the fp32 latent
+
+
+def test_naive_forecasts():
+    past = torch.arange(12.0).reshape(1, 12, 1)
+    assert naive_forecast("last-value", past, 3, 4).flatten().tolist() == [11.0, 11.0, 11.0]
+    assert naive_forecast("last-season", past, 6, 4).flatten().tolist() == [8.0, 9.0, 10.0, 11.0, 8.0, 9.0]
+    assert naive_forecast("training-mean", past, 2, 4).abs().sum() == 0
+    windows = [{"past_values": past[0], "future_values": torch.tensor([[8.0], [9.0], [10.0], [11.0]])}]
+    scores = evaluate_naive(windows, 4, batch_size=1)
+    assert scores["last-season"]["mse"] == 0 and scores["last-value"]["mse"] == pytest.approx((9 + 4 + 1) / 4)
+
+
+def test_comparison_checks_targets_only_within_the_budget():
+    """byte_comparison's table: sample std over the seeds, and no target claimed for a search over its budget."""
+    from byte_comparison import markdown, summary
+
+    def run(name, mse, ratio):
+        return {"name": name, "metrics": {"mse": mse}, "linear_bytes": {"disk_ratio": ratio}}
+
+    arms = summary([run("dense", 1.0, 1.0), run("dense", 3.0, 1.0), run("smartformer-bytes", 2.0, 0.05)])
+    assert arms["dense"]["std"] == pytest.approx(2**0.5) and arms["dense"]["median"] == 2.0
+    result = {"d": {"arms": arms, "naive": {"last-value": {"mse": 0.5}}}}
+    text = markdown(result, 1 / 16, 2)
+    assert "over 2 seeds: sample std, ddof=1" in text and "naive: last-value" in text and "+0.00 %" in text
+    over = summary([run("dense", 1.0, 1.0), run("smartformer-bytes", 1.0, 0.5)])
+    assert "no target is met" in markdown({"d": {"arms": over, "naive": {}}}, 1 / 16, 1)
