@@ -52,7 +52,8 @@ def projection_flops(model: torch.nn.Module) -> int:
 def model_flops(model: torch.nn.Module, windows) -> int:
     """FLOPs of one forward of the whole model on one window (counted by torch, so every layer is in it: embedding,
     attention, feed-forward, head; the training-mode forward, teacher-forced for Autoformer/Informer)."""
-    batch = {key: value.unsqueeze(0) for key, value in windows[0].items() if isinstance(value, torch.Tensor)}
+    device = next(model.parameters()).device  # the windows stay on the CPU; the model may be on a GPU
+    batch = {key: value.unsqueeze(0).to(device) for key, value in windows[0].items() if isinstance(value, torch.Tensor)}
     was_training = model.training
     model.eval()
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
