@@ -59,7 +59,9 @@ def test_no_dense_weight_in_the_file(exports):
     """A low-bit CP layer's file holds its codes, and no float initializer the size of a replaced weight."""
     _, path = exports("forecast", "cp-int4")
     model, replaced = onnx.load(str(path)), metadata(load(path))["compressed_modules"]
-    inits = {prefix: [i for i in model.graph.initializer if i.name.startswith(f"model.{prefix}.")] for prefix in replaced}
+    inits = {
+        prefix: [i for i in model.graph.initializer if i.name.startswith(f"model.{prefix}.")] for prefix in replaced
+    }
     assert replaced and all(inits.values())
     for held in inits.values():
         assert all(np.prod(i.dims) < 32 * 32 for i in held if i.data_type == onnx.TensorProto.FLOAT)
@@ -94,6 +96,17 @@ def test_unsupported_family_is_refused(tmp_path):
 
     with pytest.raises(OnnxExportError, match="PatchTST"):
         export_onnx(tiny_time_series("informer"), tmp_path / "x.onnx")
+
+
+def test_layer_without_export_form_is_refused(tmp_path):
+    from helpers import tiny_causal_lm
+
+    from hf_tensorcompress import CompressionConfig, apply_compression
+
+    model = tiny_causal_lm("llama")
+    apply_compression(model, CompressionConfig(method="tt", tt_order=3, tt_ranks=2))
+    with pytest.raises(OnnxExportError, match="tt_embedding"):
+        export_onnx(model, tmp_path / "x.onnx")
 
 
 def test_runner_refuses_the_wrong_kind(exports):

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from ...loading import load_model
+from ...runtime.contract import CompressedLayer
 from .graphs import GRAPHS, graph_for
 from .linears import GRAPH_FORMS
 from .metadata import write_metadata
@@ -61,6 +62,11 @@ def export_onnx(model_or_folder: nn.Module | str | Path, path: str | Path, opset
             f"{type(model).__name__} does not export to ONNX here; the exported families are: {supported}"
         )
     replaced = swap_layers(model)
+    left = {type(module).layer_type for module in model.modules() if isinstance(module, CompressedLayer)}
+    if left:
+        raise OnnxExportError(
+            f"layer types {sorted(left)} have no ONNX export form; cp, svd, biprop and tiered_embedding export"
+        )
     wrapper, inputs, dynamic, metadata = graph(model)
     wrapper.eval()
     path = Path(path)

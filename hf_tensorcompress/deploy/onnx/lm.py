@@ -51,8 +51,10 @@ class CausalLMGraph(nn.Module):
 
 def causal_lm_graph(model: nn.Module) -> tuple[nn.Module, tuple, dict, dict]:
     layers, kv_heads, head_dim = _cache_shape(model)
-    batch, sequence, past = torch.export.Dim("batch", min=1, max=64), torch.export.Dim("sequence", max=8192), (
-        torch.export.Dim("past", min=0, max=8192)
+    batch, sequence, past = (
+        torch.export.Dim("batch", min=1, max=64),
+        torch.export.Dim("sequence", max=8192),
+        (torch.export.Dim("past", min=0, max=8192)),
     )
     ids = torch.zeros(2, 4, dtype=torch.long)
     positions = torch.arange(EXAMPLE_PAST, EXAMPLE_PAST + 4).repeat(2, 1)
