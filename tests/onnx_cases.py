@@ -38,6 +38,8 @@ LM_CASES = {
         "codebook_size": 256,
         "low_rank": 4,
     },
+    "tt": {"method": "tt", "tt_order": 3, "tt_ranks": 4},
+    "tt-int8": {"method": "tt", "tt_order": 3, "tt_ranks": 4, "tt_storage_bits": 8},
 }
 
 PROMPT = [0, 5, 17, 33, 8, 90]
@@ -89,7 +91,10 @@ def stored_tensors_kept(folder: Path, onnx_file: Path) -> list[str]:
     compressed = [
         key
         for key, tensor in checkpoint.items()
-        if any(part in key for part in ("stored_", "factor_", "mask_bits", "tiers.", ".slot", ".left.", ".right."))
+        if any(
+            part in key
+            for part in ("stored_", "factor_", "mask_bits", "tiers.", ".slot", ".left.", ".right.", "cores.", "trains.")
+        )
         and tensor.numel() > 1
     ]
     return [key for key in compressed if checkpoint[key].numpy().tobytes() not in held]

@@ -99,13 +99,16 @@ def test_unsupported_family_is_refused(tmp_path):
 
 
 def test_layer_without_export_form_is_refused(tmp_path):
+    """Gemma's scaled TT embedding has no export form: refused by its layer type, not traced into a wrong graph."""
     from helpers import tiny_causal_lm
 
     from hf_tensorcompress import CompressionConfig, apply_compression
+    from hf_tensorcompress.methods.tt.scaled import ScaledTTEmbedding
 
-    model = tiny_causal_lm("llama")
-    apply_compression(model, CompressionConfig(method="tt", tt_order=3, tt_ranks=2))
-    with pytest.raises(OnnxExportError, match="tt_embedding"):
+    model = apply_compression(tiny_causal_lm("llama"), CompressionConfig(method="tt", tt_order=3, tt_ranks=2))
+    embedding = model.get_input_embeddings()
+    embedding.__class__, embedding.embed_scale = ScaledTTEmbedding, 2.0
+    with pytest.raises(OnnxExportError, match="tt_embedding_scaled"):
         export_onnx(model, tmp_path / "x.onnx")
 
 
