@@ -5,7 +5,7 @@ with torch 2.13 and transformers 5 the TorchScript exporter (``dynamo=False``) w
 refuses (a positional-encoding ``Add`` traced at the example's shape), and optimum's exporter does not support
 transformers 5. Before tracing, each compressed layer is swapped for its export form (``linears.py``,
 ``embeddings.py``), which keeps the stored tensors as initializers and decodes them with graph ops; the fused C kernel
-is never on this path. What the file holds is checked after export (``check_no_dense``).
+is never on this path. A model holding a layer without an export form is refused before tracing.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def export_onnx(model_or_folder: nn.Module | str | Path, path: str | Path, opset
     left = {type(module).layer_type for module in model.modules() if isinstance(module, CompressedLayer)}
     if left:
         raise OnnxExportError(
-            f"layer types {sorted(left)} have no ONNX export form; cp, svd, biprop and tiered_embedding export"
+            f"layer types {sorted(left)} have no ONNX export form (cp, svd, biprop, tiered_embedding and tt_embedding have one)"
         )
     wrapper, inputs, dynamic, metadata = graph(model)
     wrapper.eval()

@@ -54,16 +54,21 @@ class GraphCP(nn.Module):
 
 
 class GraphSVD(nn.Module):
-    """``y = (x · V) · Uᵀ + b`` from the two factors (``Vᵀ`` stored as ``(rank, in)`` in the low-bit form)."""
+    """``y = (x · V) · Uᵀ + b`` from the two factors as stored: ``V`` as ``(in, rank)`` fp32, or ``Vᵀ`` as
+    ``(rank, in)`` codes."""
 
     def __init__(self, layer: LowRankLinear) -> None:
         super().__init__()
         self.out = _factor(layer, "stored_out", None if layer.stored else layer.factor_out)
-        self.inner = _factor(layer, "stored_in", None if layer.stored else layer.factor_in.T)
+        if layer.factor_bits is None:
+            self.inner = nn.Parameter(layer.factor_in.detach(), requires_grad=False)
+        else:
+            self.inner = _factor(layer, "stored_in", None if layer.stored else layer.factor_in.T)
         self.bias = _bias(layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = (x @ _values(self.inner).T) @ _values(self.out).T
+        inner = self.inner.values().T if isinstance(self.inner, GraphLowBit) else self.inner
+        y = (x @ inner) @ _values(self.out).T
         return y if self.bias is None else y + self.bias
 
 
