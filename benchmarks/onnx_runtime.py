@@ -63,6 +63,7 @@ def median_seconds(function, repeats: int) -> float:
 def build(work: Path) -> dict:
     """Checkpoints and ONNX files of every arm (made once in ``work``)."""
     import onnx
+    import onnxruntime as ort
     import torch
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
     from transformers import AutoTokenizer, PatchTSTConfig, PatchTSTForPrediction
@@ -94,7 +95,12 @@ def build(work: Path) -> dict:
             files[f"{family}_{arm}_onnx"] = target
         quantized = work / f"{family}-ort-int4.onnx"
         if not quantized.exists():
-            quantizer = MatMulNBitsQuantizer(onnx.load(str(work / f"{family}-dense.onnx")), block_size=32)
+            folded = work / f"{family}-dense-folded.onnx"
+            options = ort.SessionOptions()  # the exporter's MatMuls read Transpose(W): fold it into W's initializer
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+            options.optimized_model_filepath = str(folded)
+            ort.InferenceSession(str(work / f"{family}-dense.onnx"), options, providers=["CPUExecutionProvider"])
+            quantizer = MatMulNBitsQuantizer(onnx.load(str(folded)), block_size=32)
             quantizer.process()
             onnx.save(quantizer.model.model, str(quantized))
             from hf_tensorcompress.deploy.onnx.metadata import read_metadata, write_metadata
