@@ -1,6 +1,8 @@
 """SmolLM2-135M with the README's 6× tiered embedding, exported: the same 32 greedy tokens as the PyTorch checkpoint,
-and a file smaller than the dense export by at least what the embedding saves."""
+and tensors smaller than the dense export's by at least what the embedding saves. The whole file is smaller by that
+saving less the graph of the decoding ops (measured: 34 KB short of 103.8 MB, docs/guide/deployment.md)."""
 
+import onnx
 import pytest
 import torch
 from transformers import AutoTokenizer
@@ -28,4 +30,10 @@ def test_smollm2_tiered_export(tmp_path):
     compressed_file = export_onnx(model, tmp_path / "tiered.onnx")
     assert generate(load(compressed_file, threads=2), prompt[0].tolist(), 32) == expected.tolist()
     dense_file = export_onnx(dense_folder, tmp_path / "dense.onnx")
-    assert dense_file.stat().st_size - compressed_file.stat().st_size >= saving
+    assert tensor_bytes(dense_file) - tensor_bytes(compressed_file) >= saving
+    assert dense_file.stat().st_size - compressed_file.stat().st_size >= saving - 100_000
+
+
+def tensor_bytes(path):
+    """Bytes of the file's initializers (the graph's nodes and shape annotations left out)."""
+    return sum(init.ByteSize() for init in onnx.load(str(path)).graph.initializer)
