@@ -2,8 +2,8 @@
 
 The exporter is torch's own dynamo-based ``torch.onnx.export(..., dynamo=True)`` (``torch.export`` then onnxscript):
 with torch 2.13 and transformers 5 the TorchScript exporter (``dynamo=False``) writes a PatchTST graph ONNX Runtime
-refuses (a positional-encoding ``Add`` traced at the example's shape), and optimum's exporter does not support
-transformers 5. Before tracing, each compressed layer is swapped for its export form (``linears.py``,
+refuses (a positional-encoding ``Add`` traced at the example's shape); optimum is not used (not installed here, and
+the dynamo exporter covers these models with transformers' own code). Before tracing, each compressed layer is swapped for its export form (``linears.py``,
 ``embeddings.py``), which keeps the stored tensors as initializers and decodes them with graph ops; the fused C kernel
 is never on this path. A model holding a layer without an export form is refused before tracing.
 """
@@ -19,6 +19,7 @@ from torch import nn
 
 from ...loading import load_model
 from ...runtime.contract import CompressedLayer
+from .embeddings import swap_embeddings
 from .graphs import GRAPHS, graph_for
 from .linears import GRAPH_FORMS
 from .metadata import write_metadata
@@ -30,8 +31,6 @@ class OnnxExportError(ValueError):
 
 def swap_layers(model: nn.Module) -> list[str]:
     """Replace every compressed layer that has an export form, in place; the names of the replaced modules."""
-    from .embeddings import swap_embeddings
-
     replaced = swap_embeddings(model)
     for name, module in list(model.named_modules()):
         form = GRAPH_FORMS.get(type(module))
