@@ -1,5 +1,5 @@
 """Stored matrices decoded inside the exported graph: packed codes stay uint8 initializers, and the graph unpacks them
-with bit shifts and masks (ONNX ``BitShift``/``BitwiseAnd``), then scales them, for exactly the rows it needs.
+with integer ``Div`` and ``Mod`` (``bits_at``), then scales them, for exactly the rows it needs.
 
 Export-only code (torch ops that the dynamo exporter translates one to one); the layouts are those of
 ``runtime/lowbit.py`` (``pack``) and ``runtime/codebook.py``.
