@@ -50,6 +50,7 @@ _EXPORTS = {
     "PushError": ".hub",
     "model_card": ".hub",
     "push_to_hub": ".hub",
+    "export_onnx": ".deploy.onnx.export",
 }
 add_method_package(f"{__name__}.methods")
 for _info in pkgutil.iter_modules(importlib.import_module(f"{__name__}.methods").__path__):

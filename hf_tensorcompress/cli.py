@@ -45,6 +45,7 @@ EXAMPLES = {
         "Data is split 7:1:2 in time and standardised with training statistics; MSE/MAE are on that scale."
     ),
     "report": f"example:\n  {PROG} report ./patchtst-cp --tokens 512",
+    "export-onnx": f"example:\n  {PROG} export-onnx ./patchtst-cp patchtst-cp.onnx",
     "push": (
         "example:\n"
         f"  {PROG} push ./patchtst-cp me/patchtst-cp --results runs/results.json --run smartformer\n\n"
@@ -421,6 +422,19 @@ def report_command(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------- push
+def export_onnx_command(args: argparse.Namespace) -> int:
+    from .extras import require
+
+    for package in ("onnx", "onnxscript"):
+        require(package, "exporting to ONNX")
+    from .deploy.onnx.export import describe, export_onnx
+
+    path = export_onnx(args.folder, args.output, opset=args.opset)
+    print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    print(describe(path))
+    return 0
+
+
 def push_command(args: argparse.Namespace) -> int:
     from .hub import CARD_INFO_FILE, CardInfo, push_to_hub, set_card_info
     from .loading import load_model
@@ -565,6 +579,15 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("folder", help="a compressed model folder")
     report.add_argument("--tokens", type=int, default=1, help="rows/tokens per forward for FLOPs (default: 1)")
     report.add_argument("--json", action="store_true", help="print the full report as JSON instead of tables")
+
+    onnx = command(
+        "export-onnx",
+        "Export a PatchTST or causal LM folder to one ONNX file that keeps the compressed tensors as stored.",
+        export_onnx_command,
+    )
+    onnx.add_argument("folder", help="a model folder (compressed or dense)")
+    onnx.add_argument("output", help="the .onnx file to write")
+    onnx.add_argument("--opset", type=int, default=21, help="ONNX opset (default: 21)")
 
     push = command("push", "Upload a compressed model folder to the Hub with its code and a model card.", push_command)
     push.add_argument("folder", help="a compressed model folder")

@@ -7,6 +7,7 @@
 | ``plots`` | matplotlib | the Smartformer search plot, the TT recipe's figure |
 | ``peft`` | peft | using PEFT adapters on compressed models |
 | ``quant`` | torchao, bitsandbytes | the embedding's quantization arms; torchao- or bitsandbytes-quantized blocks beside a compressed embedding; the time-series recipes' PTQ and ternary QAT baselines (``hf_tensorcompress.baselines``) |
+| ``onnx`` | onnx, onnxscript, onnxruntime | ``export-onnx`` / ``export_onnx`` and running the exported file (``deploy/onnx``) |
 | ``all`` | all of the above | |
 """
 
@@ -23,6 +24,9 @@ EXTRAS = {
     "peft": "peft",
     "torchao": "quant",
     "bitsandbytes": "quant",
+    "onnx": "onnx",
+    "onnxscript": "onnx",
+    "onnxruntime": "onnx",
 }
 
 

@@ -110,3 +110,24 @@ def build_environments() -> dict[str, Path]:
         "bare": python_of(bare),
         "bare_torchao": python_of(torchao),
     }
+
+
+#: What the no-torch deployment environment holds besides the library (installed without its dependencies).
+ONNX_RUNTIME_PACKAGES = ("onnxruntime", "numpy", "tokenizers")
+
+
+def build_onnx_runtime_env() -> Path:
+    """The python of ``onnx_runtime``: onnxruntime, numpy and tokenizers (this interpreter's versions) and the library
+    installed with ``--no-deps``, and no torch, as where an exported model is deployed (built where missing; the
+    library reinstalled from this checkout)."""
+    pins = [sys.version, *(requirement(name) for name in ONNX_RUNTIME_PACKAGES)]
+    folder = cache_root() / hashlib.sha256("\n".join(pins).encode()).hexdigest()[:12] / "onnx_runtime"
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(folder.parent / ".lock")):
+        if not (folder / ".complete").exists():
+            _venv(folder)
+            _pip(folder, *(requirement(name) for name in ONNX_RUNTIME_PACKAGES))
+            (folder / ".complete").touch()
+        with tempfile.TemporaryDirectory() as scratch:
+            _pip(folder, "--no-deps", "--force-reinstall", _library_wheel(Path(scratch)))
+    return python_of(folder)

@@ -1,0 +1,310 @@
+"""ONNX Runtime deployment of compressed checkpoints: bytes, latency and peak RSS of the exported files against the
+dense ONNX export, ONNX Runtime's own 4-bit weight quantization of that export (``MatMul4BitsQuantizer``:
+``MatMulNBits``, block 32) and the same checkpoints in PyTorch.
+
+    nice -n 5 python benchmarks/onnx_runtime.py [--work DIR] [--repeats 5] [--decode-tokens 16]
+
+Models: SmolLM2-135M-Instruct with the README's 6× tiered embedding (``tier_tokens=[2000], tier_bits=[4,
+"codebook"]``, nearest rounding: no calibration pass) and a PatchTST forecaster (context 336, 7 channels, d_model
+128, 3 layers, random weights) with CP attention at rank 0.25 and 4-bit factors. Every arm runs in a fresh process
+(peak RSS is that process's VmHWM after load and the timed runs); ``*_nofold`` arms load the compressed file with
+ONNX Runtime's constant folding off, so the packed tensors stay packed in memory too. The greedy check decodes 32
+tokens with the exported tiered file and with the PyTorch checkpoint. The last line printed is one JSON object with
+all figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+PROMPT_TOKENS, FORECAST_BATCHES, THREADS = 128, (1, 32), (1, 2)
+TIERED = dict(method="tiered", tier_tokens=[2000], tier_bits=[4, "codebook"])
+PATCHTST = dict(
+    num_input_channels=7,
+    context_length=336,
+    prediction_length=96,
+    patch_length=16,
+    patch_stride=8,
+    d_model=128,
+    num_attention_heads=16,
+    num_hidden_layers=3,
+    ffn_dim=256,
+)
+CP = dict(method="cp", rank=0.25, factor_bits=4, cp_iterations=10)
+
+
+def peak_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def median_seconds(function, repeats: int) -> float:
+    function()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# ------------------------------------------------------------------------------------------------------ build
+def build(work: Path) -> dict:
+    """Checkpoints and ONNX files of every arm (made once in ``work``)."""
+    import onnx
+    import onnxruntime as ort
+    import torch
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+    from transformers import AutoTokenizer, PatchTSTConfig, PatchTSTForPrediction
+
+    from hf_tensorcompress import CompressionConfig, apply_compression, load_model
+    from hf_tensorcompress.data.causal_lm import smollm2_dir
+    from hf_tensorcompress.deploy.onnx import export_onnx
+
+    work.mkdir(parents=True, exist_ok=True)
+    files = {"lm_dense_folder": smollm2_dir(), "lm_tiered_folder": work / "smollm2-tiered"}
+    if not (files["lm_tiered_folder"] / "config.json").exists():
+        model = load_model(files["lm_dense_folder"]).float()
+        apply_compression(model, CompressionConfig(**TIERED))
+        model.save_pretrained(files["lm_tiered_folder"])
+        AutoTokenizer.from_pretrained(files["lm_dense_folder"]).save_pretrained(files["lm_tiered_folder"])
+    files["ts_dense_folder"], files["ts_cp_folder"] = work / "patchtst-dense", work / "patchtst-cp-int4"
+    if not (files["ts_cp_folder"] / "config.json").exists():
+        torch.manual_seed(0)
+        model = PatchTSTForPrediction(PatchTSTConfig(**PATCHTST)).eval()
+        model.save_pretrained(files["ts_dense_folder"])
+        apply_compression(model, CompressionConfig(**CP))
+        model.save_pretrained(files["ts_cp_folder"])
+    for family in ("lm", "ts"):
+        compressed = "tiered" if family == "lm" else "cp"
+        for arm in ("dense", compressed):
+            target = work / f"{family}-{arm}.onnx"
+            if not target.exists():
+                export_onnx(files[f"{family}_{arm}_folder"], target)
+            files[f"{family}_{arm}_onnx"] = target
+        quantized = work / f"{family}-ort-int4.onnx"
+        if not quantized.exists():
+            folded = work / f"{family}-dense-folded.onnx"
+            options = ort.SessionOptions()  # the exporter's MatMuls read Transpose(W): fold it into W's initializer
+            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+            options.optimized_model_filepath = str(folded)
+            ort.InferenceSession(str(work / f"{family}-dense.onnx"), options, providers=["CPUExecutionProvider"])
+            quantizer = MatMulNBitsQuantizer(onnx.load(str(folded)), block_size=32)
+            quantizer.process()
+            onnx.save(quantizer.model.model, str(quantized))
+            from hf_tensorcompress.deploy.onnx.metadata import read_metadata, write_metadata
+
+            write_metadata(quantized, read_metadata(work / f"{family}-dense.onnx"))
+        files[f"{family}_ort_int4_onnx"] = quantized
+    return {key: str(value) for key, value in files.items()}
+
+
+# ------------------------------------------------------------------------------------------------------ arms
+def ort_lm(path: str, threads: int, repeats: int, decode: int, fold: bool) -> dict:
+    from hf_tensorcompress.deploy.onnx.runner import empty_cache, load, metadata, step
+
+    session = load(path, threads=threads, fold_constants=fold)
+    info = metadata(session)
+    prompt = np.random.default_rng(0).integers(0, info["vocab_size"], (1, PROMPT_TOKENS))
+    prefill = median_seconds(lambda: step(session, info, prompt, empty_cache(info, 1)), repeats)
+    _, cache = step(session, info, prompt, empty_cache(info, 1))
+
+    def decode_steps():
+        state = cache
+        for token in range(decode):
+            _, state = step(session, info, np.asarray([[token + 5]]), state)
+
+    return {"prefill_s": prefill, "decode_token_s": median_seconds(decode_steps, repeats) / decode}
+
+
+def torch_lm(folder: str, threads: int, repeats: int, decode: int) -> dict:
+    import torch
+
+    from hf_tensorcompress import load_model
+
+    torch.set_num_threads(threads)
+    model = load_model(folder).float().eval()
+    prompt = torch.from_numpy(np.random.default_rng(0).integers(0, model.config.vocab_size, (1, PROMPT_TOKENS)))
+    with torch.no_grad():
+        prefill = median_seconds(lambda: model(prompt, use_cache=True), repeats)
+        cache = model(prompt, use_cache=True).past_key_values
+
+        def decode_steps():
+            import copy
+
+            state = copy.deepcopy(cache)
+            for token in range(decode):
+                state = model(torch.tensor([[token + 5]]), past_key_values=state, use_cache=True).past_key_values
+
+        return {"prefill_s": prefill, "decode_token_s": median_seconds(decode_steps, repeats) / decode}
+
+
+def ort_ts(path: str, threads: int, repeats: int, fold: bool) -> dict:
+    from hf_tensorcompress.deploy.onnx.runner import forecast, load
+
+    session = load(path, threads=threads, fold_constants=fold)
+    rng = np.random.default_rng(0)
+    shape = (PATCHTST["context_length"], PATCHTST["num_input_channels"])
+    return {
+        f"forecast_b{batch}_s": median_seconds(
+            lambda b=batch: forecast(session, rng.standard_normal((b, *shape)).astype(np.float32)), repeats
+        )
+        for batch in FORECAST_BATCHES
+    }
+
+
+def torch_ts(folder: str, threads: int, repeats: int) -> dict:
+    import torch
+
+    from hf_tensorcompress import load_model
+
+    torch.set_num_threads(threads)
+    model = load_model(folder).float().eval()
+    shape = (PATCHTST["context_length"], PATCHTST["num_input_channels"])
+    with torch.no_grad():
+        return {
+            f"forecast_b{batch}_s": median_seconds(lambda b=batch: model(past_values=torch.randn(b, *shape)), repeats)
+            for batch in FORECAST_BATCHES
+        }
+
+
+def arms(files: dict) -> dict[str, tuple]:
+    """arm → (function name, path, extra arguments)."""
+    return {
+        "lm_dense_onnx": ("ort_lm", files["lm_dense_onnx"], True),
+        "lm_ort_int4_onnx": ("ort_lm", files["lm_ort_int4_onnx"], True),
+        "lm_tiered_onnx": ("ort_lm", files["lm_tiered_onnx"], True),
+        "lm_tiered_onnx_nofold": ("ort_lm", files["lm_tiered_onnx"], False),
+        "lm_tiered_torch": ("torch_lm", files["lm_tiered_folder"]),
+        "ts_dense_onnx": ("ort_ts", files["ts_dense_onnx"], True),
+        "ts_ort_int4_onnx": ("ort_ts", files["ts_ort_int4_onnx"], True),
+        "ts_cp_onnx": ("ort_ts", files["ts_cp_onnx"], True),
+        "ts_cp_onnx_nofold": ("ort_ts", files["ts_cp_onnx"], False),
+        "ts_cp_torch": ("torch_ts", files["ts_cp_folder"]),
+    }
+
+
+def child(arm: str, files: dict, threads: int, repeats: int, decode: int) -> dict:
+    name, path, *extra = arms(files)[arm]
+    function = globals()[name]
+    arguments = (path, threads, repeats) + ((decode,) if name.endswith("lm") else ()) + tuple(extra)
+    return {**function(*arguments), "peak_rss_mb": peak_rss_mb()}
+
+
+# ------------------------------------------------------------------------------------------------------ checks
+def greedy_check(files: dict, new_tokens: int = 32) -> dict:
+    import torch
+    from transformers import AutoTokenizer
+
+    from hf_tensorcompress import load_model
+    from hf_tensorcompress.deploy.onnx.runner import generate, load
+
+    folder = files["lm_tiered_folder"]
+    prompt = AutoTokenizer.from_pretrained(folder)("The capital of France is", return_tensors="pt").input_ids
+    model = load_model(folder).float().eval()
+    with torch.no_grad():
+        expected = model.generate(prompt, max_new_tokens=new_tokens, do_sample=False, eos_token_id=None)
+    expected = expected[0, prompt.shape[1] :].tolist()
+    got = generate(load(files["lm_tiered_onnx"], threads=2), prompt[0].tolist(), new_tokens)
+    return {"tokens": new_tokens, "identical": got == expected, "first_difference": _first_difference(got, expected)}
+
+
+def _first_difference(a: list[int], b: list[int]) -> int | None:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None)
+
+
+def sizes(files: dict) -> dict:
+    """File bytes, and the target's reference: the checkpoint's compressed bytes plus the rest at fp32."""
+    from safetensors import safe_open
+
+    def checkpoint_parts(folder: str) -> tuple[int, int]:
+        compressed = rest = 0
+        with safe_open(str(Path(folder) / "model.safetensors"), "pt") as handle:
+            for key in handle.keys():
+                tensor = handle.get_tensor(key)
+                if tensor.dtype.is_floating_point and tensor.numel() > 1 and "stored" not in key and "tiers" not in key:
+                    if "scale" in key or "minimum" in key or "codebook" in key:
+                        compressed += tensor.numel() * tensor.element_size()
+                    else:
+                        rest += tensor.numel() * 4
+                else:
+                    compressed += tensor.numel() * tensor.element_size()
+        return compressed, rest
+
+    out = {}
+    for family, arm in (("lm", "tiered"), ("ts", "cp")):
+        compressed, rest = checkpoint_parts(files[f"{family}_{arm}_folder"])
+        out[family] = {
+            "checkpoint_bytes": (Path(files[f"{family}_{arm}_folder"]) / "model.safetensors").stat().st_size,
+            "checkpoint_compressed_plus_fp32_rest": compressed + rest,
+            **{
+                f"{name}_onnx_bytes": Path(files[f"{family}_{name}_onnx"]).stat().st_size
+                for name in ("dense", arm, "ort_int4")
+            },
+        }
+        out[family]["target_ratio"] = (
+            out[family][f"{arm}_onnx_bytes"] / out[family]["checkpoint_compressed_plus_fp32_rest"]
+        )
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", default=str(Path.home() / ".cache" / "hf_tensorcompress" / "onnx-benchmark"))
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--decode-tokens", type=int, default=16)
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--files", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child, json.loads(args.files), args.threads, args.repeats, args.decode_tokens)))
+        return
+    files = build(Path(args.work))
+    results: dict = {"sizes": sizes(files), "greedy": greedy_check(files), "arms": {}}
+    print(json.dumps(results["sizes"]), json.dumps(results["greedy"]), flush=True)
+    for threads in THREADS:
+        for arm in arms(files):
+            command = [
+                sys.executable,
+                __file__,
+                "--child",
+                arm,
+                "--threads",
+                str(threads),
+                "--files",
+                json.dumps(files),
+            ]
+            command += ["--repeats", str(args.repeats), "--decode-tokens", str(args.decode_tokens)]
+            env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+            output = subprocess.run(command, capture_output=True, text=True, env=env, check=True).stdout
+            results["arms"][f"{arm}@{threads}"] = json.loads(output.strip().splitlines()[-1])
+            print(arm, threads, results["arms"][f"{arm}@{threads}"], flush=True)
+    ratios = {}
+    for threads in THREADS:
+        arm = results["arms"]
+        ratios[f"lm_tiered_decode_vs_dense@{threads}"] = (
+            arm[f"lm_tiered_onnx@{threads}"]["decode_token_s"] / arm[f"lm_dense_onnx@{threads}"]["decode_token_s"]
+        )
+        for batch in FORECAST_BATCHES:
+            key = f"forecast_b{batch}_s"
+            ratios[f"ts_cp_b{batch}_vs_dense@{threads}"] = (
+                arm[f"ts_cp_onnx@{threads}"][key] / arm[f"ts_dense_onnx@{threads}"][key]
+            )
+    results["ratios"] = ratios
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Deployment targets outside PyTorch: ``onnx`` exports compressed models to ONNX Runtime and runs them without torch."""

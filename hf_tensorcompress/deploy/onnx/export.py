@@ -1,0 +1,95 @@
+"""``export_onnx``: a compressed (or dense) model to one ONNX file that ONNX Runtime runs without torch.
+
+The exporter is torch's own dynamo-based ``torch.onnx.export(..., dynamo=True)`` (``torch.export`` then onnxscript):
+with torch 2.13 and transformers 5 the TorchScript exporter (``dynamo=False``) writes a PatchTST graph ONNX Runtime
+refuses (a positional-encoding ``Add`` traced at the example's shape); optimum is not used (not installed here, and
+the dynamo exporter covers these models with transformers' own code). Before tracing, each compressed layer is swapped for its export form (``linears.py``,
+``embeddings.py``), which keeps the stored tensors as initializers and decodes them with graph ops; the fused C kernel
+is never on this path. A model holding a layer without an export form is refused before tracing.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ...loading import load_model
+from ...runtime.contract import CompressedLayer
+from .embeddings import swap_embeddings
+from .graphs import GRAPHS, graph_for
+from .linears import GRAPH_FORMS
+from .metadata import write_metadata
+
+
+class OnnxExportError(ValueError):
+    """A model or option this exporter does not take to ONNX (the message says why and what does export)."""
+
+
+def swap_layers(model: nn.Module) -> list[str]:
+    """Replace every compressed layer that has an export form, in place; the names of the replaced modules."""
+    replaced = swap_embeddings(model)
+    for name, module in list(model.named_modules()):
+        form = GRAPH_FORMS.get(type(module))
+        if form is not None:
+            model.set_submodule(name, form(module))
+            replaced.append(name)
+    return replaced
+
+
+def _model(model_or_folder: nn.Module | str | Path) -> nn.Module:
+    if isinstance(model_or_folder, nn.Module):
+        return copy.deepcopy(model_or_folder).float().eval()
+    return load_model(model_or_folder).float().eval()
+
+
+def export_onnx(model_or_folder: nn.Module | str | Path, path: str | Path, opset: int = 21) -> Path:
+    """Export a PatchTST forecaster/classifier/regressor or a causal LM (dense, or compressed by this library) to the
+    single ONNX file ``path``; the compressed layers keep their stored tensors. Returns ``path``.
+
+    The file carries what the runner needs in its metadata (``hf_tensorcompress.kind``: ``forecast`` or
+    ``causal_lm``, and the model's input/output names), so ``runner.forecast`` / ``runner.generate`` take only it.
+    """
+    model = _model(model_or_folder)
+    graph = graph_for(model)
+    if graph is None:
+        supported = ", ".join(GRAPHS)
+        raise OnnxExportError(
+            f"{type(model).__name__} does not export to ONNX here; the exported families are: {supported}"
+        )
+    replaced = swap_layers(model)
+    left = {type(module).layer_type for module in model.modules() if isinstance(module, CompressedLayer)}
+    if left:
+        raise OnnxExportError(
+            f"layer types {sorted(left)} have no ONNX export form (cp, svd, biprop, tiered_embedding and tt_embedding have one)"
+        )
+    wrapper, inputs, dynamic, metadata = graph(model)
+    wrapper.eval()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with torch.no_grad():
+        program = torch.onnx.export(
+            wrapper,
+            inputs,
+            input_names=list(metadata["inputs"]),
+            output_names=list(metadata["outputs"]),
+            dynamic_shapes=dynamic,
+            opset_version=opset,
+            dynamo=True,
+            external_data=False,
+            optimize=False,
+            verbose=False,
+        )
+    program.save(str(path), external_data=False)
+    write_metadata(path, {**metadata, "compressed_modules": replaced})
+    return path
+
+
+def describe(path: str | Path) -> str:
+    """The metadata an exported file carries, as indented JSON (for the command line)."""
+    from .metadata import read_metadata
+
+    return json.dumps(read_metadata(path), indent=2)

@@ -1,0 +1,103 @@
+"""Export forms of the compressed Linear layers: each keeps the layer's stored tensors as they are (fp32 factors,
+packed factor codes, Biprop's mask bits) and computes the layer's output from them with standard ONNX ops
+(``MatMul``/``Einsum`` chains), so no dense weight ever becomes an initializer.
+
+Export-only code: the forwards here avoid what the exporter cannot trace (the fused C kernel behind ctypes, cached
+weights keyed on data pointers, Python-side chunk loops).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ...methods.biprop.layer import BipropLinear
+from ...methods.cp.layer import STORED_NAMES, CPLinear
+from ...methods.svd.layer import LowRankLinear
+from ...runtime.factor_storage import stored
+from .unpack import GraphLowBit, bits_at
+
+
+def _factor(layer: nn.Module, stored_name: str, matrix: torch.Tensor | None) -> nn.Module | nn.Parameter:
+    """A factor as the checkpoint stores it: the loaded codes, codes of a trained layer's rounded factor, or the fp32
+    factor itself."""
+    if layer.factor_bits is None:
+        return nn.Parameter(matrix.detach(), requires_grad=False)
+    if layer.stored:
+        return GraphLowBit(getattr(layer, stored_name))
+    return GraphLowBit(stored(matrix, layer.factor_bits, layer.factor_group_size))
+
+
+def _values(factor: nn.Module | torch.Tensor) -> torch.Tensor:
+    return factor.values() if isinstance(factor, GraphLowBit) else factor
+
+
+def _bias(layer: nn.Module) -> nn.Parameter | None:
+    return None if layer.bias is None else nn.Parameter(layer.bias.detach().float(), requires_grad=False)
+
+
+class GraphCP(nn.Module):
+    """``y = ((x · (A ⊙ B)) · Cᵀ) + b`` from the three CP factors: the Khatri-Rao product is an ``Einsum`` of the two
+    small factors, then two ``MatMul``s (the stored form's path: never the ``out × in`` weight)."""
+
+    def __init__(self, layer: CPLinear) -> None:
+        super().__init__()
+        fp32 = [None] * 3 if layer.stored else [layer.factor_heads, layer.factor_head_dim, layer.factor_out]
+        self.heads, self.head_dim, self.out = (_factor(layer, name, m) for name, m in zip(STORED_NAMES, fp32))
+        self.bias = _bias(layer)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        heads, head_dim, out = (_values(f) for f in (self.heads, self.head_dim, self.out))
+        khatri_rao = torch.einsum("hr,dr->hdr", heads, head_dim).reshape(-1, heads.shape[1])
+        y = (x @ khatri_rao) @ out.T
+        return y if self.bias is None else y + self.bias
+
+
+class GraphSVD(nn.Module):
+    """``y = (x · V) · Uᵀ + b`` from the two factors as stored: ``V`` as ``(in, rank)`` fp32, or ``Vᵀ`` as
+    ``(rank, in)`` codes."""
+
+    def __init__(self, layer: LowRankLinear) -> None:
+        super().__init__()
+        self.out = _factor(layer, "stored_out", None if layer.stored else layer.factor_out)
+        if layer.factor_bits is None:
+            self.inner = nn.Parameter(layer.factor_in.detach(), requires_grad=False)
+        else:
+            self.inner = _factor(layer, "stored_in", None if layer.stored else layer.factor_in.T)
+        self.bias = _bias(layer)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        inner = self.inner.values().T if isinstance(self.inner, GraphLowBit) else self.inner
+        y = (x @ inner) @ _values(self.out).T
+        return y if self.bias is None else y + self.bias
+
+
+def _bits(packed: torch.Tensor, numel: int) -> torch.Tensor:
+    """Bits packed 8 per byte, most significant first (``biprop.pack_bits``), unpacked in graph ops as float 0/1."""
+    wide = packed.to(torch.int32)
+    parts = [bits_at(wide, shift, 1) for shift in range(7, -1, -1)]
+    return torch.stack(parts, dim=-1).reshape(-1)[:numel].float()
+
+
+class GraphBiprop(nn.Module):
+    """``y = x (α · sign ⊙ M)ᵀ`` from the packed mask bits and the packed sign bits (1 bit a weight each; the
+    checkpoint regenerates the signs from ``sign_seed`` with a hash the graph does not carry), unpacked in the graph
+    into the ternary weight before one ``MatMul``."""
+
+    def __init__(self, layer: BipropLinear) -> None:
+        super().__init__()
+        if layer.trainable:
+            layer._refresh_packed()
+        self.shape = (layer.out_features, layer.in_features)
+        self.register_buffer("mask_bits", layer.mask_bits.detach().clone())
+        self.register_buffer("sign_bits", layer.sign_bits().detach().clone())
+        self.register_buffer("alpha", layer.alpha.detach().float().clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        numel = self.shape[0] * self.shape[1]
+        mask, sign = _bits(self.mask_bits, numel), _bits(self.sign_bits, numel)
+        ternary = mask * (2 * sign - 1)
+        return x @ (ternary.reshape(self.shape) * self.alpha).T
+
+
+GRAPH_FORMS: dict[type, type[nn.Module]] = {CPLinear: GraphCP, LowRankLinear: GraphSVD, BipropLinear: GraphBiprop}

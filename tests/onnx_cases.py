@@ -1,0 +1,100 @@
+"""Models the ONNX export tests compress, save and export, and the checks they share."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from helpers import tiny_causal_lm, tiny_time_series
+from onnx import numpy_helper
+from safetensors.torch import load_file
+
+from hf_tensorcompress import CompressionConfig, apply_compression, load_model
+from hf_tensorcompress.deploy.onnx import export_onnx
+
+#: name → compression options of the tiny PatchTST cases
+FORECAST_CASES = {
+    "cp": {"method": "cp", "rank": 0.5},
+    "cp-int4": {"method": "cp", "rank": 0.5, "factor_bits": 4, "factor_group_size": 4},
+    "svd": {"method": "svd", "rank": 0.5},
+    "svd-int3": {"method": "svd", "rank": 0.5, "factor_bits": 3},
+    "svd-int2": {"method": "svd", "rank": 0.5, "factor_bits": 2},
+    "svd-int8": {"method": "svd", "rank": 0.5, "factor_bits": 8},
+    "biprop": {"method": "biprop"},
+}
+
+#: name → compression options of the tiny Llama cases (None: the dense model)
+LM_CASES = {
+    "dense": None,
+    "tiered-int4-int2": {"method": "tiered", "tier_tokens": [40], "tier_bits": [4, 2], "tier_group_size": 8},
+    "tiered-codebook-lowrank": {
+        "method": "tiered",
+        "tier_tokens": [40],
+        "tier_bits": [3, "codebook"],
+        "tier_group_size": 8,
+        "codebook_dim": 4,
+        "codebook_size": 256,
+        "low_rank": 4,
+    },
+    "tt": {"method": "tt", "tt_order": 3, "tt_ranks": 4},
+    "tt-int8": {"method": "tt", "tt_order": 3, "tt_ranks": 4, "tt_storage_bits": 8},
+}
+
+PROMPT = [0, 5, 17, 33, 8, 90]
+
+
+def saved_forecaster(folder: Path, options: dict) -> Path:
+    model = tiny_time_series("patchtst")
+    apply_compression(model, CompressionConfig(**options))
+    model.save_pretrained(folder)
+    return folder
+
+
+def saved_lm(folder: Path, options: dict | None) -> Path:
+    """A tiny tied Llama with weights large enough for greedy decoding to change tokens (at the default init of
+    std 0.02 it repeats one token)."""
+    model = tiny_causal_lm("llama")
+    with torch.no_grad():
+        model.model.embed_tokens.weight.normal_(0.0, 1.0)
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.Linear) and name != "lm_head":
+                module.weight.normal_(0.0, 0.5)
+    if options is not None:
+        apply_compression(model, CompressionConfig(**options))
+    model.save_pretrained(folder)
+    return folder
+
+
+def exported(folder: Path) -> Path:
+    return export_onnx(folder, folder / "model.onnx")
+
+
+def torch_forecast(folder: Path, past_values: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return load_model(folder).eval()(past_values=torch.from_numpy(past_values)).prediction_outputs.numpy()
+
+
+def torch_greedy(folder: Path, prompt: list[int], new_tokens: int) -> list[int]:
+    model = load_model(folder).eval()
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens, do_sample=False, eos_token_id=None)
+    return out[0, len(prompt) :].tolist()
+
+
+def stored_tensors_kept(folder: Path, onnx_file: Path) -> list[str]:
+    """Checkpoint tensors of the compressed modules that no ONNX initializer holds byte for byte (should be none)."""
+    checkpoint = load_file(folder / "model.safetensors")
+    model = onnx.load(str(onnx_file))
+    held = {numpy_helper.to_array(init).tobytes() for init in model.graph.initializer}
+    compressed = [
+        key
+        for key, tensor in checkpoint.items()
+        if any(
+            part in key
+            for part in ("stored_", "factor_", "mask_bits", "tiers.", ".slot", ".left.", ".right.", "cores.", "trains.")
+        )
+        and tensor.numel() > 1
+    ]
+    return [key for key in compressed if checkpoint[key].numpy().tobytes() not in held]
