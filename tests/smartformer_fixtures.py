@@ -10,7 +10,8 @@ from hf_tensorcompress import CompressionConfig, apply_compression
 CONTEXT, HORIZON, CHANNELS = 32, 8, 3
 
 
-def tiny_patchtst(method: str = "cp", rank: int | float = 1.0, layers: int = 2, seed: int = 0) -> PatchTSTForPrediction:
+def dense_patchtst(layers: int = 2, seed: int = 0) -> PatchTSTForPrediction:
+    """The tiny PatchTST the search tests train, dense (seeded)."""
     torch.manual_seed(seed)
     config = PatchTSTConfig(
         num_input_channels=CHANNELS,
@@ -23,7 +24,11 @@ def tiny_patchtst(method: str = "cp", rank: int | float = 1.0, layers: int = 2, 
         ffn_dim=32,
         prediction_length=HORIZON,
     )
-    return apply_compression(PatchTSTForPrediction(config), CompressionConfig(method=method, rank=rank))
+    return PatchTSTForPrediction(config)
+
+
+def tiny_patchtst(method: str = "cp", rank: int | float = 1.0, layers: int = 2, seed: int = 0) -> PatchTSTForPrediction:
+    return apply_compression(dense_patchtst(layers, seed), CompressionConfig(method=method, rank=rank))
 
 
 class Windows(torch.utils.data.Dataset):

@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 import torch
-from smartformer_fixtures import CHANNELS, CONTEXT, sines
-from transformers import PatchTSTConfig, PatchTSTForPrediction, TrainingArguments
+from smartformer_fixtures import dense_patchtst, sines
+from transformers import PatchTSTForPrediction, TrainingArguments
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.core.metrics import linear_bytes
@@ -26,19 +26,7 @@ WIDTHS = (8, 4, 2)
 
 def every_linear_svd(seed: int = 0) -> PatchTSTForPrediction:
     """A tiny PatchTST whose every Linear with both sides >= 16 is ``U Vᵀ`` at full rank (the dense weight)."""
-    torch.manual_seed(seed)
-    config = PatchTSTConfig(
-        num_input_channels=CHANNELS,
-        context_length=CONTEXT,
-        patch_length=8,
-        patch_stride=8,
-        d_model=16,
-        num_attention_heads=4,
-        num_hidden_layers=1,
-        ffn_dim=32,
-        prediction_length=8,
-    )
-    model = PatchTSTForPrediction(config)
+    model = dense_patchtst(layers=1, seed=seed)
     ranks = {
         name: min(m.in_features, m.out_features)
         for name, m in model.named_modules()
