@@ -7,7 +7,7 @@ import torch
 
 from hf_tensorcompress.core.export import shipped_files, shipped_source
 from hf_tensorcompress.core.registry import get_method
-from hf_tensorcompress.runtime.lowbit import LowBitTensor, pack, unpack
+from hf_tensorcompress.runtime.lowbit import LowBitTensor, pack, stored_values, unpack
 
 
 @pytest.mark.parametrize("bits", [2, 3, 4, 8])
@@ -16,6 +16,21 @@ def test_pack_round_trips_every_code(bits):
     packed = pack(codes, bits)
     assert packed.dtype == torch.uint8 and packed.shape == (5, 3 * bits)  # 21 codes pad to 24 = 3 × 8
     assert torch.equal(unpack(packed, bits, 21).long(), codes.long())
+
+
+@pytest.mark.parametrize("bits,group", [(2, 8), (3, 16), (4, 8), (4, None), (8, None), (16, None)])
+def test_stored_values_are_what_the_stored_form_decodes(bits, group):
+    """Quantization-aware training computes with ``stored_values``; it must equal the saved codes' decode bit for bit
+    (constant groups included, where the scale is clamped)."""
+    torch.manual_seed(0)
+    matrix = torch.randn(12, 48) * torch.logspace(-3, 1, 12)[:, None]
+    matrix[3] = 0.25
+    expected = LowBitTensor.quantize(matrix, bits, group).dequantize()
+    assert torch.equal(stored_values(matrix, bits, group, torch.float32), expected)
+    assert torch.equal(
+        stored_values(matrix.double(), bits, group, torch.float64),
+        LowBitTensor.quantize(matrix.double(), bits, group).dequantize(torch.float64),
+    )
 
 
 @pytest.mark.parametrize("bits,group", [(2, 8), (3, 16), (4, 8), (4, None), (8, None)])

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .lowbit import LowBitTensor
+from .lowbit import LowBitTensor, stored_values
 
 
 def storage_spec(bits: int | None, group_size: int | None) -> dict:
@@ -46,7 +46,7 @@ def stored(matrix: torch.Tensor, bits: int, group_size: int | None) -> LowBitTen
 def rounded(matrix: torch.Tensor, bits: int, group_size: int | None) -> torch.Tensor:
     """The values ``matrix`` decodes to once stored; with gradients on, a straight-through estimate (``f + (r −
     f)``, which can differ from ``r`` in the last bit, so without gradients the stored values themselves)."""
-    values = stored(matrix, bits, group_size).dequantize(matrix.dtype)
+    values = stored_values(matrix, bits, factor_group(group_size, matrix.shape[1]), matrix.dtype)
     if not (torch.is_grad_enabled() and matrix.requires_grad):
         return values
     return matrix + (values - matrix).detach()

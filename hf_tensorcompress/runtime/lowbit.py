@@ -61,6 +61,18 @@ def encode(tensor: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, bit
     return codes.clamp(0, 2**bits - 1).to(torch.uint8).reshape(rows, columns)
 
 
+def stored_values(tensor: torch.Tensor, bits: int, group_size: int | None, dtype: torch.dtype) -> torch.Tensor:
+    """What ``LowBitTensor.quantize(tensor, bits, group_size).dequantize(dtype)`` returns, bit for bit, without
+    packing codes or building a module: quantization-aware training calls this on every factor at every step."""
+    rows, columns = tensor.shape
+    group = check_lowbit(bits, group_size, columns)
+    if bits == 16:
+        return tensor.detach().to(torch.bfloat16).to(dtype)
+    scale, minimum = group_params(tensor, bits, group)
+    values = encode(tensor, scale, minimum, bits).to(dtype).view(rows, columns // group, group)
+    return values.mul_(scale.to(dtype)[..., None]).add_(minimum.to(dtype)[..., None]).view(rows, columns)
+
+
 def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
     """``(rows, columns)`` codes < 2^bits → ``(rows, ⌈columns/8⌉·bits)`` bytes: 8 codes fill ``bits`` bytes."""
     rows, columns = codes.shape
