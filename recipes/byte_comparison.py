@@ -4,6 +4,7 @@ for the results page's table and figure.
     python recipes/byte_comparison.py --device cuda --seeds 0 1 2 --output-dir byte-comparison
     python recipes/byte_comparison.py --device cpu --size demo --context 96 --steps 30 --seeds 0 \
         --datasets appliances_energy --output-dir smoke        # a smoke run (minutes on 2 CPU cores)
+    python recipes/byte_comparison.py --merge part-a part-b --output-dir byte-comparison  # runs split over processes
 
 Per data set it runs ``recipes/smartformer.py`` (PatchTST, every arm for the same steps, data and model selection)
 with ``--budget-ratio``: dense; int8/int4 PTQ and ternary/int4/int2 QAT of every Linear; ``smartformer-bytes`` (the
@@ -46,7 +47,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--horizon", type=int, default=96)
     parser.add_argument("--steps", type=int, default=600, help="optimizer steps of every arm")
     parser.add_argument("--budget-ratio", default="1/16", help="the byte search's budget (fraction of fp32)")
-    parser.add_argument("--season", type=int, default=24, help="steps of the last-season naive forecast")
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="training batch of every arm (the recipe's default)"
+    )
+    parser.add_argument("--train-stride", type=int, default=None, help="steps between training windows (the recipe's)")
+    parser.add_argument(
+        "--season",
+        type=int,
+        nargs="+",
+        default=None,
+        help="season lengths of the naive forecasts (default: a day and a week)",
+    )
+    parser.add_argument("--random-draws", type=int, default=3, help="random allocations per seed (random-bytes)")
+    parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=RUNS, help="only these arms")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        default=None,
+        metavar="FOLDER",
+        help="train nothing: merge the --output-dir folders of earlier runs (other seeds or arms of the same settings, "
+        "e.g. split over processes) into one table and figure",
+    )
     parser.add_argument("--output-dir", default="byte-comparison")
     return parser.parse_args(argv)
 
@@ -55,8 +76,9 @@ def summary(runs: list[dict]) -> dict[str, dict]:
     """Per arm: mean, median, sample std (ddof=1) and per-seed test MSE, and the mean bytes of every Linear."""
     arms: dict[str, dict] = {}
     for run in runs:
-        arm = arms.setdefault(run["name"], {"mse": [], "bytes": []})
+        arm = arms.setdefault(run["name"], {"mse": [], "bytes": [], "seeds": []})
         arm["mse"].append(run["metrics"]["mse"])
+        arm["seeds"].append(run["seed"])
         arm["bytes"].append(run["linear_bytes"]["disk_ratio"])
     return {
         name: {
@@ -64,6 +86,7 @@ def summary(runs: list[dict]) -> dict[str, dict]:
             "median": statistics.median(arm["mse"]),
             "std": statistics.stdev(arm["mse"]) if len(arm["mse"]) > 1 else 0.0,
             "per_seed": arm["mse"],
+            "seeds": arm["seeds"],
             "bytes": statistics.mean(arm["bytes"]),
         }
         for name, arm in arms.items()
@@ -94,6 +117,22 @@ def targets(arms: dict[str, dict], budget: float) -> list[str]:
     return lines
 
 
+def against_naive(arms: dict[str, dict], naive: dict[str, dict]) -> list[str]:
+    """Whether dense beats the best naive forecast on the test windows (a comparison says little where it does not)."""
+    if "dense" not in arms or not naive:
+        return []
+    name, best = min(((name, value["mse"]) for name, value in naive.items()), key=lambda item: item[1])
+    dense = arms["dense"]["mean"]
+    return [
+        f"dense {dense:.4f} vs the best naive forecast ({name}) {best:.4f}: dense "
+        + (
+            f"better by {100 * (1 - dense / best):.1f} %"
+            if dense < best
+            else f"worse by {100 * (dense / best - 1):.1f} %"
+        )
+    ]
+
+
 def markdown(results: dict[str, dict], budget: float, seeds: int) -> str:
     """Per data set: the arms by bytes (random-bytes: every draw of every seed), the naive forecasts, the targets."""
     parts = []
@@ -107,11 +146,12 @@ def markdown(results: dict[str, dict], budget: float, seeds: int) -> str:
         ]
         naive = [f"| naive: {name} | - | {value['mse']:.4f} | - | - |" for name, value in result["naive"].items()]
         parts.append(
-            f"### {dataset} (test MSE, mean ± std over {seeds} seeds: sample std, ddof=1)\n\n"
+            f"### {dataset} (test MSE, mean ± std over {seeds} seeds: sample std, ddof=1; {result.get('steps')} steps "
+            f"of batch {result.get('batch_size')}, training windows every {result.get('train_stride')} steps)\n\n"
             "| arm | bytes of every Linear (/ fp32) | MSE | median | per seed |\n|---|---|---|---|---|\n"
             + "\n".join(rows + naive)
             + "\n\n"
-            + "\n".join(f"- {line}" for line in targets(arms, budget))
+            + "\n".join(f"- {line}" for line in against_naive(arms, result["naive"]) + targets(arms, budget))
             + "\n"
         )
     return "\n".join(parts)
@@ -151,31 +191,82 @@ def figure(results: dict[str, dict], path: str) -> None:
     plt.close(fig)
 
 
-def main(argv=None) -> dict:
-    args = parse_args(argv)
+def merged(recipes: list[dict]) -> dict:
+    """One data set's results from recipe runs split over processes or machines (the same settings, other seeds or
+    arms): every (arm, seed) run once, the first of duplicates kept (a dense run trained twice with one seed)."""
+    settings = {(r["steps"], r.get("batch_size"), r.get("train_stride"), r["budget_ratio"]) for r in recipes}
+    if len(settings) > 1:
+        raise ValueError(f"the runs to merge differ in (steps, batch, stride, budget): {sorted(settings, key=str)}")
+    runs, seen = [], set()
+    for recipe in recipes:
+        for run in recipe["runs"]:
+            key = (run["name"], run["seed"])
+            if run["name"] == "random-bytes" or key not in seen:  # random-bytes: every draw is its own run
+                runs.append(run)
+                seen.add(key)
+    first = recipes[0]
+    return {
+        "arms": summary(runs),
+        "naive": first["naive"],
+        "steps": first["steps"],
+        "batch_size": first.get("batch_size"),
+        "train_stride": first.get("train_stride"),
+    }
+
+
+def run_recipes(args: argparse.Namespace) -> dict[str, dict]:
+    """Every data set through the recipe in this process (``--device``)."""
     if args.device == "cpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before torch is imported: every run trains on the CPU
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("byte_comparison.py: error: --device cuda, but no GPU is visible; pass --device cpu")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import smartformer
 
-    os.makedirs(args.output_dir, exist_ok=True)
     results = {}
     for dataset in args.datasets:
         recipe = smartformer.main(
             ["--model", "patchtst", "--size", args.size, "--dataset", dataset, "--context", str(args.context),
              "--horizon", str(args.horizon), "--steps", str(args.steps), "--seeds", *map(str, args.seeds),
-             "--budget-ratio", args.budget_ratio, "--season", str(args.season), "--runs", *RUNS,
+             "--budget-ratio", args.budget_ratio, "--random-draws", str(args.random_draws), "--runs", *args.runs,
              "--output-dir", os.path.join(args.output_dir, dataset)]
+            + (["--batch-size", str(args.batch_size)] if args.batch_size else [])
+            + (["--train-stride", str(args.train_stride)] if args.train_stride else [])
+            + (["--season", *map(str, args.season)] if args.season else [])
         )  # fmt: skip
-        results[dataset] = {"arms": summary(recipe["runs"]), "naive": recipe["naive"], "steps": recipe["steps"]}
-    budget = smartformer.fraction(args.budget_ratio)
+        results[dataset] = merged([recipe])
+    return results
+
+
+def merge_folders(folders: list[str], datasets: list[str]) -> dict[str, dict]:
+    """Every data set's ``results.json`` from the ``--output-dir`` folders of earlier runs, merged."""
+    results = {}
+    for dataset in datasets:
+        paths = [os.path.join(folder, dataset, "results.json") for folder in folders]
+        found = [path for path in paths if os.path.exists(path)]
+        if not found:
+            raise SystemExit(f"byte_comparison.py: error: --merge: no {dataset}/results.json under {folders}")
+        recipes = []
+        for path in found:
+            with open(path, encoding="utf-8") as handle:
+                recipes.append(json.load(handle))
+        results[dataset] = merged(recipes)
+    return results
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from smartformer import fraction
+
+    results = merge_folders(args.merge, args.datasets) if args.merge else run_recipes(args)
+    os.makedirs(args.output_dir, exist_ok=True)
+    budget = fraction(args.budget_ratio)
+    seeds = sorted({seed for result in results.values() for seed in result["arms"].get("dense", {}).get("seeds", [])})
     with open(os.path.join(args.output_dir, "comparison.json"), "w", encoding="utf-8") as handle:
-        json.dump({"budget_ratio": budget, "seeds": args.seeds, "results": results}, handle, indent=2)
-    table = markdown(results, budget, len(args.seeds))
+        json.dump({"budget_ratio": budget, "seeds": seeds, "results": results}, handle, indent=2)
+    table = markdown(results, budget, len(seeds))
     with open(os.path.join(args.output_dir, "comparison.md"), "w", encoding="utf-8") as handle:
         handle.write(table)
     figure(results, os.path.join(args.output_dir, "comparison.png"))

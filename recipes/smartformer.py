@@ -37,7 +37,7 @@ With ``--budget-ratio 1/16``: ``smartformer-bytes``, the search over rank and fa
 >= 32) under that fraction of their fp32 bytes, factors trained at the chosen widths; at the bytes each seed's search
 ended with, ``uniform-q4-bytes`` (one ratio, 4-bit factors), ``random-bytes`` and ``greedy-bytes`` (HAQ-style, by
 each layer group's loss increase on the dense run); ``qat-int4-all`` / ``qat-int2-all``. The naive forecasts
-(training mean, last value, last ``--season`` steps) are scored on the same test windows and tabled beside the arms.
+(training mean, last value, the last day and week, or ``--season`` steps) are scored on the same test windows and tabled beside the arms.
 Writes ``results.json``, ``results.md`` (a table like the paper's Tables 3–8), the search trace and its plot, and
 the Smartformer model (``save_pretrained``: config with compression_config, safetensors, remote code, model card).
 Every run is scored on the test windows with the weights of its best validation MSE (checked every few steps;
@@ -59,7 +59,7 @@ from accelerate import PartialState
 from hf_tensorcompress.data import describe_forecasting, describe_source, forecasting_windows, standardization_of
 from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_forecasting_from_args
 from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
-from hf_tensorcompress.evaluation.naive import evaluate_naive
+from hf_tensorcompress.evaluation.naive import evaluate_naive, natural_seasons
 from hf_tensorcompress.usage import user_errors
 
 from recipekit.byte_arms import BYTE_DERIVED, BYTE_WIDTHS, FirstWindows, byte_derived_arms, measure_sensitivity
@@ -106,7 +106,21 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--factor-widths", type=int, nargs="+", default=list(BYTE_WIDTHS), help=byte_widths_help())
     parser.add_argument(
-        "--season", type=int, default=24, help="steps of the last-season naive forecast (24: a day of hourly data)"
+        "--season",
+        type=int,
+        nargs="+",
+        default=None,
+        help="season lengths (steps) of the last-season naive forecasts (default: a day and a week at the data's "
+        "frequency, those the context holds: 24 and 168 for hourly data)",
+    )
+    parser.add_argument(
+        "--batch-size", type=int, default=None, help="training batch of every run (default by size: 16 for medium)"
+    )
+    parser.add_argument(
+        "--train-stride",
+        type=int,
+        default=None,
+        help="steps between the starts of training windows (default by size: 8 for medium; 1: every window)",
     )
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument(
@@ -183,6 +197,13 @@ def fraction(text: str) -> float:
     return value
 
 
+def seasons_of(train, timestamp_column: str | None, context: int) -> list[int]:
+    """A day and a week in steps of the training split's timestamps, those ``--context`` holds (none without them)."""
+    if timestamp_column is None:
+        return []
+    return natural_seasons(train.with_format(None)[timestamp_column], context)
+
+
 def validation_loss(validation, size: Size, batches: int):
     """The MSE of a model on the first ``batches`` batches of validation windows (what greedy-bytes measures)."""
     subset = FirstWindows(validation, batches * size.batch_size)
@@ -195,20 +216,24 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     size = FULL if args.full else SIZES[args.size]
     with user_errors("smartformer.py"):
-        for flag in ("random_draws", "validation_batches", "save_steps"):
+        for flag in ("random_draws", "validation_batches", "save_steps", "batch_size", "train_stride"):
             value = getattr(args, flag)
             if value is not None and value < 1:
                 raise ValueError(f"--{flag.replace('_', '-')} {value} must be >= 1")
-        if args.steps is not None or args.grid is not None:
-            if args.steps is not None and args.steps < 1:
-                raise ValueError(f"--steps {args.steps} must be >= 1")
-            size = Size(
-                **{
-                    **size.__dict__,
-                    "steps": args.steps or size.steps,
-                    "grid": tuple(args.grid if args.grid is not None else size.grid),
-                }
-            )
+        for season in args.season or []:
+            if season < 1:
+                raise ValueError(f"--season {season} must be >= 1 (steps of the season a naive forecast repeats)")
+        if args.steps is not None and args.steps < 1:
+            raise ValueError(f"--steps {args.steps} must be >= 1")
+        size = Size(
+            **{
+                **size.__dict__,
+                "steps": args.steps or size.steps,
+                "grid": tuple(args.grid if args.grid is not None else size.grid),
+                "batch_size": args.batch_size or size.batch_size,
+                "train_stride": args.train_stride or size.train_stride,
+            }
+        )
         dataset = load_forecasting_from_args(args)
         stats = standardization_of(dataset["train"])
         args.channels = len(stats.columns)
@@ -223,6 +248,14 @@ def main(argv=None) -> dict:
             forecasting_windows(dataset["validation"], shape_model.config, stride=size.eval_stride),
             forecasting_windows(dataset["test"], shape_model.config, stride=size.eval_stride),
         )
+        seasons = args.season or seasons_of(dataset["train"], stats.timestamp_column, args.context)
+        if PartialState().is_main_process:
+            print(
+                f"naive forecasts: training mean, last value, last season of {seasons} steps"
+                if seasons
+                else "naive forecasts: training mean, last value (no seasonal one: the data has no evenly spaced "
+                "timestamps; pass --season N to score one)"
+            )
     with user_errors("smartformer.py"):
         plan = build_plan(size, args, shape_model)
     results = {
@@ -230,11 +263,13 @@ def main(argv=None) -> dict:
         "dataset": args.dataset or "appliances_energy",
         "horizon": args.horizon,
         "steps": size.steps,
+        "batch_size": size.batch_size,
+        "train_stride": size.train_stride,
         "validate_every": size.validate_every,
         "keep_last": args.keep_last,
         "budget_ratio": args.budget_ratio,
-        "naive": evaluate_naive(data[2], args.season, batch_size=size.batch_size),
-        "season": args.season,
+        "naive": evaluate_naive(data[2], seasons, batch_size=size.batch_size),
+        "seasons": seasons,
         "runs": [],
     }
     os.makedirs(args.output_dir, exist_ok=True)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import random
 
+import pandas as pd
 import pytest
 import torch
 from test_byte_search import WIDTHS, every_linear_svd
 
-from hf_tensorcompress.evaluation.naive import evaluate_naive, naive_forecast
+from hf_tensorcompress.evaluation.naive import evaluate_naive, naive_forecast, natural_seasons
 from hf_tensorcompress.search import attention_groups
 
 from recipekit.byte_arms import (
@@ -65,8 +66,27 @@ def test_naive_forecasts():
     assert naive_forecast("last-season", past, 6, 4).flatten().tolist() == [8.0, 9.0, 10.0, 11.0, 8.0, 9.0]
     assert naive_forecast("training-mean", past, 2, 4).abs().sum() == 0
     windows = [{"past_values": past[0], "future_values": torch.tensor([[8.0], [9.0], [10.0], [11.0]])}]
-    scores = evaluate_naive(windows, 4, batch_size=1)
-    assert scores["last-season"]["mse"] == 0 and scores["last-value"]["mse"] == pytest.approx((9 + 4 + 1) / 4)
+    scores = evaluate_naive(windows, [4, 3], batch_size=1)
+    assert set(scores) == {"training-mean", "last-value", "last-season-4", "last-season-3"}
+    assert scores["last-season-4"]["mse"] == 0 and scores["last-value"]["mse"] == pytest.approx((9 + 4 + 1) / 4)
+    assert scores["last-season-3"]["mse"] == pytest.approx(7 / 4)  # 9, 10, 11, 9 against 8, 9, 10, 11
+
+
+@pytest.mark.parametrize(
+    "freq,context,seasons",
+    [("h", 336, [24, 168]), ("10min", 336, [144]), ("h", 96, [24]), ("D", 336, [7]), ("7h", 336, [24])],
+)
+def test_natural_seasons_are_a_day_and_a_week_the_context_holds(freq, context, seasons):
+    stamps = pd.Series(pd.date_range("2024-01-01", periods=50, freq=freq).astype(str))
+    assert natural_seasons(stamps, context) == seasons
+
+
+def test_against_naive_says_which_naive_forecast_dense_is_measured_against():
+    from byte_comparison import against_naive
+
+    naive = {"last-value": {"mse": 0.8}, "last-season-24": {"mse": 0.05}}
+    assert "(last-season-24) 0.0500: dense worse by 100.0 %" in against_naive({"dense": {"mean": 0.1}}, naive)[0]
+    assert "dense better by 50.0 %" in against_naive({"dense": {"mean": 0.025}}, naive)[0]
 
 
 def test_comparison_checks_targets_only_within_the_budget():

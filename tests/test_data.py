@@ -219,6 +219,11 @@ def test_built_in_names_load_their_data_and_a_local_path_of_that_name_wins(tmp_p
     first, last = electricity["train"][0]["ts"], electricity["test"][-1]["ts"]
     assert (str(first), str(last)) == ("2012-01-01 00:00:00", "2014-12-31 23:00:00")
     assert describe_source("electricity").startswith("hourly electricity (built in")
+    bikes = load_forecasting_dataset("bikesharing")
+    stats = standardization_of(bikes["train"])
+    assert (list(stats.target_columns), list(stats.columns)) == (["count"], ["count", "tmin", "tmax", "pn"])
+    assert sum(len(split) for split in bikes.values()) == 78421
+    assert load_forecasting_dataset("bikesharing", columns=["count"])["train"].column_names == ["ts", "count"]
     assert describe_source(None).startswith("UCI Appliances Energy")
     monkeypatch.chdir(tmp_path)
     pd.DataFrame({"when": pd.date_range("2024-01-01", periods=40, freq="h"), "v": np.arange(40.0)}).to_csv(

@@ -1,4 +1,5 @@
-"""Where forecasting data comes from: a built-in data set (Appliances Energy, the default; hourly electricity), a
+"""Where forecasting data comes from: a built-in data set (Appliances Energy, the default; hourly electricity; hourly
+bike rentals), a
 file, a local folder or a datasets id."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from typing import Any
 import datasets
 import pandas as pd
 
-from ..assets import appliances_energy_csv, electricity_csv
+from ..assets import appliances_energy_csv, bikesharing_csv, electricity_csv
 from .prepare import prepare_forecasting
 from .tables import CSV_SUFFIXES, read_table
 
@@ -31,6 +32,17 @@ def load_electricity(**kwargs: Any) -> datasets.DatasetDict:
     return load_forecasting_csv(electricity_csv(), **kwargs)
 
 
+def load_bikesharing(**kwargs: Any) -> datasets.DatasetDict:
+    """Hourly bike rentals 2010–2019 (78,421 rows): the target ``count``; the day's weather (``tmin``, ``tmax``,
+    ``pn``) as covariates, for the models that read them; 7:1:2 chronological split, standardised. Daily and weekly
+    cycles on a level that grows over the years (the test years rent more than any training year)."""
+    kwargs.setdefault("timestamp_column", "ts")
+    kwargs.setdefault("drop_columns", ("date",))  # the day of ``ts`` as text
+    if "columns" not in kwargs and "covariates" not in kwargs:
+        kwargs.update(columns=["count"], covariates=["tmin", "tmax", "pn"])
+    return load_forecasting_csv(bikesharing_csv(), **kwargs)
+
+
 #: ``--dataset`` names of the data sets fetched by ``make install`` (name -> loader, what the summary calls it).
 BUILTIN_SOURCES = {
     "appliances_energy": (
@@ -38,6 +50,10 @@ BUILTIN_SOURCES = {
         "UCI Appliances Energy (built in; 10-minute, 26 channels; noise columns rv1/rv2 dropped)",
     ),
     "electricity": (load_electricity, "hourly electricity (built in; mean load of 321 clients, 2012-2014)"),
+    "bikesharing": (
+        load_bikesharing,
+        "hourly bike rentals (built in; Capital Bikeshare 2010-2019, target count, covariates tmin/tmax/pn)",
+    ),
 }
 
 

@@ -51,9 +51,16 @@ def markdown(results: dict) -> str:
     return (
         f"### {results['model']} on {results['dataset']}, horizon {results['horizon']}\n\n{table}\n"
         f"{naive_table(results)}"
-        f"Every run: {results['steps']} optimizer steps, scored with the weights of its best validation MSE "
+        f"Every run: {results['steps']} optimizer steps{batch_phrase(results)}, scored with the weights of its best validation MSE "
         f"(checked every {results['validate_every']} steps){'; --keep-last: final weights' if results['keep_last'] else ''}.\n"
     )
+
+
+def batch_phrase(results: dict) -> str:
+    """The batch and training-window stride of every run, where the results say (older results files do not)."""
+    if "batch_size" not in results:
+        return ""
+    return f" of batch {results['batch_size']} (training windows every {results['train_stride']} steps)"
 
 
 def naive_table(results: dict) -> str:
@@ -62,9 +69,8 @@ def naive_table(results: dict) -> str:
     if not naive:
         return ""
     rows = [[name, f"{values['mse']:.4f}", f"{values['mae']:.4f}"] for name, values in naive.items()]
-    season = results.get("season")
     return (
-        f"Naive forecasts on the same test windows (last-season: the last {season} steps repeated):\n\n"
+        "Naive forecasts on the same test windows (last-season-N: the last N steps repeated):\n\n"
         + markdown_table(["naive forecast", "MSE", "MAE"], rows)
         + "\n\n"
     )
