@@ -93,13 +93,39 @@ def test_comparison_checks_targets_only_within_the_budget():
     """byte_comparison's table: sample std over the seeds, and no target claimed for a search over its budget."""
     from byte_comparison import markdown, summary
 
-    def run(name, mse, ratio):
-        return {"name": name, "metrics": {"mse": mse}, "linear_bytes": {"disk_ratio": ratio}}
+    def run(name, mse, ratio, seed=0):
+        return {"name": name, "seed": seed, "metrics": {"mse": mse}, "linear_bytes": {"disk_ratio": ratio}}
 
-    arms = summary([run("dense", 1.0, 1.0), run("dense", 3.0, 1.0), run("smartformer-bytes", 2.0, 0.05)])
+    arms = summary([run("dense", 1.0, 1.0), run("dense", 3.0, 1.0, 1), run("smartformer-bytes", 2.0, 0.05)])
+    assert arms["dense"]["seeds"] == [0, 1]
     assert arms["dense"]["std"] == pytest.approx(2**0.5) and arms["dense"]["median"] == 2.0
     result = {"d": {"arms": arms, "naive": {"last-value": {"mse": 0.5}}}}
     text = markdown(result, 1 / 16, 2)
     assert "over 2 seeds: sample std, ddof=1" in text and "naive: last-value" in text and "+0.00 %" in text
     over = summary([run("dense", 1.0, 1.0), run("smartformer-bytes", 1.0, 0.5)])
     assert "no target is met" in markdown({"d": {"arms": over, "naive": {}}}, 1 / 16, 1)
+
+
+def test_merge_keeps_each_arm_and_seed_once_and_refuses_mixed_settings():
+    """Runs split over processes: a dense run trained in two of them counts once; every random draw counts."""
+    from byte_comparison import merged
+
+    def recipe(runs, steps=700):
+        return {
+            "steps": steps,
+            "batch_size": 64,
+            "train_stride": 1,
+            "budget_ratio": 0.0625,
+            "naive": {"last-value": {"mse": 2.0}},
+            "runs": [
+                {"name": name, "seed": seed, "metrics": {"mse": mse}, "linear_bytes": {"disk_ratio": 1.0}}
+                for name, seed, mse in runs
+            ],
+        }
+
+    first = recipe([("dense", 0, 1.0), ("qat-int2-all", 0, 1.1)])
+    second = recipe([("dense", 0, 1.5), ("random-bytes", 0, 2.0), ("random-bytes", 0, 3.0)])
+    arms = merged([first, second])["arms"]
+    assert arms["dense"]["per_seed"] == [1.0] and arms["random-bytes"]["per_seed"] == [2.0, 3.0]
+    with pytest.raises(ValueError, match="differ in"):
+        merged([first, recipe([("dense", 1, 1.0)], steps=500)])
