@@ -133,7 +133,12 @@ def against_naive(arms: dict[str, dict], naive: dict[str, dict]) -> list[str]:
     ]
 
 
-def markdown(results: dict[str, dict], budget: float, seeds: int) -> str:
+def seeds_of(arms: dict[str, dict]) -> list[int]:
+    """Every seed any arm of one data set ran with."""
+    return sorted({seed for arm in arms.values() for seed in arm["seeds"]})
+
+
+def markdown(results: dict[str, dict], budget: float) -> str:
     """Per data set: the arms by bytes (random-bytes: every draw of every seed), the naive forecasts, the targets."""
     parts = []
     for dataset, result in results.items():
@@ -146,7 +151,7 @@ def markdown(results: dict[str, dict], budget: float, seeds: int) -> str:
         ]
         naive = [f"| naive: {name} | - | {value['mse']:.4f} | - | - |" for name, value in result["naive"].items()]
         parts.append(
-            f"### {dataset} (test MSE, mean ± std over {seeds} seeds: sample std, ddof=1; {result.get('steps')} steps "
+            f"### {dataset} (test MSE, mean ± std over {len(seeds_of(arms))} seeds: sample std, ddof=1; {result.get('steps')} steps "
             f"of batch {result.get('batch_size')}, training windows every {result.get('train_stride')} steps)\n\n"
             "| arm | bytes of every Linear (/ fp32) | MSE | median | per seed |\n|---|---|---|---|---|\n"
             + "\n".join(rows + naive)
@@ -263,10 +268,10 @@ def main(argv=None) -> dict:
     results = merge_folders(args.merge, args.datasets) if args.merge else run_recipes(args)
     os.makedirs(args.output_dir, exist_ok=True)
     budget = fraction(args.budget_ratio)
-    seeds = sorted({seed for result in results.values() for seed in result["arms"].get("dense", {}).get("seeds", [])})
+    seeds = {dataset: seeds_of(result["arms"]) for dataset, result in results.items()}
     with open(os.path.join(args.output_dir, "comparison.json"), "w", encoding="utf-8") as handle:
         json.dump({"budget_ratio": budget, "seeds": seeds, "results": results}, handle, indent=2)
-    table = markdown(results, budget, len(seeds))
+    table = markdown(results, budget)
     with open(os.path.join(args.output_dir, "comparison.md"), "w", encoding="utf-8") as handle:
         handle.write(table)
     figure(results, os.path.join(args.output_dir, "comparison.png"))

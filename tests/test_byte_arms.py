@@ -100,10 +100,11 @@ def test_comparison_checks_targets_only_within_the_budget():
     assert arms["dense"]["seeds"] == [0, 1]
     assert arms["dense"]["std"] == pytest.approx(2**0.5) and arms["dense"]["median"] == 2.0
     result = {"d": {"arms": arms, "naive": {"last-value": {"mse": 0.5}}}}
-    text = markdown(result, 1 / 16, 2)
+    text = markdown(result, 1 / 16)
     assert "over 2 seeds: sample std, ddof=1" in text and "naive: last-value" in text and "+0.00 %" in text
     over = summary([run("dense", 1.0, 1.0), run("smartformer-bytes", 1.0, 0.5)])
-    assert "no target is met" in markdown({"d": {"arms": over, "naive": {}}}, 1 / 16, 1)
+    assert "no target is met" in markdown({"d": {"arms": over, "naive": {}}}, 1 / 16)
+    assert "over 1 seeds" in markdown({"d": {"arms": over, "naive": {}}}, 1 / 16)
 
 
 def test_merge_keeps_each_arm_and_seed_once_and_refuses_mixed_settings():
