@@ -20,13 +20,10 @@ from torch import nn
 from ...loading import load_model
 from ...runtime.contract import CompressedLayer
 from .embeddings import swap_embeddings
+from .errors import OnnxExportError
 from .graphs import GRAPHS, graph_for
 from .linears import GRAPH_FORMS
 from .metadata import write_metadata
-
-
-class OnnxExportError(ValueError):
-    """A model or option this exporter does not take to ONNX (the message says why and what does export)."""
 
 
 def swap_layers(model: nn.Module) -> list[str]:
