@@ -75,8 +75,9 @@ def _time_series_feeds(session: ort.InferenceSession, info: dict, given: dict[st
         given["past_observed_mask"] = np.ones_like(given["past_values"], dtype=np.float32)
     dtypes = {arg.name: np.int64 if arg.type == "tensor(int64)" else np.float32 for arg in session.get_inputs()}
     wanted = [name for name in info["inputs"] if name != "future_values"]
-    if missing := [name for name in wanted if name not in given] or sorted(set(given) - set(wanted)):
-        raise ValueError(f"the model takes {wanted}; missing or unknown: {missing}")
+    wrong = [name for name in wanted if name not in given] + sorted(set(given) - set(wanted))
+    if wrong:
+        raise ValueError(f"the model takes {wanted}; missing or unknown: {wrong}")
     feeds = {name: np.asarray(given[name], dtype=dtypes[name]) for name in wanted}
     for name, value in feeds.items():
         shape = info["input_shapes"][name]
