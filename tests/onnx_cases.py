@@ -113,17 +113,21 @@ def saved_lm(folder: Path, options: dict | None) -> Path:
 
 
 def saved_gemma3(folder: Path, options: dict) -> Path:
-    """A tiny Gemma 3 (its embedding scaled by √hidden) with the same larger weights as ``saved_lm``."""
+    """A tiny Gemma 3 (its embedding scaled by √hidden) whose greedy tokens change: a small embedding and random
+    norm weights (Gemma normalises every layer's output, so at the default init the scaled embedding outweighs the
+    layers and decoding repeats one token)."""
     from family_models import LANGUAGE_MODELS
 
     model_class, config = LANGUAGE_MODELS["gemma3_text"]
     torch.manual_seed(0)
     model = model_class(config()).eval()
     with torch.no_grad():
-        model.model.embed_tokens.weight.normal_(0.0, 1.0)
+        model.model.embed_tokens.weight.normal_(0.0, 0.1)
         for name, module in model.named_modules():
             if isinstance(module, torch.nn.Linear) and name != "lm_head":
                 module.weight.normal_(0.0, 0.5)
+            elif "Norm" in type(module).__name__:
+                module.weight.normal_(0.0, 3.0)
     apply_compression(model, CompressionConfig(**options))
     model.save_pretrained(folder)
     return folder
