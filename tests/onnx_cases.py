@@ -90,9 +90,8 @@ def torch_seq2seq_forecast(folder: Path, inputs: dict[str, np.ndarray]) -> np.nd
     tensors = {name: torch.from_numpy(value) for name, value in inputs.items()}
     with torch.no_grad():
         if model.config.model_type == "autoformer":
-            future = torch.zeros(
-                tensors["past_values"].shape[0], model.config.prediction_length, model.config.input_size
-            )
+            past = tensors["past_values"]
+            future = torch.zeros(past.shape[0], model.config.prediction_length, *past.shape[2:])
             return point_forecast(model, {**tensors, "future_values": future}).numpy()
         return mean_feedback_forecast(model, **tensors).numpy()
 

@@ -78,3 +78,37 @@ def test_runner_checks_the_inputs(exports):
 def test_probsparse_informer_is_refused(tmp_path):
     with pytest.raises(OnnxExportError, match='attention_type="prob"'):
         export_onnx(tiny_time_series("informer"), tmp_path / "x.onnx")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", FAMILIES)
+def test_univariate_with_static_features(tmp_path, family):
+    """A univariate target (no channel axis) and static categorical and real features, as in the tourism models."""
+    import torch
+    from transformers import AutoformerConfig, AutoformerForPrediction, InformerConfig, InformerForPrediction
+
+    from hf_tensorcompress import CompressionConfig, apply_compression
+
+    options = dict(prediction_length=6, context_length=12, input_size=1, lags_sequence=[1, 4], num_time_features=2)
+    options |= dict(num_static_categorical_features=1, cardinality=[3], embedding_dimension=[2])
+    options |= dict(num_static_real_features=1, d_model=16, encoder_layers=2, decoder_layers=1)
+    torch.manual_seed(0)
+    if family == "autoformer":
+        model = AutoformerForPrediction(AutoformerConfig(**options, label_length=4))
+    else:
+        model = InformerForPrediction(InformerConfig(**options, attention_type="full"))
+    apply_compression(model.eval(), CompressionConfig(method="svd", rank=0.5, factor_bits=4))
+    model.save_pretrained(tmp_path / family)
+    rng = np.random.default_rng(3)
+    inputs = {
+        "past_values": rng.standard_normal((3, 16)).astype(np.float32),
+        "past_time_features": rng.standard_normal((3, 16, 2)).astype(np.float32),
+        "past_observed_mask": np.ones((3, 16), dtype=np.float32),
+        "future_time_features": rng.standard_normal((3, 6, 2)).astype(np.float32),
+        "static_categorical_features": np.asarray([[0], [2], [1]], dtype=np.int64),
+        "static_real_features": rng.standard_normal((3, 1)).astype(np.float32),
+    }
+    expected = torch_seq2seq_forecast(tmp_path / family, inputs)
+    got = forecast(load(exported(tmp_path / family), threads=1), **inputs)
+    assert got.shape == expected.shape == (3, 6)
+    assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max()

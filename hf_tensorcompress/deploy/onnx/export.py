@@ -44,8 +44,9 @@ def _model(model_or_folder: nn.Module | str | Path) -> nn.Module:
 
 
 def export_onnx(model_or_folder: nn.Module | str | Path, path: str | Path, opset: int = 21) -> Path:
-    """Export a PatchTST forecaster/classifier/regressor or a causal LM (dense, or compressed by this library) to the
-    single ONNX file ``path``; the compressed layers keep their stored tensors. Returns ``path``.
+    """Export a PatchTST forecaster/classifier/regressor, an Autoformer or Informer forecaster or a causal LM (dense,
+    or compressed by this library) to the single ONNX file ``path``; the compressed layers keep their stored
+    tensors. Returns ``path``.
 
     The file carries what the runner needs in its metadata (``hf_tensorcompress.kind``: ``forecast`` or
     ``causal_lm``, and the model's input/output names), so ``runner.forecast`` / ``runner.generate`` take only it.
