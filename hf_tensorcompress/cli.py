@@ -582,7 +582,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     onnx = command(
         "export-onnx",
-        "Export a PatchTST or causal LM folder to one ONNX file that keeps the compressed tensors as stored.",
+        "Export a PatchTST, Autoformer, Informer or causal LM folder to one ONNX file that keeps the compressed tensors as stored.",
         export_onnx_command,
     )
     onnx.add_argument("folder", help="a model folder (compressed or dense)")

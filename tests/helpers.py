@@ -92,14 +92,14 @@ def _seq2seq_kwargs() -> dict:
     )
 
 
-def tiny_time_series(family: str) -> torch.nn.Module:
+def tiny_time_series(family: str, informer_attention: str = "prob") -> torch.nn.Module:
     """One small seeded forecaster of ``family`` (patchtst, autoformer, informer), in eval mode."""
     torch.manual_seed(0)
     if family == "patchtst":
         return PatchTSTForPrediction(tiny_patchtst_config()).eval()
     if family == "autoformer":
         return AutoformerForPrediction(AutoformerConfig(**_seq2seq_kwargs())).eval()
-    return InformerForPrediction(InformerConfig(**_seq2seq_kwargs(), attention_type="prob")).eval()
+    return InformerForPrediction(InformerConfig(**_seq2seq_kwargs(), attention_type=informer_attention)).eval()
 
 
 LM_VOCAB, LM_HIDDEN = 120, 24

@@ -13,6 +13,8 @@ from safetensors.torch import load_file
 
 from hf_tensorcompress import CompressionConfig, apply_compression, load_model
 from hf_tensorcompress.deploy.onnx import export_onnx
+from hf_tensorcompress.evaluation.forecasting import point_forecast
+from hf_tensorcompress.evaluation.mean_feedback import mean_feedback_forecast
 
 #: name → compression options of the tiny PatchTST cases
 FORECAST_CASES = {
@@ -22,6 +24,15 @@ FORECAST_CASES = {
     "svd-int3": {"method": "svd", "rank": 0.5, "factor_bits": 3},
     "svd-int2": {"method": "svd", "rank": 0.5, "factor_bits": 2},
     "svd-int8": {"method": "svd", "rank": 0.5, "factor_bits": 8},
+    "biprop": {"method": "biprop"},
+}
+
+#: name → compression options of the tiny Autoformer and Informer cases
+SEQ2SEQ_CASES = {
+    "cp": {"method": "cp", "rank": 0.5},
+    "cp-int4": {"method": "cp", "rank": 0.5, "factor_bits": 4, "factor_group_size": 4},
+    "svd": {"method": "svd", "rank": 0.5},
+    "svd-int4": {"method": "svd", "rank": 0.5, "factor_bits": 4},
     "biprop": {"method": "biprop"},
 }
 
@@ -52,6 +63,39 @@ def saved_forecaster(folder: Path, options: dict) -> Path:
     return folder
 
 
+def saved_seq2seq(folder: Path, family: str, options: dict) -> Path:
+    """A tiny Autoformer or Informer (full attention: ProbSparse samples at random and does not export)."""
+    model = tiny_time_series(family, informer_attention="full")
+    apply_compression(model, CompressionConfig(**options))
+    model.save_pretrained(folder)
+    return folder
+
+
+def seq2seq_inputs(folder: Path, batch: int, seed: int) -> dict[str, np.ndarray]:
+    """Random past values and time features of the saved model's shapes (some past values marked unobserved)."""
+    config, rng = load_model(folder).config, np.random.default_rng(seed)
+    past, future = config.context_length + max(config.lags_sequence), config.prediction_length
+    values = rng.standard_normal((batch, past, config.input_size)).astype(np.float32)
+    return {
+        "past_values": values,
+        "past_time_features": rng.standard_normal((batch, past, config.num_time_features)).astype(np.float32),
+        "past_observed_mask": (rng.random(values.shape) > 0.1).astype(np.float32),
+        "future_time_features": rng.standard_normal((batch, future, config.num_time_features)).astype(np.float32),
+    }
+
+
+def torch_seq2seq_forecast(folder: Path, inputs: dict[str, np.ndarray]) -> np.ndarray:
+    """The PyTorch reference: Autoformer's ``point_forecast`` (one forward), Informer's ``mean_feedback_forecast``."""
+    model = load_model(folder).eval()
+    tensors = {name: torch.from_numpy(value) for name, value in inputs.items()}
+    with torch.no_grad():
+        if model.config.model_type == "autoformer":
+            past = tensors["past_values"]
+            future = torch.zeros(past.shape[0], model.config.prediction_length, *past.shape[2:])
+            return point_forecast(model, {**tensors, "future_values": future}).numpy()
+        return mean_feedback_forecast(model, **tensors).numpy()
+
+
 def saved_lm(folder: Path, options: dict | None) -> Path:
     """A tiny tied Llama with weights large enough for greedy decoding to change tokens (at the default init of
     std 0.02 it repeats one token)."""
@@ -63,6 +107,27 @@ def saved_lm(folder: Path, options: dict | None) -> Path:
                 module.weight.normal_(0.0, 0.5)
     if options is not None:
         apply_compression(model, CompressionConfig(**options))
+    model.save_pretrained(folder)
+    return folder
+
+
+def saved_gemma3(folder: Path, options: dict) -> Path:
+    """A tiny Gemma 3 (its embedding scaled by √hidden) whose greedy tokens change: a small embedding and random
+    norm weights (Gemma normalises every layer's output, so at the default init the scaled embedding outweighs the
+    layers and decoding repeats one token)."""
+    from family_models import LANGUAGE_MODELS
+
+    model_class, config = LANGUAGE_MODELS["gemma3_text"]
+    torch.manual_seed(0)
+    model = model_class(config()).eval()
+    with torch.no_grad():
+        model.model.embed_tokens.weight.normal_(0.0, 0.1)
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.Linear) and name != "lm_head":
+                module.weight.normal_(0.0, 0.5)
+            elif "Norm" in type(module).__name__:
+                module.weight.normal_(0.0, 3.0)
+    apply_compression(model, CompressionConfig(**options))
     model.save_pretrained(folder)
     return folder
 

@@ -92,23 +92,26 @@ def test_cache_steps_match_one_pass(exports):
 
 
 def test_unsupported_family_is_refused(tmp_path):
-    from helpers import tiny_time_series
+    from family_models import LANGUAGE_MODELS
 
+    model_class, config = LANGUAGE_MODELS["bert"]
     with pytest.raises(OnnxExportError, match="PatchTST"):
-        export_onnx(tiny_time_series("informer"), tmp_path / "x.onnx")
+        export_onnx(model_class(config()), tmp_path / "x.onnx")
 
 
 def test_layer_without_export_form_is_refused(tmp_path):
-    """Gemma's scaled TT embedding has no export form: refused by its layer type, not traced into a wrong graph."""
+    """A compressed layer type with no export form is refused by its layer type, not traced into a wrong graph."""
     from helpers import tiny_causal_lm
 
     from hf_tensorcompress import CompressionConfig, apply_compression
-    from hf_tensorcompress.methods.tt.scaled import ScaledTTEmbedding
+    from hf_tensorcompress.methods.svd.layer import LowRankLinear
 
-    model = apply_compression(tiny_causal_lm("llama"), CompressionConfig(method="tt", tt_order=3, tt_ranks=2))
-    embedding = model.get_input_embeddings()
-    embedding.__class__, embedding.embed_scale = ScaledTTEmbedding, 2.0
-    with pytest.raises(OnnxExportError, match="tt_embedding_scaled"):
+    class Unexported(LowRankLinear):
+        layer_type = "svd_without_export_form"
+
+    model = apply_compression(tiny_causal_lm("llama"), CompressionConfig(method="svd", rank=0.5))
+    next(module for module in model.modules() if isinstance(module, LowRankLinear)).__class__ = Unexported
+    with pytest.raises(OnnxExportError, match="svd_without_export_form"):
         export_onnx(model, tmp_path / "x.onnx")
 
 

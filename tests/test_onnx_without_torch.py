@@ -10,11 +10,15 @@ from onnx_cases import (
     FORECAST_CASES,
     LM_CASES,
     PROMPT,
+    SEQ2SEQ_CASES,
     exported,
     saved_forecaster,
     saved_lm,
+    saved_seq2seq,
+    seq2seq_inputs,
     torch_forecast,
     torch_greedy,
+    torch_seq2seq_forecast,
 )
 
 SCRIPT = """
@@ -51,3 +55,39 @@ def test_runner_without_torch(tmp_path, forecaster, lm):
     expected = torch_forecast(patchtst, past)
     assert np.abs(np.asarray(output["forecast"]) - expected).max() <= 1e-4 * np.abs(expected).max()
     assert output["tokens"] == torch_greedy(llama, PROMPT, 16)
+
+
+TIME_SERIES_SCRIPT = """
+import importlib.util, json, sys
+import numpy as np
+from hf_tensorcompress.deploy.onnx.runner import forecast, load
+assert importlib.util.find_spec("torch") is None and importlib.util.find_spec("transformers") is None
+inputs = dict(np.load(sys.argv[3]))
+print(json.dumps({
+    "autoformer": forecast(load(sys.argv[1], threads=1), **inputs).tolist(),
+    "informer": forecast(load(sys.argv[2], threads=1), **inputs).tolist(),
+    "torch_loaded": "torch" in sys.modules,
+}))
+"""
+
+
+@pytest.mark.slow  # builds (once) and uses a venv of its own
+def test_time_series_runner_without_torch(tmp_path):
+    """Autoformer's one-pass forecast and Informer's mean-feedback loop, run with numpy and onnxruntime only."""
+    python = build_onnx_runtime_env()
+    folders = {
+        "autoformer": saved_seq2seq(tmp_path / "autoformer", "autoformer", SEQ2SEQ_CASES["cp-int4"]),
+        "informer": saved_seq2seq(tmp_path / "informer", "informer", SEQ2SEQ_CASES["svd-int4"]),
+    }
+    inputs = seq2seq_inputs(folders["informer"], batch=3, seed=2)
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    files = [exported(folders[name]) for name in ("autoformer", "informer")]
+    result = subprocess.run(
+        [python, "-c", TIME_SERIES_SCRIPT, *files, tmp_path / "inputs.npz"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    output = json.loads(result.stdout.strip().splitlines()[-1])
+    assert not output["torch_loaded"]
+    for name, folder in folders.items():
+        expected = torch_seq2seq_forecast(folder, inputs)
+        assert np.abs(np.asarray(output[name]) - expected).max() <= 1e-4 * np.abs(expected).max()

@@ -16,7 +16,8 @@ def point_forecast(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> to
 
     PatchTST: its prediction head. Autoformer: the mean of the forecast distribution from one forward (its
     decoder input is built from the context only, so passing ``future_values`` for the loss leaks nothing).
-    Informer (teacher-forced decoder) and any other model: the mean of ``model.generate``'s samples.
+    Informer (teacher-forced decoder) and any other model: the mean of ``model.generate``'s samples
+    (``mean_feedback.mean_feedback_forecast`` is the deterministic one an exported ONNX Informer gives).
     """
     model_type = getattr(model.config, "model_type", None)
     batch = {key: value for key, value in batch.items() if key != "future_observed_mask" or model_type != "patchtst"}

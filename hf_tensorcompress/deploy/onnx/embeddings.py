@@ -14,8 +14,10 @@ import torch
 from torch import nn
 
 from ...methods.tiered.layer import TieredEmbedding, TieredTiedHead
+from ...methods.tiered.scaled import ScaledTieredEmbedding
 from ...methods.tt.head import TTTiedHead
 from ...methods.tt.layer import TTEmbedding
+from ...methods.tt.scaled import ScaledTTEmbedding
 from ...methods.tt.storage import core_sizes
 from .unpack import graph_form
 
@@ -121,6 +123,28 @@ class GraphTT(nn.Module):
         return torch.where(slot >= 0, exact.index_select(-1, slot.clamp(min=0)), logits)
 
 
+class _ScaledLookup:
+    """The lookup times ``embed_scale`` (Gemma's scaled embeddings), applied as the scaled layers apply it (an fp32
+    constant cast to the output's dtype); ``logits`` (the tied head) reads the unscaled table, as the checkpoint's
+    head does."""
+
+    def __init__(self, layer: ScaledTTEmbedding | ScaledTieredEmbedding) -> None:
+        super().__init__(layer)
+        self.embed_scale = layer.embed_scale
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        vectors = super().forward(input_ids)
+        return vectors * torch.tensor(self.embed_scale, dtype=torch.float32).to(vectors.dtype)
+
+
+class GraphScaledTT(_ScaledLookup, GraphTT):
+    """``ScaledTTEmbedding`` in graph ops."""
+
+
+class GraphScaledTiered(_ScaledLookup, GraphTiered):
+    """``ScaledTieredEmbedding`` in graph ops."""
+
+
 class GraphTiedHead(nn.Module):
     """The tied output layer: the embedding's ``logits`` (a reference, not a submodule: one table in the file)."""
 
@@ -133,7 +157,12 @@ class GraphTiedHead(nn.Module):
 
 
 #: compressed embedding → (its export form, the tied head type that reads it)
-EMBEDDING_FORMS = {TieredEmbedding: (GraphTiered, TieredTiedHead), TTEmbedding: (GraphTT, TTTiedHead)}
+EMBEDDING_FORMS = {
+    TieredEmbedding: (GraphTiered, TieredTiedHead),
+    TTEmbedding: (GraphTT, TTTiedHead),
+    ScaledTTEmbedding: (GraphScaledTT, TTTiedHead),
+    ScaledTieredEmbedding: (GraphScaledTiered, TieredTiedHead),
+}
 
 
 def swap_embeddings(model: nn.Module) -> list[str]:

@@ -20,13 +20,10 @@ from torch import nn
 from ...loading import load_model
 from ...runtime.contract import CompressedLayer
 from .embeddings import swap_embeddings
+from .errors import OnnxExportError
 from .graphs import GRAPHS, graph_for
 from .linears import GRAPH_FORMS
 from .metadata import write_metadata
-
-
-class OnnxExportError(ValueError):
-    """A model or option this exporter does not take to ONNX (the message says why and what does export)."""
 
 
 def swap_layers(model: nn.Module) -> list[str]:
@@ -47,8 +44,9 @@ def _model(model_or_folder: nn.Module | str | Path) -> nn.Module:
 
 
 def export_onnx(model_or_folder: nn.Module | str | Path, path: str | Path, opset: int = 21) -> Path:
-    """Export a PatchTST forecaster/classifier/regressor or a causal LM (dense, or compressed by this library) to the
-    single ONNX file ``path``; the compressed layers keep their stored tensors. Returns ``path``.
+    """Export a PatchTST forecaster/classifier/regressor, an Autoformer or Informer forecaster or a causal LM (dense,
+    or compressed by this library) to the single ONNX file ``path``; the compressed layers keep their stored
+    tensors. Returns ``path``.
 
     The file carries what the runner needs in its metadata (``hf_tensorcompress.kind``: ``forecast`` or
     ``causal_lm``, and the model's input/output names), so ``runner.forecast`` / ``runner.generate`` take only it.

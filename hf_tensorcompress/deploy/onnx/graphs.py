@@ -2,11 +2,9 @@
 dynamic dimensions and the metadata the runner reads.
 
 - ``forecast`` (PatchTST for prediction, classification, regression): ``past_values`` → the model's main output;
-- ``causal_lm`` (``lm.py``): ``input_ids`` + the KV cache → logits + the grown KV cache.
-
-Autoformer and Informer are not exported: their forecasts come from ``generate``, a Python loop that samples from
-the predicted distribution (and Informer's ProbSparse attention samples keys at random), which a single static
-graph does not express.
+- ``causal_lm`` (``lm.py``): ``input_ids`` + the KV cache → logits + the grown KV cache;
+- ``forecast`` of Autoformer and Informer (``timeseries.py``): the time-series inputs → the forecast distribution's
+  mean and parameters (Informer: teacher-forced, the runner feeds each step's mean back).
 """
 
 from __future__ import annotations
@@ -61,10 +59,21 @@ def _causal_lm_graph(model: nn.Module) -> tuple[nn.Module, tuple, dict, dict]:
     return causal_lm_graph(model)
 
 
+def _is_seq2seq_forecaster(model: nn.Module) -> bool:
+    return getattr(model.config, "model_type", None) in ("autoformer", "informer") and hasattr(model, "output_params")
+
+
+def _distribution_graph(model: nn.Module) -> tuple[nn.Module, tuple, dict, dict]:
+    from .timeseries import distribution_graph
+
+    return distribution_graph(model)
+
+
 #: family name → (does the model belong to it, the graph builder)
 GRAPHS: dict[str, tuple[Callable[[nn.Module], bool], Callable]] = {
     "PatchTST (prediction, classification, regression)": (_is_patchtst, forecast_graph),
     "causal LMs (Llama-style, with a KV cache)": (_is_causal_lm, _causal_lm_graph),
+    "Autoformer and Informer (for prediction)": (_is_seq2seq_forecaster, _distribution_graph),
 }
 
 

@@ -31,7 +31,9 @@ class CausalLMGraph(nn.Module):
         self.model, self.layers = model, layers
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, *past: torch.Tensor) -> tuple:
-        cache = DynamicCache(config=self.model.config)
+        # Full-length layers even for sliding-window models (Gemma 2/3): a sliding layer rebuilt from the inputs
+        # would count only the positions it holds, and the model's sliding mask is built from the positions anyway.
+        cache = DynamicCache()
         for layer in range(self.layers):
             cache.update(past[2 * layer], past[2 * layer + 1], layer)
         output = self.model(

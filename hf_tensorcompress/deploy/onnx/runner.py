@@ -3,6 +3,7 @@
     from hf_tensorcompress.deploy.onnx.runner import load, forecast, generate
     session = load("patchtst.onnx", threads=2)
     prediction = forecast(session, past_values)        # (batch, context, channels) float32 → the model's forecast
+    mean = forecast(load("informer.onnx"), past_values, past_time_features=..., future_time_features=...)
     tokens = generate(load("lm.onnx"), [1, 42, 7], 32)  # greedy, with the KV cache the graph carries
 
 In an environment without torch, install the library without its dependencies (``pip install --no-deps
@@ -48,15 +49,51 @@ def _expect(session: ort.InferenceSession, kind: str) -> dict:
     return info
 
 
-def forecast(session: ort.InferenceSession, past_values: np.ndarray) -> np.ndarray:
+def forecast(session: ort.InferenceSession, past_values: np.ndarray, **features: np.ndarray) -> np.ndarray:
     """The exported PatchTST's output for ``past_values`` (batch, context_length, channels): the forecast, or the
-    class logits / regression values of a classification or regression head."""
+    class logits / regression values of a classification or regression head.
+
+    Autoformer and Informer also take ``past_time_features`` and ``future_time_features`` (and the static features
+    their config has; ``past_observed_mask`` defaults to all observed) and give the mean forecast (batch,
+    prediction_length[, input_size]): Autoformer's from one run, Informer's by mean feedback (``_mean_feedback``)."""
     info = _expect(session, "forecast")
+    if "input_shapes" in info:
+        feeds = _time_series_feeds(session, info, {"past_values": past_values, **features})
+        if info["decoding"] == "mean_feedback":
+            return _mean_feedback(session, feeds, info["prediction_length"])
+        return session.run(None, feeds)[0]
     values = np.asarray(past_values, dtype=np.float32)
     expected = (info["context_length"], info["num_input_channels"])
     if values.ndim != 3 or values.shape[1:] != expected:
         raise ValueError(f"past_values has shape {values.shape}; the model takes (batch, {expected[0]}, {expected[1]})")
     return session.run(None, {"past_values": values})[0]
+
+
+def _time_series_feeds(session: ort.InferenceSession, info: dict, given: dict[str, np.ndarray]) -> dict:
+    """The graph's inputs from ``given`` (cast to the graph's dtypes, shapes checked against the metadata)."""
+    if "past_observed_mask" not in given:
+        given["past_observed_mask"] = np.ones_like(given["past_values"], dtype=np.float32)
+    dtypes = {arg.name: np.int64 if arg.type == "tensor(int64)" else np.float32 for arg in session.get_inputs()}
+    wanted = [name for name in info["inputs"] if name != "future_values"]
+    wrong = [name for name in wanted if name not in given] + sorted(set(given) - set(wanted))
+    if wrong:
+        raise ValueError(f"the model takes {wanted}; missing or unknown: {wrong}")
+    feeds = {name: np.asarray(given[name], dtype=dtypes[name]) for name in wanted}
+    for name, value in feeds.items():
+        shape = info["input_shapes"][name]
+        if value.ndim != len(shape) or any(size not in (None, got) for size, got in zip(shape, value.shape)):
+            raise ValueError(f"{name} has shape {value.shape}; the model takes {tuple(shape)} (None: the batch)")
+    return feeds
+
+
+def _mean_feedback(session: ort.InferenceSession, feeds: dict[str, np.ndarray], horizon: int) -> np.ndarray:
+    """Informer's deterministic forecast: run the teacher-forced graph once per step; step ``k``'s distribution
+    mean becomes the target value the later steps read (the graph's step ``k`` sees only the values before it)."""
+    past = feeds["past_values"]
+    future = np.zeros((past.shape[0], horizon, *past.shape[2:]), dtype=np.float32)
+    for k in range(horizon):
+        future[:, k] = session.run(["forecast"], {**feeds, "future_values": future})[0][:, k]
+    return future
 
 
 def empty_cache(info: dict, batch: int) -> dict[str, np.ndarray]:
