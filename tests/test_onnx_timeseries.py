@@ -1,5 +1,6 @@
 """ONNX export of Autoformer (one forward) and Informer (teacher-forced graph, mean feedback in the runner): the
-stored tensors stay as stored, and ONNX Runtime gives the PyTorch reference forecast."""
+stored tensors stay as stored, and ONNX Runtime gives the PyTorch reference forecast. Slow tier: each export takes
+tens of seconds, and the fast tier already exports a PatchTST (tests/test_onnx_export.py)."""
 
 import numpy as np
 import pytest
@@ -34,13 +35,10 @@ def exports(tmp_path_factory):
     return get
 
 
-CASES = [
-    pytest.param(family, name, marks=() if (family, name) == FAST else pytest.mark.slow)
-    for family in FAMILIES
-    for name in SEQ2SEQ_CASES
-]
+CASES = [(family, name) for family in FAMILIES for name in SEQ2SEQ_CASES]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("family", "name"), CASES)
 def test_forecast_matches_pytorch(exports, family, name):
     folder, path = exports(family, name)
@@ -52,6 +50,7 @@ def test_forecast_matches_pytorch(exports, family, name):
     assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max()
 
 
+@pytest.mark.slow
 def test_informer_graph_gives_the_distribution(exports):
     """Fed its own forecast, the teacher-forced graph returns it again, with the Student-t parameters whose mean it
     is (``scaler_loc + scaler_scale · loc``, degrees of freedom above 2)."""
@@ -66,6 +65,7 @@ def test_informer_graph_gives_the_distribution(exports):
     assert (outputs["distribution_df"] > 2).all()
 
 
+@pytest.mark.slow
 def test_runner_checks_the_inputs(exports):
     _, path = exports(*FAST)
     session, inputs = load(path), seq2seq_inputs(path.parent, batch=1, seed=0)
