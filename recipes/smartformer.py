@@ -253,8 +253,9 @@ def main(argv=None) -> dict:
             print(
                 f"naive forecasts: training mean, last value, last season of {seasons} steps"
                 if seasons
-                else "naive forecasts: training mean, last value (no seasonal one: the data has no evenly spaced "
-                "timestamps; pass --season N to score one)"
+                else f"naive forecasts: training mean, last value (no seasonal one: no day or week of the data's "
+                f"time steps fits the {args.context}-step context, or it has no evenly spaced timestamps; pass "
+                "--season N to score one)"
             )
     with user_errors("smartformer.py"):
         plan = build_plan(size, args, shape_model)
