@@ -5,7 +5,8 @@ dense ONNX export, ONNX Runtime's own 4-bit weight quantization of that export (
     nice -n 5 python benchmarks/onnx_runtime.py [--work DIR] [--repeats 5] [--decode-tokens 16]
 
 Models: SmolLM2-135M-Instruct with the README's 6× tiered embedding (``tier_tokens=[2000], tier_bits=[4,
-"codebook"]``) and the fixed 4× one (20,000 ids int4, the rest int3), nearest rounding (no calibration pass); a
+"codebook"]``), the fixed 4× one (20,000 ids int4, the rest int3) and an all-int4 one (groups of 64), nearest
+rounding (no calibration pass); a
 PatchTST forecaster (context 336, 7 channels, d_model 128, 3 layers, random weights) with CP attention and 4-bit
 factors at rank 0.25 (25-31 columns: no block ONNX Runtime's kernels take) and at rank 32 (groups of 32: on
 ``MatMulNBits``). Each compressed model is exported twice: ``*_ortops`` with ``export_onnx(ort_ops=True)`` (the
@@ -46,6 +47,8 @@ CP = dict(method="cp", rank=0.25, factor_bits=4, cp_iterations=10)
 #: the fixed 4× tiered option (20,000 ids at int4, the rest int3) and a CP rank whose 4-bit factors ONNX Runtime's
 #: ``MatMulNBits`` takes (rank 32 in groups of 32; rank 0.25 gives 25-31 columns in one group: no block of 2^k ≥ 16)
 TIERED_4X = dict(method="tiered", tier_tokens=[20000], tier_bits=[4, 3], tier_group_size=64)
+#: every row at int4 in groups of 64 (5.3× smaller than fp32 with its scales): the whole tied head on ``MatMulNBits``
+TIERED_INT4 = dict(method="tiered", tier_tokens=[2000], tier_bits=[4, 4], tier_group_size=64)
 CP_R32 = dict(method="cp", rank=32, factor_bits=4, factor_group_size=32, cp_iterations=10)
 #: exported file → (the folder it comes from, ``export_onnx(ort_ops=...)``)
 EXPORTS = {
@@ -54,6 +57,7 @@ EXPORTS = {
     "lm_tiered_ortops": ("lm_tiered", True),
     "lm_tiered4x_standard": ("lm_tiered4x", False),
     "lm_tiered4x_ortops": ("lm_tiered4x", True),
+    "lm_tieredint4_ortops": ("lm_tieredint4", True),
     "ts_dense": ("ts_dense", True),
     "ts_cp_standard": ("ts_cp", False),
     "ts_cp_ortops": ("ts_cp", True),
@@ -97,6 +101,7 @@ def build(work: Path) -> dict:
     for name, options, folder in (
         ("lm_tiered", TIERED, "smollm2-tiered"),
         ("lm_tiered4x", TIERED_4X, "smollm2-tiered-4x"),
+        ("lm_tieredint4", TIERED_INT4, "smollm2-tiered-int4"),
     ):
         files[f"{name}_folder"] = work / folder
         if not (files[f"{name}_folder"] / "config.json").exists():
@@ -303,6 +308,8 @@ def main() -> None:
     parser.add_argument("--work", default=str(Path.home() / ".cache" / "hf_tensorcompress" / "onnx-benchmark"))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--decode-tokens", type=int, default=16)
+    parser.add_argument("--arms", nargs="*", help="run only the arms whose names start with one of these")
+    parser.add_argument("--thread-counts", nargs="*", type=int, default=list(THREADS))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--files", help=argparse.SUPPRESS)
@@ -313,8 +320,10 @@ def main() -> None:
     files = build(Path(args.work))
     results: dict = {"sizes": sizes(files), "greedy": greedy_check(files), "arms": {}}
     print(json.dumps(results["sizes"]), json.dumps(results["greedy"]), flush=True)
-    for threads in THREADS:
+    for threads in args.thread_counts:
         for arm in arms(files):
+            if args.arms and not arm.startswith(tuple(args.arms)):
+                continue
             command = [
                 sys.executable,
                 __file__,
@@ -333,7 +342,9 @@ def main() -> None:
     ratios, arm = {}, results["arms"]
     for key in arm:
         name, threads = key.split("@")
-        dense = arm[f"{name.split('_')[0]}_dense_onnx@{threads}"]
+        dense = arm.get(f"{name.split('_')[0]}_dense_onnx@{threads}")
+        if dense is None:  # a run of selected arms without the dense one
+            continue
         for measure in ("decode_token_s", *(f"forecast_b{batch}_s" for batch in FORECAST_BATCHES)):
             if measure in arm[key] and not name.endswith("dense_onnx"):
                 ratios[f"{name}_{measure.removesuffix('_s')}_vs_dense@{threads}"] = arm[key][measure] / dense[measure]
