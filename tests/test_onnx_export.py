@@ -160,9 +160,11 @@ def test_runner_refuses_the_wrong_kind(exports):
 
 
 @pytest.mark.slow
-def test_cli_export(tmp_path, capsys):
-    folder = saved_forecaster(tmp_path / "svd", FORECAST_CASES["svd-int8"])
-    assert main(["export-onnx", str(folder), str(tmp_path / "out.onnx")]) == 0
+@pytest.mark.parametrize(("flags", "contrib"), [([], {"MatMulNBits"}), (["--standard-ops"], set())])
+def test_cli_export(tmp_path, capsys, flags, contrib):
+    folder = saved_forecaster(tmp_path / "svd", FORECAST_CASES["svd-int4-ortops"])
+    assert main(["export-onnx", str(folder), str(tmp_path / "out.onnx"), *flags]) == 0
     assert '"kind": "forecast"' in capsys.readouterr().out
+    assert contrib_ops(tmp_path / "out.onnx") == contrib
     past = np.ones((2, 32, 3), dtype=np.float32)
     np.testing.assert_allclose(forecast(load(tmp_path / "out.onnx"), past), torch_forecast(folder, past), rtol=1e-4)
