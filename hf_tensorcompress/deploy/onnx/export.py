@@ -5,7 +5,9 @@ with torch 2.13 and transformers 5 the TorchScript exporter (``dynamo=False``) w
 refuses (a positional-encoding ``Add`` traced at the example's shape); optimum is not used (not installed here, and
 the dynamo exporter covers these models with transformers' own code). Before tracing, each compressed layer is swapped for its export form (``linears.py``,
 ``embeddings.py``), which keeps the stored tensors as initializers and decodes them with graph ops; the fused C kernel
-is never on this path. A model holding a layer without an export form is refused before tracing.
+is never on this path (``ortops.py``: where a stored matrix fits ONNX Runtime's own quantized kernels, the graph runs
+it on them). A model holding a layer without an export form is refused before tracing; after it, the dense weights
+are stored as the graph reads them (``transposes.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .graphs import GRAPHS, graph_for
 from .linears import GRAPH_FORMS
 from .metadata import write_metadata
 from .ortops import TRANSLATIONS
+from .transposes import fold_weight_transposes
 from .unpack import GraphLowBit
 
 
@@ -97,6 +100,7 @@ def export_onnx(
             custom_translation_table=TRANSLATIONS,
         )
     program.save(str(path), external_data=False)
+    fold_weight_transposes(path, keep=tuple(f"model.{name}." for name in replaced))
     write_metadata(path, {**metadata, "compressed_modules": replaced, "ort_ops": ort_ops})
     return path
 
