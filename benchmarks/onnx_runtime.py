@@ -5,12 +5,16 @@ dense ONNX export, ONNX Runtime's own 4-bit weight quantization of that export (
     nice -n 5 python benchmarks/onnx_runtime.py [--work DIR] [--repeats 5] [--decode-tokens 16]
 
 Models: SmolLM2-135M-Instruct with the README's 6× tiered embedding (``tier_tokens=[2000], tier_bits=[4,
-"codebook"]``, nearest rounding: no calibration pass) and a PatchTST forecaster (context 336, 7 channels, d_model
-128, 3 layers, random weights) with CP attention at rank 0.25 and 4-bit factors. Every arm runs in a fresh process
-(peak RSS is that process's VmHWM after load and the timed runs); ``*_nofold`` arms load the compressed file with
-ONNX Runtime's constant folding off, so the packed tensors stay packed in memory too. The greedy check decodes 32
-tokens with the exported tiered file and with the PyTorch checkpoint. The last line printed is one JSON object with
-all figures.
+"codebook"]``), the fixed 4× one (20,000 ids int4, the rest int3) and an all-int4 one (groups of 64), nearest
+rounding (no calibration pass); a
+PatchTST forecaster (context 336, 7 channels, d_model 128, 3 layers, random weights) with CP attention and 4-bit
+factors at rank 0.25 (25-31 columns: no block ONNX Runtime's kernels take) and at rank 32 (groups of 32: on
+``MatMulNBits``). Each compressed model is exported twice: ``*_ortops`` with ``export_onnx(ort_ops=True)`` (the
+default: stored codes on ONNX Runtime's contrib ops where they map), ``*_standard`` with standard ops only. Every arm
+runs in a fresh process (peak RSS is that process's VmHWM after load and the timed runs); ``*_nofold`` arms load the
+file with ONNX Runtime's constant folding off, so the packed tensors stay packed in memory too. The greedy check
+decodes 32 tokens with each exported LM and its PyTorch checkpoint. The last line printed is one JSON object with all
+figures.
 """
 
 from __future__ import annotations
@@ -40,6 +44,26 @@ PATCHTST = dict(
     ffn_dim=256,
 )
 CP = dict(method="cp", rank=0.25, factor_bits=4, cp_iterations=10)
+#: the fixed 4× tiered option (20,000 ids at int4, the rest int3) and a CP rank whose 4-bit factors ONNX Runtime's
+#: ``MatMulNBits`` takes (rank 32 in groups of 32; rank 0.25 gives 25-31 columns in one group: no block of 2^k ≥ 16)
+TIERED_4X = dict(method="tiered", tier_tokens=[20000], tier_bits=[4, 3], tier_group_size=64)
+#: every row at int4 in groups of 64 (3.5× smaller than bf16 with its scales): the whole tied head on ``MatMulNBits``
+TIERED_INT4 = dict(method="tiered", tier_tokens=[2000], tier_bits=[4, 4], tier_group_size=64)
+CP_R32 = dict(method="cp", rank=32, factor_bits=4, factor_group_size=32, cp_iterations=10)
+#: exported file → (the folder it comes from, ``export_onnx(ort_ops=...)``)
+EXPORTS = {
+    "lm_dense": ("lm_dense", True),
+    "lm_tiered_standard": ("lm_tiered", False),
+    "lm_tiered_ortops": ("lm_tiered", True),
+    "lm_tiered4x_standard": ("lm_tiered4x", False),
+    "lm_tiered4x_ortops": ("lm_tiered4x", True),
+    "lm_tieredint4_ortops": ("lm_tieredint4", True),
+    "ts_dense": ("ts_dense", True),
+    "ts_cp_standard": ("ts_cp", False),
+    "ts_cp_ortops": ("ts_cp", True),
+    "ts_cpr32_standard": ("ts_cpr32", False),
+    "ts_cpr32_ortops": ("ts_cpr32", True),
+}
 
 
 def peak_rss_mb() -> float:
@@ -73,26 +97,33 @@ def build(work: Path) -> dict:
     from hf_tensorcompress.deploy.onnx import export_onnx
 
     work.mkdir(parents=True, exist_ok=True)
-    files = {"lm_dense_folder": smollm2_dir(), "lm_tiered_folder": work / "smollm2-tiered"}
-    if not (files["lm_tiered_folder"] / "config.json").exists():
-        model = load_model(files["lm_dense_folder"]).float()
-        apply_compression(model, CompressionConfig(**TIERED))
-        model.save_pretrained(files["lm_tiered_folder"])
-        AutoTokenizer.from_pretrained(files["lm_dense_folder"]).save_pretrained(files["lm_tiered_folder"])
-    files["ts_dense_folder"], files["ts_cp_folder"] = work / "patchtst-dense", work / "patchtst-cp-int4"
-    if not (files["ts_cp_folder"] / "config.json").exists():
-        torch.manual_seed(0)
-        model = PatchTSTForPrediction(PatchTSTConfig(**PATCHTST)).eval()
-        model.save_pretrained(files["ts_dense_folder"])
-        apply_compression(model, CompressionConfig(**CP))
-        model.save_pretrained(files["ts_cp_folder"])
+    files = {"lm_dense_folder": smollm2_dir()}
+    for name, options, folder in (
+        ("lm_tiered", TIERED, "smollm2-tiered"),
+        ("lm_tiered4x", TIERED_4X, "smollm2-tiered-4x"),
+        ("lm_tieredint4", TIERED_INT4, "smollm2-tiered-int4"),
+    ):
+        files[f"{name}_folder"] = work / folder
+        if not (files[f"{name}_folder"] / "config.json").exists():
+            model = load_model(files["lm_dense_folder"]).float()
+            apply_compression(model, CompressionConfig(**options))
+            model.save_pretrained(files[f"{name}_folder"])
+            AutoTokenizer.from_pretrained(files["lm_dense_folder"]).save_pretrained(files[f"{name}_folder"])
+    files["ts_dense_folder"] = work / "patchtst-dense"
+    for name, options, folder in (("ts_cp", CP, "patchtst-cp-int4"), ("ts_cpr32", CP_R32, "patchtst-cp-r32-int4")):
+        files[f"{name}_folder"] = work / folder
+        if not (files[f"{name}_folder"] / "config.json").exists():
+            torch.manual_seed(0)
+            model = PatchTSTForPrediction(PatchTSTConfig(**PATCHTST)).eval()
+            model.save_pretrained(files["ts_dense_folder"])  # the same seeded dense model for both
+            apply_compression(model, CompressionConfig(**options))
+            model.save_pretrained(files[f"{name}_folder"])
+    for name, (folder, ort_ops) in EXPORTS.items():
+        target = work / f"{name.replace('_', '-')}.onnx"
+        if not target.exists():
+            export_onnx(files[f"{folder}_folder"], target, ort_ops=ort_ops)
+        files[f"{name}_onnx"] = target
     for family in ("lm", "ts"):
-        compressed = "tiered" if family == "lm" else "cp"
-        for arm in ("dense", compressed):
-            target = work / f"{family}-{arm}.onnx"
-            if not target.exists():
-                export_onnx(files[f"{family}_{arm}_folder"], target)
-            files[f"{family}_{arm}_onnx"] = target
         quantized = work / f"{family}-ort-int4.onnx"
         if not quantized.exists():
             folded = work / f"{family}-dense-folded.onnx"
@@ -180,19 +211,18 @@ def torch_ts(folder: str, threads: int, repeats: int) -> dict:
 
 
 def arms(files: dict) -> dict[str, tuple]:
-    """arm → (function name, path, extra arguments)."""
-    return {
-        "lm_dense_onnx": ("ort_lm", files["lm_dense_onnx"], True),
-        "lm_ort_int4_onnx": ("ort_lm", files["lm_ort_int4_onnx"], True),
-        "lm_tiered_onnx": ("ort_lm", files["lm_tiered_onnx"], True),
-        "lm_tiered_onnx_nofold": ("ort_lm", files["lm_tiered_onnx"], False),
-        "lm_tiered_torch": ("torch_lm", files["lm_tiered_folder"]),
-        "ts_dense_onnx": ("ort_ts", files["ts_dense_onnx"], True),
-        "ts_ort_int4_onnx": ("ort_ts", files["ts_ort_int4_onnx"], True),
-        "ts_cp_onnx": ("ort_ts", files["ts_cp_onnx"], True),
-        "ts_cp_onnx_nofold": ("ort_ts", files["ts_cp_onnx"], False),
-        "ts_cp_torch": ("torch_ts", files["ts_cp_folder"]),
-    }
+    """arm → (function name, path, extra arguments); ``_nofold`` arms load with constant folding off."""
+    table = {}
+    for family, function in (("lm", "ort_lm"), ("ts", "ort_ts")):
+        table[f"{family}_dense_onnx"] = (function, files[f"{family}_dense_onnx"], True)
+        table[f"{family}_ort_int4_onnx"] = (function, files[f"{family}_ort_int4_onnx"], True)
+        for name in EXPORTS:
+            if name.startswith(family) and not name.endswith("dense"):
+                table[f"{name}_onnx"] = (function, files[f"{name}_onnx"], True)
+                table[f"{name}_onnx_nofold"] = (function, files[f"{name}_onnx"], False)
+    table["lm_tiered_torch"] = ("torch_lm", files["lm_tiered_folder"])
+    table["ts_cp_torch"] = ("torch_ts", files["ts_cp_folder"])
+    return table
 
 
 def child(arm: str, files: dict, threads: int, repeats: int, decode: int) -> dict:
@@ -204,20 +234,34 @@ def child(arm: str, files: dict, threads: int, repeats: int, decode: int) -> dic
 
 # ------------------------------------------------------------------------------------------------------ checks
 def greedy_check(files: dict, new_tokens: int = 32) -> dict:
+    """The greedy tokens of every exported compressed LM against its PyTorch checkpoint's."""
     import torch
     from transformers import AutoTokenizer
 
     from hf_tensorcompress import load_model
     from hf_tensorcompress.deploy.onnx.runner import generate, load
 
-    folder = files["lm_tiered_folder"]
-    prompt = AutoTokenizer.from_pretrained(folder)("The capital of France is", return_tensors="pt").input_ids
-    model = load_model(folder).float().eval()
-    with torch.no_grad():
-        expected = model.generate(prompt, max_new_tokens=new_tokens, do_sample=False, eos_token_id=None)
-    expected = expected[0, prompt.shape[1] :].tolist()
-    got = generate(load(files["lm_tiered_onnx"], threads=2), prompt[0].tolist(), new_tokens)
-    return {"tokens": new_tokens, "identical": got == expected, "first_difference": _first_difference(got, expected)}
+    out = {}
+    for name, (folder_key, _) in EXPORTS.items():
+        if not name.startswith("lm_") or folder_key == "lm_dense":
+            continue
+        folder = files[f"{folder_key}_folder"]
+        prompt = AutoTokenizer.from_pretrained(folder)("The capital of France is", return_tensors="pt").input_ids
+        with torch.no_grad():
+            expected = (
+                load_model(folder)
+                .float()
+                .eval()
+                .generate(prompt, max_new_tokens=new_tokens, do_sample=False, eos_token_id=None)
+            )
+        expected = expected[0, prompt.shape[1] :].tolist()
+        got = generate(load(files[f"{name}_onnx"], threads=2), prompt[0].tolist(), new_tokens)
+        out[name] = {
+            "tokens": new_tokens,
+            "identical": got == expected,
+            "first_difference": _first_difference(got, expected),
+        }
+    return out
 
 
 def _first_difference(a: list[int], b: list[int]) -> int | None:
@@ -243,19 +287,19 @@ def sizes(files: dict) -> dict:
         return compressed, rest
 
     out = {}
-    for family, arm in (("lm", "tiered"), ("ts", "cp")):
-        compressed, rest = checkpoint_parts(files[f"{family}_{arm}_folder"])
-        out[family] = {
-            "checkpoint_bytes": (Path(files[f"{family}_{arm}_folder"]) / "model.safetensors").stat().st_size,
+    for name, (folder_key, _) in EXPORTS.items():
+        if name.endswith("dense"):
+            continue
+        compressed, rest = checkpoint_parts(files[f"{folder_key}_folder"])
+        family = name.split("_")[0]
+        out[name] = {
+            "checkpoint_bytes": (Path(files[f"{folder_key}_folder"]) / "model.safetensors").stat().st_size,
             "checkpoint_compressed_plus_fp32_rest": compressed + rest,
-            **{
-                f"{name}_onnx_bytes": Path(files[f"{family}_{name}_onnx"]).stat().st_size
-                for name in ("dense", arm, "ort_int4")
-            },
+            "onnx_bytes": Path(files[f"{name}_onnx"]).stat().st_size,
+            "dense_onnx_bytes": Path(files[f"{family}_dense_onnx"]).stat().st_size,
+            "ort_int4_onnx_bytes": Path(files[f"{family}_ort_int4_onnx"]).stat().st_size,
         }
-        out[family]["target_ratio"] = (
-            out[family][f"{arm}_onnx_bytes"] / out[family]["checkpoint_compressed_plus_fp32_rest"]
-        )
+        out[name]["target_ratio"] = out[name]["onnx_bytes"] / out[name]["checkpoint_compressed_plus_fp32_rest"]
     return out
 
 
@@ -264,6 +308,8 @@ def main() -> None:
     parser.add_argument("--work", default=str(Path.home() / ".cache" / "hf_tensorcompress" / "onnx-benchmark"))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--decode-tokens", type=int, default=16)
+    parser.add_argument("--arms", nargs="*", help="run only the arms whose names start with one of these")
+    parser.add_argument("--thread-counts", nargs="*", type=int, default=list(THREADS))
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--files", help=argparse.SUPPRESS)
@@ -274,8 +320,10 @@ def main() -> None:
     files = build(Path(args.work))
     results: dict = {"sizes": sizes(files), "greedy": greedy_check(files), "arms": {}}
     print(json.dumps(results["sizes"]), json.dumps(results["greedy"]), flush=True)
-    for threads in THREADS:
+    for threads in args.thread_counts:
         for arm in arms(files):
+            if args.arms and not arm.startswith(tuple(args.arms)):
+                continue
             command = [
                 sys.executable,
                 __file__,
@@ -291,17 +339,15 @@ def main() -> None:
             output = subprocess.run(command, capture_output=True, text=True, env=env, check=True).stdout
             results["arms"][f"{arm}@{threads}"] = json.loads(output.strip().splitlines()[-1])
             print(arm, threads, results["arms"][f"{arm}@{threads}"], flush=True)
-    ratios = {}
-    for threads in THREADS:
-        arm = results["arms"]
-        ratios[f"lm_tiered_decode_vs_dense@{threads}"] = (
-            arm[f"lm_tiered_onnx@{threads}"]["decode_token_s"] / arm[f"lm_dense_onnx@{threads}"]["decode_token_s"]
-        )
-        for batch in FORECAST_BATCHES:
-            key = f"forecast_b{batch}_s"
-            ratios[f"ts_cp_b{batch}_vs_dense@{threads}"] = (
-                arm[f"ts_cp_onnx@{threads}"][key] / arm[f"ts_dense_onnx@{threads}"][key]
-            )
+    ratios, arm = {}, results["arms"]
+    for key in arm:
+        name, threads = key.split("@")
+        dense = arm.get(f"{name.split('_')[0]}_dense_onnx@{threads}")
+        if dense is None:  # a run of selected arms without the dense one
+            continue
+        for measure in ("decode_token_s", *(f"forecast_b{batch}_s" for batch in FORECAST_BATCHES)):
+            if measure in arm[key] and not name.endswith("dense_onnx"):
+                ratios[f"{name}_{measure.removesuffix('_s')}_vs_dense@{threads}"] = arm[key][measure] / dense[measure]
     results["ratios"] = ratios
     print(json.dumps(results))
 

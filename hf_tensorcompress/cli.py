@@ -429,7 +429,7 @@ def export_onnx_command(args: argparse.Namespace) -> int:
         require(package, "exporting to ONNX")
     from .deploy.onnx.export import describe, export_onnx
 
-    path = export_onnx(args.folder, args.output, opset=args.opset)
+    path = export_onnx(args.folder, args.output, opset=args.opset, ort_ops=not args.standard_ops)
     print(f"wrote {path} ({path.stat().st_size:,} bytes)")
     print(describe(path))
     return 0
@@ -588,6 +588,12 @@ def build_parser() -> argparse.ArgumentParser:
     onnx.add_argument("folder", help="a model folder (compressed or dense)")
     onnx.add_argument("output", help="the .onnx file to write")
     onnx.add_argument("--opset", type=int, default=21, help="ONNX opset (default: 21)")
+    onnx.add_argument(
+        "--standard-ops",
+        action="store_true",
+        help="standard ONNX ops only (default: the packed codes run on ONNX Runtime's MatMulNBits / "
+        "GatherBlockQuantized where they map)",
+    )
 
     push = command("push", "Upload a compressed model folder to the Hub with its code and a model card.", push_command)
     push.add_argument("folder", help="a compressed model folder")

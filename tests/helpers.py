@@ -105,8 +105,9 @@ def tiny_time_series(family: str, informer_attention: str = "prob") -> torch.nn.
 LM_VOCAB, LM_HIDDEN = 120, 24
 
 
-def tiny_causal_lm(kind: str, tie: bool = True) -> torch.nn.Module:
-    """A small seeded causal LM (llama, gpt2, opt) with tied embeddings by default, in eval mode."""
+def tiny_causal_lm(kind: str, tie: bool = True, hidden: int = LM_HIDDEN) -> torch.nn.Module:
+    """A small seeded causal LM (llama, gpt2, opt) with tied embeddings by default, in eval mode (``hidden``: the
+    Llama's width)."""
     torch.manual_seed(0)
     common = dict(vocab_size=LM_VOCAB, bos_token_id=0, eos_token_id=1, tie_word_embeddings=tie)
     if kind == "gpt2":
@@ -127,7 +128,7 @@ def tiny_causal_lm(kind: str, tie: bool = True) -> torch.nn.Module:
     else:
         model = LlamaForCausalLM(
             LlamaConfig(
-                hidden_size=LM_HIDDEN,
+                hidden_size=hidden,
                 intermediate_size=32,
                 num_hidden_layers=2,
                 num_attention_heads=2,

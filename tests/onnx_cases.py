@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import torch
-from helpers import tiny_causal_lm, tiny_time_series
+from helpers import LM_HIDDEN, tiny_causal_lm, tiny_time_series
 from onnx import numpy_helper
 from safetensors.torch import load_file
 
@@ -24,6 +24,9 @@ FORECAST_CASES = {
     "svd-int3": {"method": "svd", "rank": 0.5, "factor_bits": 3},
     "svd-int2": {"method": "svd", "rank": 0.5, "factor_bits": 2},
     "svd-int8": {"method": "svd", "rank": 0.5, "factor_bits": 8},
+    # factors whose groups ONNX Runtime's kernels take (rank 16, 32 columns: blocks of 16 and 32)
+    "cp-int4-ortops": {"method": "cp", "rank": 16, "factor_bits": 4, "factor_group_size": 16},
+    "svd-int4-ortops": {"method": "svd", "rank": 16, "factor_bits": 4, "factor_group_size": 16},
     "biprop": {"method": "biprop"},
 }
 
@@ -51,7 +54,12 @@ LM_CASES = {
     },
     "tt": {"method": "tt", "tt_order": 3, "tt_ranks": 4},
     "tt-int8": {"method": "tt", "tt_order": 3, "tt_ranks": 4, "tt_storage_bits": 8},
+    # tiers whose groups ONNX Runtime's kernels take (on the WIDE_LM Llama)
+    "tiered-ortops": {"method": "tiered", "tier_tokens": [40], "tier_bits": [4, 8], "tier_group_size": 16},
 }
+
+#: LM cases built on a 32-wide Llama (the contrib ops' blocks are powers of two of at least 16; the default is 24)
+WIDE_LMS = ("tiered-ortops",)
 
 PROMPT = [0, 5, 17, 33, 8, 90]
 
@@ -96,10 +104,10 @@ def torch_seq2seq_forecast(folder: Path, inputs: dict[str, np.ndarray]) -> np.nd
         return mean_feedback_forecast(model, **tensors).numpy()
 
 
-def saved_lm(folder: Path, options: dict | None) -> Path:
+def saved_lm(folder: Path, options: dict | None, hidden: int = LM_HIDDEN) -> Path:
     """A tiny tied Llama with weights large enough for greedy decoding to change tokens (at the default init of
     std 0.02 it repeats one token)."""
-    model = tiny_causal_lm("llama")
+    model = tiny_causal_lm("llama", hidden=hidden)
     with torch.no_grad():
         model.model.embed_tokens.weight.normal_(0.0, 1.0)
         for name, module in model.named_modules():
@@ -132,8 +140,13 @@ def saved_gemma3(folder: Path, options: dict) -> Path:
     return folder
 
 
-def exported(folder: Path) -> Path:
-    return export_onnx(folder, folder / "model.onnx")
+def exported(folder: Path, ort_ops: bool = True) -> Path:
+    return export_onnx(folder, folder / "model.onnx", ort_ops=ort_ops)
+
+
+def contrib_ops(onnx_file: Path) -> set[str]:
+    """The ONNX Runtime contrib ops (domain ``com.microsoft``) in the file's graph."""
+    return {node.op_type for node in onnx.load(str(onnx_file)).graph.node if node.domain == "com.microsoft"}
 
 
 def torch_forecast(folder: Path, past_values: np.ndarray) -> np.ndarray:

@@ -7,6 +7,8 @@ from onnx_cases import (
     FORECAST_CASES,
     LM_CASES,
     PROMPT,
+    WIDE_LMS,
+    contrib_ops,
     exported,
     saved_forecaster,
     saved_lm,
@@ -19,8 +21,14 @@ from hf_tensorcompress.cli import main
 from hf_tensorcompress.deploy.onnx import OnnxExportError, export_onnx
 from hf_tensorcompress.deploy.onnx.runner import empty_cache, forecast, generate, load, metadata, step
 
-FAST_FORECASTS = ("cp-int4",)
+FAST_FORECASTS = ("cp-int4", "cp-int4-ortops")
 FAST_LMS = ("tiered-int4-int2",)
+#: case → the ONNX Runtime contrib ops its storage maps onto (``ortops.py``)
+MAPPED = {
+    ("forecast", "cp-int4-ortops"): {"MatMulNBits", "GatherBlockQuantized"},  # out factor; the two small factors
+    ("forecast", "svd-int4-ortops"): {"MatMulNBits"},
+    ("lm", "tiered-ortops"): {"MatMulNBits", "GatherBlockQuantized"},  # int4 tier: head, lookup; int8 tier: lookup
+}
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +39,12 @@ def exports(tmp_path_factory):
 
     def get(kind, name):
         if (kind, name) not in made:
-            save = saved_forecaster if kind == "forecast" else saved_lm
-            options = (FORECAST_CASES if kind == "forecast" else LM_CASES)[name]
-            folder = save(root / f"{kind}-{name}", options)
+            if kind == "forecast":
+                folder = saved_forecaster(root / f"{kind}-{name}", FORECAST_CASES[name])
+            else:
+                folder = saved_lm(
+                    root / f"{kind}-{name}", LM_CASES[name], **({"hidden": 32} if name in WIDE_LMS else {})
+                )
             made[kind, name] = folder, exported(folder)
         return made[kind, name]
 
@@ -55,9 +66,11 @@ def test_forecast_matches_pytorch(exports, name, fold_constants):
     assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max()
 
 
-def test_no_dense_weight_in_the_file(exports):
-    """A low-bit CP layer's file holds its codes, and no float initializer the size of a replaced weight."""
-    _, path = exports("forecast", "cp-int4")
+@pytest.mark.parametrize("name", ["cp-int4", "cp-int4-ortops"])
+def test_no_dense_weight_in_the_file(exports, name):
+    """A low-bit CP layer's file holds its codes, and no float initializer the size of a replaced weight (with or
+    without ONNX Runtime's quantized ops)."""
+    _, path = exports("forecast", name)
     model, replaced = onnx.load(str(path)), metadata(load(path))["compressed_modules"]
     inits = {
         prefix: [i for i in model.graph.initializer if i.name.startswith(f"model.{prefix}.")] for prefix in replaced
@@ -76,6 +89,32 @@ def test_greedy_tokens_match_pytorch(exports, name):
     expected = torch_greedy(folder, PROMPT, 16)
     assert len(set(expected)) > 1  # the tokens change, so equality says something
     assert generate(session, PROMPT, 16) == expected
+
+
+@pytest.mark.parametrize(
+    ("kind", "name"),
+    [pytest.param(*case, marks=() if case[1] in FAST_FORECASTS else pytest.mark.slow) for case in MAPPED],
+)
+def test_mapped_storage_runs_on_contrib_ops(exports, kind, name):
+    """Storage whose width and groups ONNX Runtime's kernels take is exported onto them (the ops are in the graph,
+    and no unpacking of those tensors is left)."""
+    _, path = exports(kind, name)
+    assert contrib_ops(path) == MAPPED[kind, name]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("kind", "name"), list(MAPPED))
+def test_standard_op_export_gives_the_same_outputs(exports, tmp_path, kind, name):
+    """``ort_ops=False`` writes standard ops only, and they compute what the contrib-op export computes."""
+    folder, path = exports(kind, name)
+    standard = export_onnx(folder, tmp_path / "standard.onnx", ort_ops=False)
+    assert contrib_ops(standard) == set()
+    if kind == "forecast":
+        past = np.random.default_rng(2).standard_normal((4, 32, 3)).astype(np.float32)
+        mapped, plain = (forecast(load(p, threads=1, fold_constants=False), past) for p in (path, standard))
+        assert np.abs(mapped - plain).max() <= 1e-5 * np.abs(plain).max()
+    else:
+        assert generate(load(standard, threads=1), PROMPT, 16) == generate(load(path, threads=1), PROMPT, 16)
 
 
 def test_cache_steps_match_one_pass(exports):
@@ -124,9 +163,11 @@ def test_runner_refuses_the_wrong_kind(exports):
 
 
 @pytest.mark.slow
-def test_cli_export(tmp_path, capsys):
-    folder = saved_forecaster(tmp_path / "svd", FORECAST_CASES["svd-int8"])
-    assert main(["export-onnx", str(folder), str(tmp_path / "out.onnx")]) == 0
+@pytest.mark.parametrize(("flags", "contrib"), [([], {"MatMulNBits"}), (["--standard-ops"], set())])
+def test_cli_export(tmp_path, capsys, flags, contrib):
+    folder = saved_forecaster(tmp_path / "svd", FORECAST_CASES["svd-int4-ortops"])
+    assert main(["export-onnx", str(folder), str(tmp_path / "out.onnx"), *flags]) == 0
     assert '"kind": "forecast"' in capsys.readouterr().out
+    assert contrib_ops(tmp_path / "out.onnx") == contrib
     past = np.ones((2, 32, 3), dtype=np.float32)
     np.testing.assert_allclose(forecast(load(tmp_path / "out.onnx"), past), torch_forecast(folder, past), rtol=1e-4)

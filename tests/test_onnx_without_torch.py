@@ -11,6 +11,7 @@ from onnx_cases import (
     LM_CASES,
     PROMPT,
     SEQ2SEQ_CASES,
+    WIDE_LMS,
     exported,
     saved_forecaster,
     saved_lm,
@@ -36,11 +37,14 @@ print(json.dumps({
 
 
 @pytest.mark.slow  # builds (once) and uses a venv of its own
-@pytest.mark.parametrize(("forecaster", "lm"), [("svd-int2", "tiered-codebook-lowrank"), ("biprop", "dense")])
+@pytest.mark.parametrize(
+    ("forecaster", "lm"),
+    [("svd-int2", "tiered-codebook-lowrank"), ("biprop", "dense"), ("cp-int4-ortops", "tiered-ortops")],
+)
 def test_runner_without_torch(tmp_path, forecaster, lm):
     python = build_onnx_runtime_env()
     patchtst = saved_forecaster(tmp_path / "patchtst", FORECAST_CASES[forecaster])
-    llama = saved_lm(tmp_path / "llama", LM_CASES[lm])
+    llama = saved_lm(tmp_path / "llama", LM_CASES[lm], **({"hidden": 32} if lm in WIDE_LMS else {}))
     past = np.random.default_rng(1).standard_normal((3, 32, 3)).astype(np.float32)
     np.save(tmp_path / "past.npy", past)
     result = subprocess.run(

@@ -3,7 +3,8 @@
 Tiered: every tier keeps its packed codes (or codebook indices), group scales and codebook as initializers; a lookup
 gathers the token's packed row and decodes only that row in the graph (``Gather`` → unpack → scale), and the tied
 head decodes each tier and multiplies it with the hidden states, so the one stored table serves both, as in the
-checkpoint. TT: the per-token cores (fp32, or the packed ``(V, P)`` trains of ``tt_storage_bits``) are gathered for
+checkpoint (tiers whose width and groups ONNX Runtime's kernels take: ``GatherBlockQuantized`` rows and a
+``MatMulNBits`` product instead, ``unpack.GraphLowBit``). TT: the per-token cores (fp32, or the packed ``(V, P)`` trains of ``tt_storage_bits``) are gathered for
 the looked-up tokens and contracted with batched ``MatMul``s; the tied head rebuilds every train in the graph, applies
 the basis to the hidden states and puts the exact tokens' dense rows in their columns.
 """
@@ -55,10 +56,10 @@ class GraphTiered(nn.Module):
         stored order, then put in token order by ``slot``."""
         stored, scores = iter(self.tiers), []
         for rows, stores in zip(self.tier_rows, self.tier_stores):
-            scores.append(hidden @ next(stored).values().T if stores else hidden.new_zeros(*hidden.shape[:-1], rows))
+            scores.append(next(stored).matmul_t(hidden) if stores else hidden.new_zeros(*hidden.shape[:-1], rows))
         scores = torch.cat(scores, dim=-1)
         if self.rank:
-            low_rank = (hidden @ self.right.values().T) @ self.left.values().T
+            low_rank = self.left.matmul_t(self.right.matmul_t(hidden))
             scores = torch.cat([scores[..., : self.low_rank_start], scores[..., self.low_rank_start :] + low_rank], -1)
         return scores.index_select(-1, self.slot.long())
 
@@ -101,6 +102,9 @@ class GraphTT(nn.Module):
     def _matrix(self, stored: nn.Module | torch.Tensor) -> torch.Tensor:
         return stored.values() if self.low_bit else stored
 
+    def _matmul_t(self, x: torch.Tensor, stored: nn.Module | torch.Tensor) -> torch.Tensor:
+        return stored.matmul_t(x) if self.low_bit else x @ stored.T
+
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         flat = input_ids.reshape(-1).long()
         vectors = self._trains(flat)
@@ -108,17 +112,17 @@ class GraphTT(nn.Module):
             vectors = vectors @ self._matrix(self.basis)
         if self.exact_rows is not None:
             slot = self.exact_slot[flat].long()
-            exact = self._matrix(self.exact_rows)[slot.clamp(min=0)]
+            exact = self.exact_rows.rows(slot.clamp(min=0)) if self.low_bit else self.exact_rows[slot.clamp(min=0)]
             vectors = torch.where((slot >= 0)[:, None], exact, vectors)
         return vectors.reshape(*input_ids.shape, self.embedding_dim)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         vocab = self.trains.shape[0] if self.low_bit else self.cores[0].shape[0]
-        projected = hidden if self.basis is None else hidden @ self._matrix(self.basis).T
+        projected = hidden if self.basis is None else self._matmul_t(hidden, self.basis)
         logits = projected @ self._trains(torch.arange(vocab)).T
         if self.exact_rows is None:
             return logits
-        exact = hidden @ self._matrix(self.exact_rows).T
+        exact = self._matmul_t(hidden, self.exact_rows)
         slot = self.exact_slot.long()
         return torch.where(slot >= 0, exact.index_select(-1, slot.clamp(min=0)), logits)
 

@@ -5,7 +5,9 @@ with torch 2.13 and transformers 5 the TorchScript exporter (``dynamo=False``) w
 refuses (a positional-encoding ``Add`` traced at the example's shape); optimum is not used (not installed here, and
 the dynamo exporter covers these models with transformers' own code). Before tracing, each compressed layer is swapped for its export form (``linears.py``,
 ``embeddings.py``), which keeps the stored tensors as initializers and decodes them with graph ops; the fused C kernel
-is never on this path. A model holding a layer without an export form is refused before tracing.
+is never on this path (``ortops.py``: where a stored matrix fits ONNX Runtime's own quantized kernels, the graph runs
+it on them). A model holding a layer without an export form is refused before tracing; after it, the dense weights
+are stored as the graph reads them (``transposes.py``).
 """
 
 from __future__ import annotations
@@ -24,16 +26,23 @@ from .errors import OnnxExportError
 from .graphs import GRAPHS, graph_for
 from .linears import GRAPH_FORMS
 from .metadata import write_metadata
+from .ortops import TRANSLATIONS
+from .transposes import fold_weight_transposes
+from .unpack import GraphLowBit
 
 
-def swap_layers(model: nn.Module) -> list[str]:
-    """Replace every compressed layer that has an export form, in place; the names of the replaced modules."""
+def swap_layers(model: nn.Module, ort_ops: bool = False) -> list[str]:
+    """Replace every compressed layer that has an export form, in place; the names of the replaced modules.
+    ``ort_ops``: the stored matrices whose width and groups ONNX Runtime's quantized kernels take run on them."""
     replaced = swap_embeddings(model)
     for name, module in list(model.named_modules()):
         form = GRAPH_FORMS.get(type(module))
         if form is not None:
             model.set_submodule(name, form(module))
             replaced.append(name)
+    for module in model.modules():
+        if isinstance(module, GraphLowBit):
+            module.ort_ops = ort_ops
     return replaced
 
 
@@ -43,10 +52,16 @@ def _model(model_or_folder: nn.Module | str | Path) -> nn.Module:
     return load_model(model_or_folder).float().eval()
 
 
-def export_onnx(model_or_folder: nn.Module | str | Path, path: str | Path, opset: int = 21) -> Path:
+def export_onnx(
+    model_or_folder: nn.Module | str | Path, path: str | Path, opset: int = 21, ort_ops: bool = True
+) -> Path:
     """Export a PatchTST forecaster/classifier/regressor, an Autoformer or Informer forecaster or a causal LM (dense,
     or compressed by this library) to the single ONNX file ``path``; the compressed layers keep their stored
     tensors. Returns ``path``.
+
+    ``ort_ops`` (default): stored matrices that ONNX Runtime's own quantized kernels take run on them
+    (``MatMulNBits`` for 4-bit products, ``GatherBlockQuantized`` for 2/4/8-bit lookups; ``ortops.py``), the rest
+    decodes with standard ops. ``False``: standard ops only, for runtimes without ONNX Runtime's contrib ops.
 
     The file carries what the runner needs in its metadata (``hf_tensorcompress.kind``: ``forecast`` or
     ``causal_lm``, and the model's input/output names), so ``runner.forecast`` / ``runner.generate`` take only it.
@@ -58,7 +73,7 @@ def export_onnx(model_or_folder: nn.Module | str | Path, path: str | Path, opset
         raise OnnxExportError(
             f"{type(model).__name__} does not export to ONNX here; the exported families are: {supported}"
         )
-    replaced = swap_layers(model)
+    replaced = swap_layers(model, ort_ops)
     left = {type(module).layer_type for module in model.modules() if isinstance(module, CompressedLayer)}
     if left:
         raise OnnxExportError(
@@ -80,9 +95,11 @@ def export_onnx(model_or_folder: nn.Module | str | Path, path: str | Path, opset
             external_data=False,
             optimize=False,
             verbose=False,
+            custom_translation_table=TRANSLATIONS,
         )
     program.save(str(path), external_data=False)
-    write_metadata(path, {**metadata, "compressed_modules": replaced})
+    fold_weight_transposes(path, keep=tuple(f"model.{name}." for name in replaced))
+    write_metadata(path, {**metadata, "compressed_modules": replaced, "ort_ops": ort_ops})
     return path
 
 

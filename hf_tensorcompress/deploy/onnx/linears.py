@@ -1,6 +1,7 @@
 """Export forms of the compressed Linear layers: each keeps the layer's stored tensors as they are (fp32 factors,
 packed factor codes, Biprop's mask bits) and computes the layer's output from them with standard ONNX ops
-(``MatMul``/``Einsum`` chains), so no dense weight ever becomes an initializer.
+(``MatMul``/``Einsum`` chains; 4-bit factors on ``MatMulNBits`` where ``ortops.py`` maps them), so no dense weight
+ever becomes an initializer.
 
 Export-only code: the forwards here avoid what the exporter cannot trace (the fused C kernel behind ctypes, cached
 weights keyed on data pointers, Python-side chunk loops).
@@ -32,6 +33,11 @@ def _values(factor: nn.Module | torch.Tensor) -> torch.Tensor:
     return factor.values() if isinstance(factor, GraphLowBit) else factor
 
 
+def _matmul_t(x: torch.Tensor, factor: nn.Module | torch.Tensor) -> torch.Tensor:
+    """``x @ factorᵀ``: a stored factor's own product (``MatMulNBits`` where it maps), or a ``MatMul``."""
+    return factor.matmul_t(x) if isinstance(factor, GraphLowBit) else x @ factor.T
+
+
 def _bias(layer: nn.Module) -> nn.Parameter | None:
     return None if layer.bias is None else nn.Parameter(layer.bias.detach().float(), requires_grad=False)
 
@@ -47,9 +53,9 @@ class GraphCP(nn.Module):
         self.bias = _bias(layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        heads, head_dim, out = (_values(f) for f in (self.heads, self.head_dim, self.out))
+        heads, head_dim = _values(self.heads), _values(self.head_dim)
         khatri_rao = torch.einsum("hr,dr->hdr", heads, head_dim).reshape(-1, heads.shape[1])
-        y = (x @ khatri_rao) @ out.T
+        y = _matmul_t(x @ khatri_rao, self.out)
         return y if self.bias is None else y + self.bias
 
 
@@ -67,8 +73,8 @@ class GraphSVD(nn.Module):
         self.bias = _bias(layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        inner = self.inner.values().T if isinstance(self.inner, GraphLowBit) else self.inner
-        y = (x @ inner) @ _values(self.out).T
+        inner = self.inner.matmul_t(x) if isinstance(self.inner, GraphLowBit) else x @ self.inner
+        y = _matmul_t(inner, self.out)
         return y if self.bias is None else y + self.bias
 
 

@@ -1,7 +1,8 @@
 """Stored matrices decoded inside the exported graph: packed codes stay uint8 initializers, and the graph unpacks them
 with integer ``Div`` and ``Mod`` (``bits_at``), then scales them, for exactly the rows it needs.
 
-Export-only code (torch ops that the dynamo exporter translates one to one); the layouts are those of
+Export-only code (torch ops that the dynamo exporter translates one to one, and the contrib ops of ``ortops.py``
+where a storage maps onto ONNX Runtime's own kernels); the layouts are those of
 ``runtime/lowbit.py`` (``pack``) and ``runtime/codebook.py``.
 """
 
@@ -12,6 +13,7 @@ from torch import nn
 
 from ...runtime.codebook import CodebookTensor
 from ...runtime.lowbit import LowBitTensor
+from .ortops import GATHER_BITS, MATMUL_BITS, block_fits, gather_block_quantized, matmul_nbits
 
 
 def bits_at(values: torch.Tensor, shift: int, width: int) -> torch.Tensor:
@@ -44,13 +46,38 @@ def unpack_codes(packed: torch.Tensor, bits: int, columns: int) -> torch.Tensor:
 
 class GraphLowBit(nn.Module):
     """A ``LowBitTensor``'s buffers (the same tensors) with a forward the exporter traces: ``rows(ids)`` gathers the
-    packed rows first and decodes only those, ``values()`` decodes all (small factors)."""
+    packed rows first and decodes only those, ``values()`` decodes all (small factors), ``matmul_t(x)`` is
+    ``x @ Wᵀ``. With ``ort_ops`` set (by ``export_onnx``), the widths and groups ONNX Runtime's quantized kernels take
+    run on them (``ortops.py``): a lookup on ``GatherBlockQuantized``, a product on ``MatMulNBits``."""
+
+    #: Map the storage onto ONNX Runtime's contrib ops where it fits (set on the instances by ``export_onnx``).
+    ort_ops = False
 
     def __init__(self, stored: LowBitTensor) -> None:
         super().__init__()
         self.shape, self.bits, self.group_size = stored.shape, stored.bits, stored.group_size
         for name, buffer in stored.named_buffers():
             self.register_buffer(name, buffer)
+
+    def _maps(self, widths: tuple[int, ...]) -> bool:
+        return self.ort_ops and self.bits in widths and block_fits(self.group_size, self.shape[1])
+
+    def _offset(self) -> torch.Tensor:
+        """What the contrib ops' decode ``(code − 2^(bits−1)) · scale`` lacks of ``code · scale + minimum``, per
+        group."""
+        return self.minimum.float() + 2 ** (self.bits - 1) * self.scale.float()
+
+    def _contrib_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = gather_block_quantized(self.codes, ids, self.scale.float(), self.shape[1], self.bits)
+        return rows + self._offset()[ids].repeat_interleave(self.group_size, dim=1)
+
+    def matmul_t(self, x: torch.Tensor) -> torch.Tensor:
+        """``x @ Wᵀ``: on ``MatMulNBits`` plus the per-group offsets where it maps, else with the decoded ``W``."""
+        if not self._maps(MATMUL_BITS):
+            return x @ self.values().T
+        product = matmul_nbits(x, self.codes, self.scale.float(), self.shape[1], self.bits)
+        group_sums = x.reshape(*x.shape[:-1], -1, self.group_size).sum(dim=-1)
+        return product + group_sums @ self._offset().T
 
     def _decode(self, codes: torch.Tensor, scale: torch.Tensor | None, minimum: torch.Tensor | None) -> torch.Tensor:
         if self.bits == 16:
@@ -60,11 +87,15 @@ class GraphLowBit(nn.Module):
         return (values * scale.float()[..., None] + minimum.float()[..., None]).reshape(rows, self.shape[1])
 
     def values(self) -> torch.Tensor:
+        if self._maps(GATHER_BITS):
+            return self._contrib_rows(torch.arange(self.shape[0]))
         return self._decode(self.codes, getattr(self, "scale", None), getattr(self, "minimum", None))
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         if self.bits == 16:
             return self.codes[ids].float()
+        if self._maps(GATHER_BITS):
+            return self._contrib_rows(ids)
         return self._decode(self.codes[ids], self.scale[ids], self.minimum[ids])
 
 
@@ -87,6 +118,9 @@ class GraphCodebook(nn.Module):
 
     def values(self) -> torch.Tensor:
         return self._decode(self.codes, getattr(self, "high", None), self.scale)
+
+    def matmul_t(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.values().T
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         high = self.high[ids] if self.high_bits else None
