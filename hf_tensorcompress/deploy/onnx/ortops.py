@@ -27,6 +27,8 @@ import torch
 from onnxscript import opset21 as op
 from onnxscript.values import Op, Opset
 
+from ...runtime.lowbit import unpack
+
 #: The widths each op takes with the speed of a float ``MatMul`` or better (see the module docstring).
 MATMUL_BITS, GATHER_BITS = (4,), (2, 4, 8)
 
@@ -37,9 +39,8 @@ def block_fits(group_size: int, columns: int) -> bool:
 
 
 def _codes(packed: torch.Tensor, bits: int, columns: int) -> torch.Tensor:
-    from .unpack import unpack_codes
-
-    return unpack_codes(packed, bits, columns).float() - 2 ** (bits - 1)
+    """The centred codes the ops' eager forms compute with (``lowbit.unpack``: the runtime's own inverse of pack)."""
+    return unpack(packed, bits, columns).float() - 2 ** (bits - 1)
 
 
 @torch.library.custom_op("hf_tensorcompress_onnx::matmul_nbits", mutates_args=())
