@@ -10,7 +10,7 @@ import transformers as T
 from helpers import run_without_library
 
 from hf_tensorcompress import CompressionConfig, apply_tiered
-from hf_tensorcompress.methods.tiered.budget import candidates
+from hf_tensorcompress.methods.tiered.budget import candidates, measure_widths
 from hf_tensorcompress.runtime.codebook import CodebookTensor
 
 VOCAB, HIDDEN = 1000, 256
@@ -61,11 +61,33 @@ def test_the_tied_head_is_the_dense_product_of_the_decoded_rows(compressed, batc
         torch.testing.assert_close(model.lm_head(hidden), hidden @ model.get_input_embeddings().weight.T)
 
 
+def offered(rows: int, columns: int, dim: int, entries: int) -> set[tuple[int, int]]:
+    both = candidates(rows, columns, dim, entries, False) + candidates(rows, columns, dim, entries, True)
+    return {(d, e) for width, d, e in both if width == "codebook"}
+
+
 def test_a_codebook_whose_table_outweighs_its_indices_is_not_offered():
-    books = {(dim, entries) for width, dim, entries in candidates(1000, 64, 4, 1024) if width == "codebook"}
-    assert books == {(4, 1024), (4, 256), (8, 256)}  # 4,096 8-vectors: a 64 KB table for 12 KB of indices
-    books = {(dim, entries) for width, dim, entries in candidates(49152, 576, 4, 1024) if width == "codebook"}
-    assert books == {(4, 1024), (4, 256), (8, 4096), (8, 256)}
+    assert offered(1000, 64, 4, 1024) == {(4, 1024), (4, 256), (8, 256)}  # 4,096 8-vectors: 64 KB table, 12 KB codes
+    assert offered(49152, 576, 4, 1024) == {(4, 1024), (4, 256), (8, 4096), (8, 256)}
+
+
+def test_codebooks_below_2_5_bits_are_fitted_only_where_the_budget_needs_them(monkeypatch):
+    from hf_tensorcompress.methods.tiered import apply
+
+    calls = []
+
+    def spy(*args, narrow):
+        calls.append(narrow)
+        return measure_widths(*args, narrow=narrow)
+
+    monkeypatch.setattr(apply, "measure_widths", spy)
+    config = CompressionConfig(method="tiered", size_ratio=4, rounding="output")
+    layer = apply_tiered(tiny(), config, CALIBRATION, 256).get_input_embeddings()
+    assert calls == [False]  # 4x is met with int2-int16 and the 2.5-bit codebook: nothing narrower is fitted
+    assert all(tier["bits"] != "codebook" or tier["codebook_size"] == 1024 for tier in layer.tier_specs)
+    calls.clear()
+    apply_tiered(tiny(), budget(8), CALIBRATION, 256)
+    assert calls == [False, True]
 
 
 @pytest.mark.slow  # child process; the journey tier runs the same flows on every push

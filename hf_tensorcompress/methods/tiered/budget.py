@@ -24,6 +24,11 @@ from .codebook_rounding import codebook_codes, kmeans
 from .layer import tier_storage
 from .rounding import output_aware_codes
 
+#: Codebooks below this many index bits a weight are fitted and offered only where the budget cannot be met without
+#: them: where it can, their cheap rows let the calibration counts move bytes onto the calibration text's tokens and
+#: lose on other text (SmolLM2 at 6×, unseen SOTU / mail: 0.156 / 0.247 with them, 0.110 / 0.177 without).
+NARROW_BITS = 2.5
+
 #: Bisection steps on the multiplier's logarithm (from 1e-12 to 1e12: far finer than one row's bytes).
 STEPS = 80
 
@@ -63,15 +68,18 @@ def _bytes(tier: dict, columns: int) -> tuple[int, int]:
     return two - one, 2 * one - two
 
 
-def candidates(rows: int, columns: int, dim: int, entries: int) -> list[tuple[int | str, int, int]]:
-    """(width, codebook_dim, codebook_size) of every width a budget chooses among for a ``(rows, columns)`` matrix:
-    the integer widths, the configured codebook and ``BUDGET_CODEBOOKS``, each codebook once, where its vectors
-    divide the row and its table (fp16) is smaller than the indices of every row would be (a larger table costs more
-    than it can save)."""
+def candidates(rows: int, columns: int, dim: int, entries: int, narrow: bool) -> list[tuple[int | str, int, int]]:
+    """(width, codebook_dim, codebook_size) of the widths a budget chooses among for a ``(rows, columns)`` matrix.
+    With ``narrow`` unset: the integer widths, the configured codebook (whatever its width: the user chose it) and
+    the codebooks of ``BUDGET_CODEBOOKS`` of at least ``NARROW_BITS`` index bits a weight; with it set: the further
+    codebooks below that. Each codebook comes once, where its vectors divide the row and its table (fp16) is smaller
+    than the indices of every row would be (a larger table costs more than it can save)."""
     from .config import BUDGET_CODEBOOKS, BUDGET_WIDTHS
 
-    books = list(dict.fromkeys([(dim, entries), *BUDGET_CODEBOOKS]))
-    integers = [(width, 0, 0) for width in BUDGET_WIDTHS if width != "codebook"]
+    further = [book for book in BUDGET_CODEBOOKS if book != (dim, entries)]
+    wide = [(dim, entries), *(book for book in further if _book_bits(*book) >= NARROW_BITS)]
+    books = [book for book in further if _book_bits(*book) < NARROW_BITS] if narrow else wide
+    integers = [] if narrow else [(width, 0, 0) for width in BUDGET_WIDTHS if width != "codebook"]
     return integers + [
         ("codebook", d, e)
         for d, e in books
@@ -81,15 +89,18 @@ def candidates(rows: int, columns: int, dim: int, entries: int) -> list[tuple[in
 
 @torch.no_grad()
 def measure_widths(
-    weight: torch.Tensor, covariance: torch.Tensor, output_aware: bool, group: int, dim: int, entries: int
+    weight: torch.Tensor, covariance: torch.Tensor, output_aware: bool, group: int, dim: int, entries: int, narrow: bool
 ) -> list[Width]:
-    """Every row at each width of ``candidates``, with each row's output-aware error."""
+    """Every row at each width of ``candidates`` (``narrow``: the codebooks below ``NARROW_BITS``), with each row's
+    output-aware error."""
     columns = weight.shape[1]
     group = fitted_group(columns, group)
     covariance = covariance.float().to(weight.device)
     scale = weight.pow(2).mean(1, keepdim=True).sqrt().clamp(min=1e-8)
     measured = []
-    for width, size, count in progress(candidates(*weight.shape, dim, entries), desc="size_ratio: rows at each width"):
+    for width, size, count in progress(
+        candidates(*weight.shape, dim, entries, narrow), desc="size_ratio: rows at each width"
+    ):
         tier = tier_spec(width, group, size, count)
         if width == "codebook":
             codebook = kmeans(canonical(weight / scale).reshape(-1, size), count)
@@ -151,33 +162,25 @@ def _spend_rest(
     return upgraded
 
 
-def bits_per_weight(tier: dict) -> float:
-    """Index bits per weight of a codebook tier (its shared table not counted)."""
-    return (tier["codebook_size"].bit_length() - 1) / tier["codebook_dim"]
+def _book_bits(dim: int, entries: int) -> float:
+    """Index bits per weight of a codebook of ``entries`` ``dim``-vectors (its shared table not counted)."""
+    return (entries.bit_length() - 1) / dim
 
 
 def choose(counts: torch.Tensor, widths: list[Width], budget: int) -> tuple[torch.Tensor | None, list[Width]]:
     """The allocation with the least total sensitivity over every subset of the codebooks (a shared table may not
     pay for itself on a small vocabulary, and the multiplier does not see it): (width index per row, the widths it
-    indexes). Codebooks below 2.5 bits a weight only come in where the budget cannot be met without them: where both
-    can, the cheap narrow rows let the calibration counts move bytes onto the calibration text's tokens and lose on
-    other text (SmolLM2 at 6x, unseen SOTU / mail: 0.156 / 0.247 with them, 0.110 / 0.177 without)."""
+    indexes), or (None, ``widths``) where no subset meets ``budget``."""
     weight = counts.double() + 1.0
     books = [index for index, width in enumerate(widths) if width.tier["bits"] == "codebook"]
-    narrow = {index for index in books if bits_per_weight(widths[index].tier) < 2.5}
     results = []
-    for with_narrow in (False, True):
-        for size in range(len(books) + 1):
-            for dropped in combinations(books, size):
-                if not with_narrow and not narrow <= set(dropped):
-                    continue
-                option = [width for index, width in enumerate(widths) if index not in dropped]
-                sensitivity = weight[:, None] * torch.stack([w.errors.double() for w in option], 1)
-                choice = allocate(sensitivity, option, budget)
-                if choice is not None:
-                    results.append((float(sensitivity.gather(1, choice[:, None]).sum()), choice, option))
-        if results:
-            break
+    for size in range(len(books) + 1):
+        for dropped in combinations(books, size):
+            option = [width for index, width in enumerate(widths) if index not in dropped]
+            sensitivity = weight[:, None] * torch.stack([w.errors.double() for w in option], 1)
+            choice = allocate(sensitivity, option, budget)
+            if choice is not None:
+                results.append((float(sensitivity.gather(1, choice[:, None]).sum()), choice, option))
     if not results:
         return None, widths
     _, choice, option = min(results, key=lambda result: result[0])
