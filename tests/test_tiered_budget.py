@@ -102,7 +102,7 @@ def test_a_budget_needs_calibration_text_and_says_how_to_give_it():
 
 def test_a_budget_below_the_narrowest_rows_names_the_largest_ratio_there():
     with pytest.raises(ValueError, match=r"at most size_ratio=\d"):
-        apply_tiered(tiny(), budget(7), CALIBRATION, 256)
+        apply_tiered(tiny(), budget(12), CALIBRATION, 256)
 
 
 @pytest.mark.parametrize(

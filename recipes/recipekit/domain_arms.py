@@ -32,6 +32,8 @@ TIERED_ARMS: dict[str, dict] = {
     "tiered-int4/codebook-2k": dict(tier_tokens=[2000], tier_bits=[4, "codebook"], rounding="output"),
     "tiered-budget-4x": dict(size_ratio=4, rounding="output"),
     "tiered-budget-6x": dict(size_ratio=6, rounding="output"),
+    "tiered-budget-8x": dict(size_ratio=8, rounding="output"),
+    "tiered-budget-10x": dict(size_ratio=10, rounding="output"),
 }
 
 #: The ``tt-calib`` arm at 2× (ranks 1,1, output-aware basis, dense rows by calibration counts) with its trains, dense

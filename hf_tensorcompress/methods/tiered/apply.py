@@ -3,6 +3,8 @@ the method. Targets ``model.get_input_embeddings()``; a tied output layer reads 
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 from torch import nn
 
@@ -103,7 +105,8 @@ def budget_tiers(
     covariance = calibration.covariance if tied else torch.eye(hidden, dtype=torch.float64)
     dense_bytes = vocab * hidden * 2
     slot_bytes = vocab * 4
-    widths = measure_widths(
+    measure = partial(
+        measure_widths,
         weight,
         covariance,
         config.rounding == "output",
@@ -111,8 +114,13 @@ def budget_tiers(
         config.codebook_dim,
         config.codebook_size,
     )
+    budget = int(dense_bytes / config.size_ratio) - slot_bytes
+    widths = measure(narrow=False)
+    choice, widths = choose(calibration.counts, widths, budget)
+    if choice is None:
+        widths = widths + measure(narrow=True)
+        choice, widths = choose(calibration.counts, widths, budget)
     target = dense_bytes / config.size_ratio
-    choice, widths = choose(calibration.counts, widths, int(target) - slot_bytes)
     if choice is None:
         cheapest = min(w.row_bytes * vocab + w.fixed_bytes for w in widths) + slot_bytes
         raise ValueError(

@@ -6,13 +6,14 @@ is ``(count + 1) · (w − ŵ) C (w − ŵ)ᵀ``: how often the calibration text
 still count) times the expected squared logit error of its row under the hidden-state covariance ``C``. Widths are
 then chosen per row by the Lagrangian of "least total sensitivity within the bytes" (one multiplier found by
 bisection, the bytes it leaves spent on the best remaining upgrades). Every step sees a row's values and count, never
-its id, and the one codebook is k-means of the rows in an order set by their values, so permuting the vocabulary
+its id, and each codebook is k-means of the rows in an order set by their values, so permuting the vocabulary
 permutes the layer and changes neither its bytes nor its outputs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import combinations
 
 import torch
 
@@ -22,6 +23,11 @@ from ...runtime.lowbit import LowBitTensor
 from .codebook_rounding import codebook_codes, kmeans
 from .layer import tier_storage
 from .rounding import output_aware_codes
+
+#: Codebooks below this many index bits a weight are fitted and offered only where the budget cannot be met without
+#: them: where it can, their cheap rows let the calibration counts move bytes onto the calibration text's tokens and
+#: lose on other text (SmolLM2 at 6×, unseen SOTU / mail: 0.156 / 0.247 with them, 0.110 / 0.177 without).
+NARROW_BITS = 2.5
 
 #: Bisection steps on the multiplier's logarithm (from 1e-12 to 1e12: far finer than one row's bytes).
 STEPS = 80
@@ -62,24 +68,43 @@ def _bytes(tier: dict, columns: int) -> tuple[int, int]:
     return two - one, 2 * one - two
 
 
+def candidates(rows: int, columns: int, dim: int, entries: int, narrow: bool) -> list[tuple[int | str, int, int]]:
+    """(width, codebook_dim, codebook_size) of the widths a budget chooses among for a ``(rows, columns)`` matrix.
+    With ``narrow`` unset: the integer widths, the configured codebook (whatever its width: the user chose it) and
+    the codebooks of ``BUDGET_CODEBOOKS`` of at least ``NARROW_BITS`` index bits a weight; with it set: the further
+    codebooks below that. Each codebook comes once, where its vectors divide the row and its table (fp16) is smaller
+    than the indices of every row would be (a larger table costs more than it can save)."""
+    from .config import BUDGET_CODEBOOKS, BUDGET_WIDTHS
+
+    further = [book for book in BUDGET_CODEBOOKS if book != (dim, entries)]
+    wide = [(dim, entries), *(book for book in further if _book_bits(*book) >= NARROW_BITS)]
+    books = [book for book in further if _book_bits(*book) < NARROW_BITS] if narrow else wide
+    integers = [] if narrow else [(width, 0, 0) for width in BUDGET_WIDTHS if width != "codebook"]
+    return integers + [
+        ("codebook", d, e)
+        for d, e in books
+        if columns % d == 0 and e * d * 2 < rows * (columns // d) * (e.bit_length() - 1) // 8
+    ]
+
+
 @torch.no_grad()
 def measure_widths(
-    weight: torch.Tensor, covariance: torch.Tensor, output_aware: bool, group: int, dim: int, entries: int
+    weight: torch.Tensor, covariance: torch.Tensor, output_aware: bool, group: int, dim: int, entries: int, narrow: bool
 ) -> list[Width]:
-    """Every row at each of ``BUDGET_WIDTHS`` that fits the hidden size, with each row's output-aware error."""
-    from .config import BUDGET_WIDTHS
-
+    """Every row at each width of ``candidates`` (``narrow``: the codebooks below ``NARROW_BITS``), with each row's
+    output-aware error."""
     columns = weight.shape[1]
     group = fitted_group(columns, group)
-    widths = [w for w in BUDGET_WIDTHS if w != "codebook" or columns % dim == 0]
     covariance = covariance.float().to(weight.device)
+    scale = weight.pow(2).mean(1, keepdim=True).sqrt().clamp(min=1e-8)
     measured = []
-    for width in progress(widths, desc="size_ratio: rows at each width", unit="width"):
-        tier = tier_spec(width, group, dim, entries)
+    for width, size, count in progress(
+        candidates(*weight.shape, dim, entries, narrow), desc="size_ratio: rows at each width"
+    ):
+        tier = tier_spec(width, group, size, count)
         if width == "codebook":
-            scale = weight.pow(2).mean(1, keepdim=True).sqrt().clamp(min=1e-8)
-            codebook = kmeans(canonical(weight / scale).reshape(-1, dim), entries)
-            stored = codebook_codes(weight, dim, entries, covariance if output_aware else None, codebook=codebook)
+            codebook = kmeans(canonical(weight / scale).reshape(-1, size), count)
+            stored = codebook_codes(weight, size, count, covariance if output_aware else None, codebook=codebook)
         elif output_aware and width != 16:
             stored = output_aware_codes(weight, covariance, width, group)
         else:
@@ -137,17 +162,25 @@ def _spend_rest(
     return upgraded
 
 
+def _book_bits(dim: int, entries: int) -> float:
+    """Index bits per weight of a codebook of ``entries`` ``dim``-vectors (its shared table not counted)."""
+    return (entries.bit_length() - 1) / dim
+
+
 def choose(counts: torch.Tensor, widths: list[Width], budget: int) -> tuple[torch.Tensor | None, list[Width]]:
-    """The allocation with the least total sensitivity, with and without the codebook (whose shared table may not
-    pay for itself on a small vocabulary): (width index per row, the widths it indexes)."""
+    """The allocation with the least total sensitivity over every subset of the codebooks (a shared table may not
+    pay for itself on a small vocabulary, and the multiplier does not see it): (width index per row, the widths it
+    indexes), or (None, ``widths``) where no subset meets ``budget``."""
     weight = counts.double() + 1.0
-    options = [widths, [w for w in widths if w.tier["bits"] != "codebook"]]
+    books = [index for index, width in enumerate(widths) if width.tier["bits"] == "codebook"]
     results = []
-    for option in options if len(options[1]) < len(widths) else options[:1]:
-        sensitivity = weight[:, None] * torch.stack([w.errors.double() for w in option], 1)
-        choice = allocate(sensitivity, option, budget)
-        if choice is not None:
-            results.append((float(sensitivity.gather(1, choice[:, None]).sum()), choice, option))
+    for size in range(len(books) + 1):
+        for dropped in combinations(books, size):
+            option = [width for index, width in enumerate(widths) if index not in dropped]
+            sensitivity = weight[:, None] * torch.stack([w.errors.double() for w in option], 1)
+            choice = allocate(sensitivity, option, budget)
+            if choice is not None:
+                results.append((float(sensitivity.gather(1, choice[:, None]).sum()), choice, option))
     if not results:
         return None, widths
     _, choice, option = min(results, key=lambda result: result[0])
@@ -163,10 +196,15 @@ def subset(width: Width, ids: torch.Tensor) -> LowBitTensor | CodebookTensor:
     return part.set_indices(stored._indices(ids), stored.scale.index_select(0, ids), stored.codebook)
 
 
+def width_name(tier: dict) -> str:
+    """``int4``, ``bf16`` or ``codebook8x4096`` (vectors of 8, 4,096 entries): one tier's width, as printed."""
+    if tier["bits"] == "codebook":
+        return f"codebook{tier['codebook_dim']}x{tier['codebook_size']}"
+    return "bf16" if tier["bits"] == 16 else f"int{tier['bits']}"
+
+
 def describe(tiers: list[dict], stored_bytes: int, dense_bytes: int) -> str:
     """One line: rows per width and the size reached, as printed after a ``size_ratio`` build."""
-    parts = ", ".join(
-        f"{tier['rows']}×" + ("codebook" if tier["bits"] == "codebook" else f"int{tier['bits']}") for tier in tiers
-    )
+    parts = ", ".join(f"{tier['rows']}×{width_name(tier)}" for tier in tiers)
     ratio = dense_bytes / stored_bytes
     return f"size_ratio allocation: {parts}; {stored_bytes:,} bytes stored, {ratio:.3f}× smaller than bf16"

@@ -19,8 +19,13 @@ CODEBOOK_SIZES = (256, 1024, 2048, 4096, 65536)
 #: How codes are chosen: round-to-nearest, or output-aware (GPTQ with the calibration covariance).
 ROUNDINGS = ("nearest", "output")
 
-#: Widths a ``size_ratio`` budget chooses among, row by row.
+#: Widths a ``size_ratio`` budget chooses among, row by row (``"codebook"``: ``codebook_dim`` × ``codebook_size``).
 BUDGET_WIDTHS = (2, 3, 4, 8, 16, "codebook")
+
+#: The further codebooks a ``size_ratio`` budget chooses among, as (``codebook_dim``, ``codebook_size``): below the
+#: 2.5 bits a weight of int2 with group scales or of the default codebook, 2 bits (4-vectors, 256 entries), 1.5 bits
+#: (8-vectors, 4,096 entries) and 1 bit (8-vectors, 256 entries), each table fitted once and shared by its rows.
+BUDGET_CODEBOOKS = ((4, 256), (8, 4096), (8, 256))
 
 #: Widths the low-rank factors are stored at.
 LOW_RANK_BITS = (8, 16)
@@ -41,7 +46,8 @@ class TieredConfig(CompressionConfig):
     Args:
         size_ratio: a byte budget: the layer is this many times smaller than the bf16 matrix, every stored byte
             counted (codes, scales, codebook, the token→row map), within 1 %. Each token's row gets its own width
-            (one of ``BUDGET_WIDTHS``) by measured sensitivity: its calibration count (plus one) times the
+            (one of ``BUDGET_WIDTHS`` or the codebooks of ``BUDGET_CODEBOOKS``, 1 to 16 bits a weight) by measured
+            sensitivity: its calibration count (plus one) times the
             output-aware error of its row at that width, allocated greedily (Lagrangian) — nothing depends on how the
             tokenizer numbers its tokens. Needs calibration text (``apply_tiered``); leave ``tier_tokens``,
             ``tier_bits`` and ``low_rank`` unset. The allocation is the layer's tiers (saved in its spec).
