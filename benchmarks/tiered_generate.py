@@ -6,11 +6,12 @@ transformers' ``TorchAoConfig``, saved and loaded back natively (``build_int8_ch
 the tied matrix becomes two int8 copies, embedding and head).
 
     OMP_NUM_THREADS=1 python benchmarks/tiered_generate.py [--threads 1] [--new-tokens 32] [--repeats 3]
-        [--options '{"tier_tokens": [2000], "tier_bits": [4, "codebook"], "rounding": "output"}']
+        [--batch 1 8] [--options '{"tier_tokens": [2000], "tier_bits": [4, "codebook"], "rounding": "output"}']
 
 ``--options`` replaces the tiered arm's ``TieredConfig`` options (JSON; default ``OPTIONS``).
 
-1. decode time at batch 1: one process holds the three models and runs them in turn within each repeat (paired
+1. decode time at each ``--batch`` (1 and 8: the tied head multiplies one or eight hidden states per step, a
+   matrix-vector or a thin matrix product): one process holds the three models and runs them in turn within each repeat (paired
    runs); ratios are medians of the paired ratios to dense of wall time and of the process's CPU time;
    the tiered model is timed twice, its tied head on the fused CPU kernel (``runtime/lowbit_kernel.py``, the default
    where a C compiler and AVX2 are present) and on the torch path (``HF_TENSORCOMPRESS_KERNELS=0``);
@@ -96,33 +97,39 @@ def memory_arm(folder: str, new_tokens: int) -> dict:
     }
 
 
-def timing(folders: dict[str, str], new_tokens: int, repeats: int) -> dict:
-    """All models in one process, run in turn within each repeat (the first is the reference: dense); per other
-    arm, the median of its paired ratios to the reference and whether its greedy tokens equal the reference's."""
+def timing(folders: dict[str, str], new_tokens: int, repeats: int, batches: list[int]) -> dict:
+    """Per batch size: all models in one process, run in turn within each repeat (the first is the reference:
+    dense); per other arm, the median of its paired ratios to the reference and whether its greedy tokens equal the
+    reference's."""
     models = {name: load(folder) for name, folder in folders.items()}
     tokenizer = next(iter(models.values()))[1]
 
-    def run(name: str, model, tokens: int):
+    def run(name: str, model, batch: int, tokens: int):
         os.environ["HF_TENSORCOMPRESS_KERNELS"] = "0" if name == TORCH_PATH else "1"
-        return generate(model, tokenizer, 1, tokens)
+        return generate(model, tokenizer, batch, tokens)
 
     for name, (model, _) in models.items():
-        run(name, model, 2)  # warm-up (and the kernel's one-time build)
-    times = {name: [] for name in models}
-    for _ in range(repeats):
-        for name, (model, _) in models.items():
-            times[name].append(timed_both(lambda name=name, model=model: run(name, model, new_tokens)))
-    tokens = {name: run(name, model, new_tokens).tolist() for name, (model, _) in models.items()}
-    reference, *others = models
-    result = {f"{name}_seconds": statistics.median(wall for wall, _ in times[name]) for name in models}
-    for name in others:
-        pairs = list(zip(times[reference], times[name]))
-        result[name] = {
-            "over_dense": statistics.median(arm[0] / ref[0] for ref, arm in pairs),
-            "over_dense_cpu": statistics.median(arm[1] / ref[1] for ref, arm in pairs),
-            "pairs_wall": [(ref[0], arm[0]) for ref, arm in pairs],
-            "greedy_tokens_equal_to_dense": tokens[name] == tokens[reference],
-        }
+        run(name, model, 1, 2)  # warm-up (and the kernel's one-time build)
+    result = {}
+    for batch in batches:
+        times = {name: [] for name in models}
+        for _ in range(repeats):
+            for name, (model, _) in models.items():
+                times[name].append(
+                    timed_both(lambda name=name, model=model, batch=batch: run(name, model, batch, new_tokens))
+                )
+        tokens = {name: run(name, model, batch, new_tokens).tolist() for name, (model, _) in models.items()}
+        reference, *others = models
+        arms = {f"{name}_seconds": statistics.median(wall for wall, _ in times[name]) for name in models}
+        for name in others:
+            pairs = list(zip(times[reference], times[name]))
+            arms[name] = {
+                "over_dense": statistics.median(arm[0] / ref[0] for ref, arm in pairs),
+                "over_dense_cpu": statistics.median(arm[1] / ref[1] for ref, arm in pairs),
+                "pairs_wall": [(ref[0], arm[0]) for ref, arm in pairs],
+                "greedy_tokens_equal_to_dense": tokens[name] == tokens[reference],
+            }
+        result[f"batch{batch}"] = arms
     kernels = [module.load_kernel() for name, module in sys.modules.items() if name.endswith(".lowbit_kernel")]
     result["fused_kernel_built"] = any(kernel is not None for kernel in kernels)
     return result
@@ -133,6 +140,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="batch sizes of the timed generate()")
     parser.add_argument("--options", type=json.loads, default=OPTIONS, help="the tiered arm's options (JSON)")
     parser.add_argument("--child", choices=["memory", "timing"])
     parser.add_argument("--folder", nargs="*", help="for --child: one folder (memory) or one per arm of ARMS (timing)")
@@ -146,7 +154,7 @@ def main() -> None:
     if args.child == "timing":
         folders = dict(zip(ARMS, args.folder, strict=True))
         folders[TORCH_PATH] = folders["tiered"]
-        print(json.dumps(timing(folders, args.new_tokens, args.repeats)))
+        print(json.dumps(timing(folders, args.new_tokens, args.repeats, args.batch)))
         return
     common = ["--threads", str(args.threads), "--new-tokens", str(args.new_tokens)]
     with tempfile.TemporaryDirectory() as tiered_dir, tempfile.TemporaryDirectory() as int8_dir:
@@ -167,6 +175,8 @@ def main() -> None:
                 *(folders[name] for name in ARMS),
                 "--repeats",
                 str(args.repeats),
+                "--batch",
+                *map(str, args.batch),
                 *common,
             ],
             __file__,
@@ -177,18 +187,22 @@ def main() -> None:
     bf16_mb = 49152 * 576 * 2 / 1e6  # the tied matrix once, in bf16: the 1x of every size here (MB = 10^6 bytes)
     embedding_fp32_mb = 49152 * 576 * 4 / 2**20  # MiB, as the peak RSS
     print(
-        f"SmolLM2-135M, {args.threads} thread(s), {args.new_tokens} new tokens, greedy, batch 1; tiered "
+        f"SmolLM2-135M, {args.threads} thread(s), {args.new_tokens} new tokens, greedy, batch {args.batch}; tiered "
         f"{args.options}: embedding {built['embedding_bytes'] / 1e6:.1f} MB ({49152 * 576 * 2 / built['embedding_bytes']:.2f}x "
         f"smaller than bf16), compressed in {built['compress_seconds']:.0f} s; torchao int8 per row (embedding and "
         f"head untied), built in {built['torchao_int8_build_seconds']:.0f} s"
     )
-    print(f"decode: dense {speed['dense_seconds']:.2f} s; fused CPU kernel built: {speed['fused_kernel_built']}")
-    for name in (*ARMS[1:], TORCH_PATH):
-        arm = speed[name]
-        print(
-            f"decode: {name} {speed[f'{name}_seconds']:.2f} s ({arm['over_dense']:.2f}x wall, "
-            f"{arm['over_dense_cpu']:.2f}x CPU time); greedy tokens equal to dense: {arm['greedy_tokens_equal_to_dense']}"
-        )
+    print(f"fused CPU kernel built: {speed['fused_kernel_built']}")
+    for batch in args.batch:
+        arms = speed[f"batch{batch}"]
+        print(f"decode, batch {batch}: dense {arms['dense_seconds']:.2f} s")
+        for name in (*ARMS[1:], TORCH_PATH):
+            arm = arms[name]
+            print(
+                f"decode, batch {batch}: {name} {arms[f'{name}_seconds']:.2f} s ({arm['over_dense']:.2f}x wall, "
+                f"{arm['over_dense_cpu']:.2f}x CPU time); greedy tokens equal to dense: "
+                f"{arm['greedy_tokens_equal_to_dense']}"
+            )
     for name in ARMS:
         print(
             f"{name}: peak RSS {peak[name]:.0f} MB (dense - this: {peak['dense'] - peak[name]:+.0f} MB); embedding + "
@@ -204,12 +218,13 @@ def main() -> None:
                 "repeats": args.repeats,
                 "options": args.options,
                 "embedding_smaller_than_bf16": 49152 * 576 * 2 / built["embedding_bytes"],
-                "tiered_over_dense_batch1": speed["tiered"]["over_dense"],
-                "tiered_over_dense_cpu_batch1": speed["tiered"]["over_dense_cpu"],
-                "tiered_torch_path_over_dense_batch1": speed[TORCH_PATH]["over_dense"],
+                **{
+                    f"{name}_over_dense{cpu}_batch{batch}": speed[f"batch{batch}"][name][f"over_dense{cpu}"]
+                    for batch in args.batch
+                    for name in (*ARMS[1:], TORCH_PATH)
+                    for cpu in ("", "_cpu")
+                },
                 "fused_kernel_built": speed["fused_kernel_built"],
-                "torchao_int8_over_dense_batch1": speed["torchao_int8"]["over_dense"],
-                "torchao_int8_over_dense_cpu_batch1": speed["torchao_int8"]["over_dense_cpu"],
                 "peak_rss_mb": peak,
                 "peak_saving_mb": peak["dense"] - peak["tiered"],
                 "peak_saving_over_fp32_embedding": (peak["dense"] - peak["tiered"]) / embedding_fp32_mb,
