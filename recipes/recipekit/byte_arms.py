@@ -97,7 +97,8 @@ def greedy_allocation(groups: list[AttentionGroup], budget: float, sensitivity: 
                     moves.append((max(cost, 0.0) / saved, -saved, group.name, action))
         if not moves:
             break
-        _, _, name, action = min(moves)
+        # on a tie the first move: actions are not ordered (their widths mix ints, "ternary" and None)
+        _, _, name, action = min(moves, key=lambda move: move[:3])
         allocation[name] = action
     return allocation
 
