@@ -73,6 +73,18 @@ def test_greedy_and_random_allocations_choose_among_16_bit_and_ternary_factors()
     assert {"ternary", 16} <= {bits for allocation in drawn for _, bits in allocation.values()}
 
 
+def test_the_recipes_take_16_bit_and_ternary_factor_widths(capsys):
+    import smartformer
+    from byte_comparison import parse_args
+
+    assert smartformer.parse_args([]).factor_widths == [16, 8, 4, 3, 2, "ternary"]
+    assert smartformer.parse_args(["--factor-widths", "16", "Ternary"]).factor_widths == [16, "ternary"]
+    with pytest.raises(SystemExit):
+        smartformer.parse_args(["--factor-widths", "5"])
+    assert "'5': choose among 16 8 4 3 2 ternary" in capsys.readouterr().err
+    assert parse_args(["--factor-widths", "16", "ternary"]).factor_widths == ["16", "ternary"]  # passed on as given
+
+
 def test_int_qat_trains_rounded_weights_and_counts_their_codes():
     dense = torch.nn.Sequential(torch.nn.Linear(64, 32))
     packed = prepare_int_qat(2)(dense, None)
