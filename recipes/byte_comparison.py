@@ -58,6 +58,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         default=None,
         help="season lengths of the naive forecasts (default: a day and a week)",
     )
+    parser.add_argument(
+        "--factor-widths",
+        nargs="+",
+        default=None,
+        metavar="WIDTH",
+        help="factor widths the search and the random and greedy allocations choose among: 16 8 4 3 2 ternary or a "
+        "subset (default: the recipe's, all of them)",
+    )
     parser.add_argument("--random-draws", type=int, default=3, help="random allocations per seed (random-bytes)")
     parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=RUNS, help="only these arms")
     parser.add_argument(
@@ -239,6 +247,7 @@ def run_recipes(args: argparse.Namespace) -> dict[str, dict]:
             + (["--batch-size", str(args.batch_size)] if args.batch_size else [])
             + (["--train-stride", str(args.train_stride)] if args.train_stride else [])
             + (["--season", *map(str, args.season)] if args.season else [])
+            + (["--factor-widths", *args.factor_widths] if args.factor_widths else [])
         )  # fmt: skip
         results[dataset] = merged([recipe])
     return results

@@ -71,6 +71,7 @@ from recipekit.smartformer_arms import (
     build_plan,
     byte_widths_help,
     derived_arms,
+    factor_width,
     run_names_help,
     search_end_step,
 )
@@ -104,7 +105,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="byte budget of the smartformer-bytes search, a fraction of the fp32 bytes of every searched Linear "
         "(e.g. 1/16); adds smartformer-bytes, the allocations at its bytes and int4/int2 weight QAT",
     )
-    parser.add_argument("--factor-widths", type=int, nargs="+", default=list(BYTE_WIDTHS), help=byte_widths_help())
+    parser.add_argument(
+        "--factor-widths", type=factor_width, nargs="+", default=list(BYTE_WIDTHS), help=byte_widths_help()
+    )
     parser.add_argument(
         "--season",
         type=int,

@@ -24,6 +24,8 @@ FORECAST_CASES = {
     "svd-int3": {"method": "svd", "rank": 0.5, "factor_bits": 3},
     "svd-int2": {"method": "svd", "rank": 0.5, "factor_bits": 2},
     "svd-int8": {"method": "svd", "rank": 0.5, "factor_bits": 8},
+    "svd-bf16": {"method": "svd", "rank": 0.5, "factor_bits": 16},
+    "cp-ternary": {"method": "cp", "rank": 0.5, "factor_bits": "ternary", "factor_group_size": 4},
     # factors whose groups ONNX Runtime's kernels take (rank 16, 32 columns: blocks of 16 and 32)
     "cp-int4-ortops": {"method": "cp", "rank": 16, "factor_bits": 4, "factor_group_size": 16},
     "svd-int4-ortops": {"method": "svd", "rank": 16, "factor_bits": 4, "factor_group_size": 16},
@@ -175,4 +177,5 @@ def stored_tensors_kept(folder: Path, onnx_file: Path) -> list[str]:
         )
         and tensor.numel() > 1
     ]
-    return [key for key in compressed if checkpoint[key].numpy().tobytes() not in held]
+    raw = {key: checkpoint[key].contiguous().view(torch.uint8).numpy().tobytes() for key in compressed}  # bf16 too
+    return [key for key in compressed if raw[key] not in held]

@@ -14,6 +14,7 @@ from hf_tensorcompress.evaluation.naive import evaluate_naive, naive_forecast, n
 from hf_tensorcompress.search import attention_groups
 
 from recipekit.byte_arms import (
+    BYTE_WIDTHS,
     allocation_bytes,
     greedy_allocation,
     prepare_int_qat,
@@ -48,6 +49,40 @@ def test_greedy_allocation_gives_bytes_to_the_sensitive_layer(groups):
     assert allocation_bytes(groups, allocation) <= budget
     assert allocation[free] == min(groups[1].actions, key=lambda a: groups[1].bytes_at(*a))
     assert groups[0].bytes_at(*allocation[costly]) > groups[1].bytes_at(*allocation[free])
+
+
+def test_greedy_and_random_allocations_choose_among_16_bit_and_ternary_factors():
+    groups = attention_groups(every_linear_svd(), 10, BYTE_WIDTHS, 32)
+    assert {16, "ternary"} <= {bits for g in groups for _, bits in g.actions}
+    everything = sum(max(g.bytes_at(*a) for a in g.actions) for g in groups)
+    indifferent = {g.name: {a: 0.0 for a in g.actions} for g in groups}
+    roomy = greedy_allocation(groups, everything, indifferent)
+    assert {bits for _, bits in roomy.values()} == {16}  # nothing to cut: full rank in 16 bits, the costliest action
+    budget = sum(g.dense_bytes for g in groups) / 6
+    twins = attention_groups(every_linear_svd(), 10, (2, "ternary"), 32)  # every rank: the same bytes at either width
+    tied = greedy_allocation(twins, budget, {g.name: {a: 0.0 for a in g.actions} for g in twins})
+    assert allocation_bytes(twins, tied) <= budget
+    # every other action loses more the fewer bytes it keeps; ternary loses nothing (and costs what int2 costs)
+    ternary_is_free = {
+        g.name: {a: 0.0 if a[1] == "ternary" else 1 + 1 / g.bytes_at(*a) for a in g.actions} for g in groups
+    }
+    greedy = greedy_allocation(groups, budget, ternary_is_free)
+    assert allocation_bytes(groups, greedy) <= budget and {bits for _, bits in greedy.values()} == {"ternary"}
+    drawn = [random_allocation(groups, budget, random.Random(draw)) for draw in range(20)]
+    assert all(allocation_bytes(groups, allocation) <= budget for allocation in drawn)
+    assert {"ternary", 16} <= {bits for allocation in drawn for _, bits in allocation.values()}
+
+
+def test_the_recipes_take_16_bit_and_ternary_factor_widths(capsys):
+    import smartformer
+    from byte_comparison import parse_args
+
+    assert smartformer.parse_args([]).factor_widths == [16, 8, 4, 3, 2, "ternary"]
+    assert smartformer.parse_args(["--factor-widths", "16", "Ternary"]).factor_widths == [16, "ternary"]
+    with pytest.raises(SystemExit):
+        smartformer.parse_args(["--factor-widths", "5"])
+    assert "'5': choose among 16 8 4 3 2 ternary" in capsys.readouterr().err
+    assert parse_args(["--factor-widths", "16", "ternary"]).factor_widths == ["16", "ternary"]  # passed on as given
 
 
 def test_int_qat_trains_rounded_weights_and_counts_their_codes():

@@ -16,6 +16,7 @@ from transformers import PatchTSTForPrediction, TrainingArguments
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.core.metrics import linear_bytes
 from hf_tensorcompress.loading import load_model
+from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search import SearchConfig, attention_groups
 from hf_tensorcompress.search.space import allowed_actions
 from hf_tensorcompress.search.trainer import SmartformerTrainer
@@ -43,17 +44,20 @@ def searched_bytes(model, groups) -> tuple[int, int]:
 
 def test_byte_costs_match_what_the_layers_store():
     model = every_linear_svd()
-    groups = attention_groups(model, 10, WIDTHS, 32)
+    groups = attention_groups(model, 10, FACTOR_WIDTHS, 32)
     for group in groups:
         rank = group.candidates[0]
         for name in group.modules:
-            layer = model.get_submodule(name)
-            layer.set_rank(rank)
-            layer.set_factor_bits(4, 32)
-        stored = sum(model.get_submodule(name).storage_bits() / 8 for name in group.modules)
-        assert group.bytes_at(rank, 4) == pytest.approx(stored)
+            model.get_submodule(name).set_rank(rank)
+        for width in FACTOR_WIDTHS:
+            for name in group.modules:
+                model.get_submodule(name).set_factor_bits(width, 32)
+            stored = sum(model.get_submodule(name).storage_bits() / 8 for name in group.modules)
+            assert group.bytes_at(rank, width) == pytest.approx(stored)
+        assert group.bytes_at(rank, "ternary") == group.bytes_at(rank, 2)  # three levels in 2-bit codes
+        assert group.bytes_at(rank, 16) == 2 * rank * group.params_per_rank + 4 * group.bias_params  # bf16, no scales
         assert group.bytes_at(rank, None) == 4 * group.params_at(rank)
-        assert {action[1] for action in group.actions} == set(WIDTHS)
+        assert {action[1] for action in group.actions} == set(FACTOR_WIDTHS)
 
 
 def test_byte_wall_offers_only_actions_that_keep_the_budget_reachable():
@@ -75,15 +79,29 @@ def test_config_checks_the_byte_fields():
         SearchConfig(byte_budget=0.1, param_budget=0.5)
     with pytest.raises(ValueError, match="factor_widths"):
         SearchConfig(factor_widths=(5,))
-    config = SearchConfig(byte_budget=1 / 16, factor_widths=(8, None))
-    assert SearchConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    with pytest.raises(
+        ValueError, match=r"factor_widths=\['tern'\]: distinct values among \[16, 8, 4, 3, 2, 'ternary'\]"
+    ):
+        SearchConfig(factor_widths=("tern",))
+    with pytest.raises(ValueError, match="distinct"):
+        SearchConfig(factor_widths=("ternary", "ternary"))
+    for widths in ((8, None), (16, 8, 4, 3, 2, "ternary", None)):
+        config = SearchConfig(byte_budget=1 / 16, factor_widths=widths)
+        assert SearchConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
 
 
-def test_search_in_bytes_meets_its_budget_and_saves_packed_widths(tmp_path):
+@pytest.mark.parametrize("widths,budget", [(WIDTHS, 1 / 6), ((16,), 1 / 4), (("ternary",), 1 / 6)])
+def test_search_in_bytes_meets_its_budget_and_saves_packed_widths(tmp_path, widths, budget):
+    """``budget``: the tiny model's biases and scales leave nothing below ~1/7.5; a single width is chosen for sure."""
+    search_save_and_reload(tmp_path, widths, budget)
+
+
+def search_save_and_reload(tmp_path, widths: tuple, budget: float) -> None:
+    """A short byte search among ``widths`` within ``budget``; the model saved to ``saved`` and loaded back packed,
+    scoring the same (inputs and outputs in ``io.pt``)."""
     model = every_linear_svd()
-    budget = 1 / 6  # the tiny model's biases and scales leave nothing below ~1/7.5
     search = SearchConfig(
-        interval=2, consecutive_actions=2, max_actions_per_layer=3, byte_budget=budget, factor_widths=WIDTHS
+        interval=2, consecutive_actions=2, max_actions_per_layer=3, byte_budget=budget, factor_widths=widths
     )
     args = TrainingArguments(
         str(tmp_path / "run"), max_steps=20, per_device_train_batch_size=16, learning_rate=1e-3, report_to=[],
@@ -95,8 +113,8 @@ def test_search_in_bytes_meets_its_budget_and_saves_packed_widths(tmp_path):
     disk, dense = searched_bytes(trainer.model, trainer.search.groups)
     assert disk <= budget * dense
     modules = trainer.model.config.compression_config["modules"]
-    widths = {spec["factor_bits"] for spec in modules.values()}
-    assert widths <= set(WIDTHS)
+    chosen = {spec["factor_bits"] for spec in modules.values()}
+    assert chosen <= set(widths) and (len(widths) > 1 or chosen == set(widths))
     for group in trainer.search.groups:  # the layers hold what the search decided
         assert all(modules[name]["factor_bits"] == trainer.search.bits[group.name] for name in group.modules)
         assert all(modules[name]["rank"] == trainer.search.ranks[group.name] for name in group.modules)
@@ -115,7 +133,7 @@ def test_search_in_bytes_meets_its_budget_and_saves_packed_widths(tmp_path):
 
 @pytest.mark.slow
 def test_searched_model_loads_in_a_new_process_natively_and_with_remote_code(tmp_path):
-    test_search_in_bytes_meets_its_budget_and_saves_packed_widths(tmp_path)
+    search_save_and_reload(tmp_path, (16, 8, 4, 2, "ternary"), 1 / 6)
     check = """
         import torch
         io = torch.load("io.pt")
@@ -143,7 +161,8 @@ def test_searched_model_loads_in_a_new_process_natively_and_with_remote_code(tmp
 def test_byte_search_resumes_from_a_checkpoint_where_it_stopped(tmp_path):
     """A checkpoint inside the search holds low-bit factors at the chosen ranks; resuming rebuilds the trainable
     layers at those ranks and widths and continues with the same decisions as an uninterrupted run."""
-    search = dict(interval=2, consecutive_actions=2, max_actions_per_layer=3, byte_budget=1 / 6, factor_widths=WIDTHS)
+    widths = (16, 4, 2, "ternary")
+    search = dict(interval=2, consecutive_actions=2, max_actions_per_layer=3, byte_budget=1 / 6, factor_widths=widths)
 
     def trainer_for(folder: str, steps: int) -> SmartformerTrainer:
         args = TrainingArguments(

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 from safetensors import safe_open
@@ -12,12 +16,13 @@ from hf_tensorcompress import CompressionConfig, apply_compression, compression_
 from hf_tensorcompress.core.metrics import linear_bytes
 from hf_tensorcompress.methods.cp.layer import CPLinear
 from hf_tensorcompress.methods.svd.layer import LowRankLinear
+from hf_tensorcompress.runtime.factor_storage import rounded, stored
 from tests.helpers import run_without_library, tiny_patchtst_config
 
 ALL_LINEAR = r".*(q_proj|k_proj|v_proj|out_proj|ff\.[03]|projection)"
 
 
-def quantized_patchtst(bits: int, group_size: int | None = None, method: str = "svd") -> PatchTSTForPrediction:
+def quantized_patchtst(bits: int | str, group_size: int | None = None, method: str = "svd") -> PatchTSTForPrediction:
     """Every Linear as SVD, or the q/k/v projections as CP, with ``bits``-bit factors."""
     torch.manual_seed(0)
     model = PatchTSTForPrediction(tiny_patchtst_config())
@@ -31,7 +36,10 @@ def quantized_patchtst(bits: int, group_size: int | None = None, method: str = "
     return apply_compression(model, config).eval()
 
 
-@pytest.mark.parametrize("method,bits,group_size", [("svd", 8, None), ("svd", 4, 8), ("cp", 8, None), ("cp", 4, 2)])
+@pytest.mark.parametrize(
+    "method,bits,group_size",
+    [("svd", 8, None), ("svd", 4, 8), ("cp", 8, None), ("cp", 4, 2), ("svd", 16, None), ("cp", "ternary", 2)],
+)
 def test_saved_codes_load_natively_to_the_same_outputs_and_stay_packed(tmp_path, method, bits, group_size):
     model = quantized_patchtst(bits, group_size, method)
     x = torch.randn(2, 32, 3)
@@ -45,7 +53,8 @@ def test_saved_codes_load_natively_to_the_same_outputs_and_stay_packed(tmp_path,
     loaded = PatchTSTForPrediction.from_pretrained(tmp_path).eval()
     layers = [m for m in loaded.modules() if isinstance(m, (LowRankLinear, CPLinear))]
     assert layers and all(layer.stored and not hasattr(layer, "factor_out") for layer in layers)
-    assert all(layer.stored_out.codes.dtype == torch.uint8 for layer in layers)
+    code_type = torch.bfloat16 if bits == 16 else torch.uint8  # 16: bfloat16 values, no scales
+    assert all(layer.stored_out.codes.dtype == code_type for layer in layers)
     with torch.no_grad():  # the trained model multiplies float factors, the loaded one its codes (fused kernel):
         torch.testing.assert_close(loaded(past_values=x).prediction_outputs, expected, rtol=1e-5, atol=1e-6)
     counted, before = compression_report(loaded)["bytes"]["targets"], compression_report(model)["bytes"]["targets"]
@@ -53,28 +62,61 @@ def test_saved_codes_load_natively_to_the_same_outputs_and_stay_packed(tmp_path,
     assert linear_bytes(loaded)["ram"] < linear_bytes(model)["ram"]
 
 
-@pytest.mark.slow  # child processes; the journey tier runs the same flows on every push
-def test_trust_remote_code_without_the_library_gives_the_same_outputs(tmp_path):
+#: case -> (method, factor width, group size) of the checkpoints loaded in a new process (the fast tier's: SVD, whose
+#: models build in a second; the CP decomposition takes longer)
+NEW_PROCESS_CASES = {"svd-16": ("svd", 16, 8), "svd-ternary": ("svd", "ternary", 8)}
+REMOTE_CODE_CASES = NEW_PROCESS_CASES | {"svd-4": ("svd", 4, None), "cp-4": ("cp", 4, None)}
+REMOTE_CODE_CASES |= {"cp-ternary": ("cp", "ternary", None), "cp-16": ("cp", 16, None)}
+
+
+def save_cases(folder, cases: dict[str, tuple]) -> None:
+    """Every model of ``cases`` saved under ``folder/<case>``, with their input and outputs in ``io.pt``."""
     x = torch.randn(2, 32, 3)
     expected = {}
-    for method in ("svd", "cp"):
-        model = quantized_patchtst(4, None, method)
+    for case, (method, bits, group_size) in cases.items():
+        model = quantized_patchtst(bits, group_size, method)
         with torch.no_grad():
-            expected[method] = model(past_values=x).prediction_outputs
-        model.save_pretrained(tmp_path / method)
-    torch.save({"x": x, "expected": expected}, tmp_path / "io.pt")
+            expected[case] = model(past_values=x).prediction_outputs
+        model.save_pretrained(folder / case)
+    torch.save({"x": x, "expected": expected}, folder / "io.pt")
+
+
+def test_16_bit_and_ternary_factors_load_in_a_new_process_to_the_same_outputs(tmp_path):
+    save_cases(tmp_path, NEW_PROCESS_CASES)
+    check = f"""
+        import torch
+        from hf_tensorcompress import load_model
+        io = torch.load("io.pt")
+        for case in {sorted(NEW_PROCESS_CASES)!r}:
+            model = load_model(case).eval()
+            layers = [m for m in model.modules() if getattr(m, "stored", False)]
+            assert layers, case
+            with torch.no_grad():
+                out = model(past_values=io["x"]).prediction_outputs
+            torch.testing.assert_close(out, io["expected"][case], rtol=1e-5, atol=1e-6)
+        print("ok")
+    """
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(check)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+
+
+@pytest.mark.slow  # child processes; the journey tier runs the same flows on every push
+def test_trust_remote_code_without_the_library_gives_the_same_outputs(tmp_path):
+    save_cases(tmp_path, REMOTE_CODE_CASES)
     run_without_library(
         f"""
         import os, torch
         os.environ["HF_MODULES_CACHE"] = {str(tmp_path / "modules")!r}
         from transformers import AutoModel
         io = torch.load({str(tmp_path / "io.pt")!r})
-        for method in ("svd", "cp"):
-            model = AutoModel.from_pretrained(os.path.join({str(tmp_path)!r}, method), trust_remote_code=True).eval()
+        for case in {sorted(REMOTE_CODE_CASES)!r}:
+            model = AutoModel.from_pretrained(os.path.join({str(tmp_path)!r}, case), trust_remote_code=True).eval()
             assert "hf_tensorcompress" not in type(model).__module__
             with torch.no_grad():
                 out = model(past_values=io["x"]).prediction_outputs
-            torch.testing.assert_close(out, io["expected"][method], rtol=1e-5, atol=1e-6)  # up to summation order
+            torch.testing.assert_close(out, io["expected"][case], rtol=1e-5, atol=1e-6)  # up to summation order
         """,
         tmp_path,
     )
@@ -98,6 +140,26 @@ def test_training_rounds_like_storage_and_the_best_weights_reload(method):
         assert torch.equal(layer(x), before)
 
 
+@pytest.mark.parametrize("group_size", [None, 8])
+def test_ternary_factors_store_three_absmean_levels_per_group_exactly(group_size):
+    torch.manual_seed(0)
+    matrix = torch.randn(6, 16)
+    kept = stored(matrix, "ternary", group_size)
+    values = kept.dequantize()
+    assert kept.bits == 2 and torch.equal(kept.minimum, -kept.scale)  # the 2-bit format, decoded as it is
+    assert torch.equal(rounded(matrix, "ternary", group_size), values)  # training computes with what is stored
+    group = group_size or 16
+    grouped = matrix.reshape(6, -1, group)
+    scale = grouped.abs().mean(dim=-1).half().float()[..., None]  # BitNet b1.58's absmean, as the fp16 scale holds it
+    assert torch.equal(values.reshape(6, -1, group), (grouped / scale).round().clamp(-1, 1) * scale)
+    levels = values.reshape(-1, group)
+    assert all(len(row.unique()) <= 3 for row in levels) and max(len(row.unique()) for row in levels) == 3
+    leaf = matrix.clone().requires_grad_()
+    rounded(leaf, "ternary", group_size).sum().backward()  # straight-through
+    assert torch.equal(leaf.grad, torch.ones_like(matrix))
+    assert torch.equal(rounded(matrix, 16, group_size), matrix.bfloat16().float())  # 16: bfloat16 values
+
+
 def test_post_training_switch_and_bad_settings():
     torch.manual_seed(0)
     layer = LowRankLinear(32, 16, 8)
@@ -107,8 +169,16 @@ def test_post_training_switch_and_bad_settings():
     # U (16×8) and Vᵀ (8×32): one byte per code, an fp16 scale and minimum per row; the fp32 bias
     assert layer.storage_bits() == (16 * 8 + 16 * 4 + 8 * 32 + 8 * 4) * 8 + 16 * 32
     assert torch.allclose(layer(x), exact, atol=0.05) and not torch.equal(layer(x), exact)
-    with pytest.raises(ValueError, match="factor_bits=5"):
+    layer.set_factor_bits("ternary")  # 2-bit codes (2 bytes a row of U, 8 of Vᵀ), an fp16 scale and minimum per row
+    assert layer.storage_bits() == (16 * 2 + 16 * 4 + 8 * 8 + 8 * 4) * 8 + 16 * 32
+    layer.set_factor_bits(16)  # two bytes a value, no scales
+    assert layer.storage_bits() == (16 * 8 * 2 + 8 * 32 * 2) * 8 + 16 * 32
+    with pytest.raises(ValueError, match="factor_bits=5.*16, 8, 4, 3, 2, 'ternary'"):
         CompressionConfig(method="svd", factor_bits=5)
+    with pytest.raises(ValueError, match="factor_bits='binary'"):
+        CompressionConfig(method="cp", factor_bits="binary")
+    config = CompressionConfig(method="svd", factor_bits="ternary", factor_group_size=32)
+    assert CompressionConfig.from_json_string(config.to_json_string()) == config
     with pytest.raises(ValueError, match="factor_group_size"):
         CompressionConfig(method="cp", factor_bits=4, factor_group_size=0)
     with pytest.raises(ValueError, match="pass factor_bits"):

@@ -119,7 +119,7 @@ def test_byte_budget_arms_run_and_save_the_searched_model(smartformer, tmp_path)
     )  # fmt: skip
     assert [run["name"] for run in results["runs"]] == runs
     searched = results["runs"][1]
-    assert set(searched["factor_bits"].values()) <= {None, 8, 4, 3, 2}
+    assert set(searched["factor_bits"].values()) <= {None, 16, 8, 4, 3, 2, "ternary"}
     assert set(results["naive"]) == {"training-mean", "last-value", "last-season-24"}  # a day; a week > 64 steps
     assert results["seasons"] == [24]
     saved = json.loads((tmp_path / "out" / "smartformer-bytes-model" / "config.json").read_text())

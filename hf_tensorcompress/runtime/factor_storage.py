@@ -4,7 +4,9 @@ A layer with ``factor_bits`` trains fp32 factors but computes with them rounded 
 store them (straight-through gradients), saves only the codes (``save_codes``), and reads codes back into fp32
 factors (``read_codes``: a kept best checkpoint, a Trainer resume). Loaded from a checkpoint, the layer holds the
 ``LowBitTensor`` codes themselves (its stored form). Rows are grouped along their columns: ``group_size`` where it
-divides the row, else one group per row.
+divides the row, else one group per row. The widths (``marker.FACTOR_WIDTHS``): 16 is bfloat16 values, 8 … 2
+round-to-nearest codes with an fp16 scale and minimum per group, ``"ternary"`` 2-bit codes of BitNet b1.58's three
+levels per group (``ternary.py``), which the 2-bit decoder reads as they are.
 
 Ships inside saved checkpoints: torch only.
 """
@@ -14,9 +16,16 @@ from __future__ import annotations
 import torch
 
 from .lowbit import LowBitTensor, stored_values
+from .marker import TERNARY
+from .ternary import TERNARY_STORAGE_BITS, ternary_stored, ternary_values
 
 
-def storage_spec(bits: int | None, group_size: int | None) -> dict:
+def storage_width(bits: int | str) -> int:
+    """The ``LowBitTensor`` width a factor width is stored in: ternary factors are 2-bit codes of three levels."""
+    return TERNARY_STORAGE_BITS if bits == TERNARY else bits
+
+
+def storage_spec(bits: int | str | None, group_size: int | None) -> dict:
     """The spec entries of a layer's factor storage (none for fp32 factors)."""
     return {} if bits is None else {"factor_bits": bits, "factor_group_size": group_size}
 
@@ -33,27 +42,38 @@ def factor_group(group_size: int | None, columns: int) -> int | None:
     return group_size if group_size is not None and columns % group_size == 0 else None
 
 
-def stored_form(shape: tuple[int, int], bits: int, group_size: int | None) -> LowBitTensor:
+def stored_form(shape: tuple[int, int], bits: int | str, group_size: int | None) -> LowBitTensor:
     """An empty ``LowBitTensor`` of a factor of ``shape`` (what a checkpoint's codes load into)."""
-    return LowBitTensor(shape, bits, factor_group(group_size, shape[1]))
+    return LowBitTensor(shape, storage_width(bits), factor_group(group_size, shape[1]))
 
 
-def stored(matrix: torch.Tensor, bits: int, group_size: int | None) -> LowBitTensor:
-    """``matrix`` stored in ``bits``."""
-    return LowBitTensor.quantize(matrix.detach(), bits, factor_group(group_size, matrix.shape[1]))
+def stored(matrix: torch.Tensor, bits: int | str, group_size: int | None) -> LowBitTensor:
+    """``matrix`` stored in ``bits`` (ternary: BitNet b1.58's absmean rounding, else round-to-nearest)."""
+    group = factor_group(group_size, matrix.shape[1])
+    if bits == TERNARY:
+        return ternary_stored(matrix.detach(), group)
+    return LowBitTensor.quantize(matrix.detach(), bits, group)
 
 
-def rounded(matrix: torch.Tensor, bits: int, group_size: int | None) -> torch.Tensor:
+def rounded(matrix: torch.Tensor, bits: int | str, group_size: int | None) -> torch.Tensor:
     """The values ``matrix`` decodes to once stored; with gradients on, a straight-through estimate (``f + (r −
     f)``, which can differ from ``r`` in the last bit, so without gradients the stored values themselves)."""
-    values = stored_values(matrix, bits, factor_group(group_size, matrix.shape[1]), matrix.dtype)
+    group = factor_group(group_size, matrix.shape[1])
+    if bits == TERNARY:
+        values = ternary_values(matrix, group, matrix.dtype)
+    else:
+        values = stored_values(matrix, bits, group, matrix.dtype)
     if not (torch.is_grad_enabled() and matrix.requires_grad):
         return values
     return matrix + (values - matrix).detach()
 
 
 def save_codes(
-    state_dict: dict, prefix: str, factors: dict[str, tuple[str, torch.Tensor]], bits: int, group_size: int | None
+    state_dict: dict,
+    prefix: str,
+    factors: dict[str, tuple[str, torch.Tensor]],
+    bits: int | str,
+    group_size: int | None,
 ) -> None:
     """Replace each fp32 factor of ``state_dict`` by its codes: ``{stored name: (parameter name, matrix)}``."""
     for name, (parameter, matrix) in factors.items():
@@ -67,7 +87,7 @@ def read_codes(
     prefix: str,
     name: str,
     shape: tuple[int, int],
-    bits: int,
+    bits: int | str,
     group_size: int | None,
     dtype: torch.dtype,
 ) -> torch.Tensor | None:

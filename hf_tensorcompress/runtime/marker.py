@@ -23,13 +23,18 @@ def quantization_marker(linears: dict | None = None) -> dict:
     return {"quant_method": QUANT_METHOD, "version": STACKED_VERSION, LINEARS_KEY: linears}
 
 
-#: Bit widths factors can be stored in (``LowBitTensor``'s packed widths).
+#: Bit widths stored as packed integer codes (``LowBitTensor``'s packed widths; TT storage takes these).
 FACTOR_BITS = (2, 3, 4, 8)
+#: The ternary factor width: BitNet b1.58 levels {-s, 0, +s} per group, stored exactly as 2-bit codes.
+TERNARY = "ternary"
+#: Widths the low-rank layers' (CP, SVD) factors can be stored in: 16 is bfloat16 values (``LowBitTensor``'s 16-bit
+#: form), 8 … 2 packed round-to-nearest codes, ``TERNARY`` 2-bit codes of three levels.
+FACTOR_WIDTHS = (16, 8, 4, 3, 2, TERNARY)
 
 
-def check_factor_storage(bits: int | None, group_size: int | None) -> None:
+def check_factor_storage(bits: int | str | None, group_size: int | None) -> None:
     """A config's ``factor_bits`` / ``factor_group_size``, with an error naming the allowed values."""
-    if bits is not None and (isinstance(bits, bool) or bits not in FACTOR_BITS):
-        raise ValueError(f"factor_bits={bits!r}: choose one of {list(FACTOR_BITS)}, or None for fp32 factors")
+    if bits is not None and (isinstance(bits, bool) or bits not in FACTOR_WIDTHS):
+        raise ValueError(f"factor_bits={bits!r}: choose one of {list(FACTOR_WIDTHS)}, or None for fp32 factors")
     if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1):
         raise ValueError(f"factor_group_size={group_size!r} must be an int >= 1 (columns per scale group) or None")

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..json_config import JsonConfig
-from ..runtime.marker import FACTOR_BITS
+from ..runtime.marker import FACTOR_WIDTHS
 
 INTERVAL_UNITS = ("steps", "epochs")
 REWARDS = ("loss", "accuracy", "validation_loss")
@@ -55,9 +55,10 @@ class SearchConfig(JsonConfig):
             reward is unchanged (the loss), the budget decides which (rank, width) actions exist. Not with
             ``param_budget``.
         factor_widths: the factor bit widths the agent chooses among for every searched layer besides its rank
-            (each of 2, 3, 4, 8, or ``None`` for fp32 factors); the factors then train quantization-aware at the
-            width currently chosen (straight-through) and the final model saves them packed with per-layer
-            ``factor_bits``. ``None``: ranks only, factors as they are. Needs SVD layers.
+            (each of 16, 8, 4, 3, 2, ``"ternary"``, or ``None`` for fp32 factors: what ``factor_bits`` stores, 16 as
+            bfloat16, ternary as BitNet b1.58's three absmean levels per group in 2-bit codes); the factors then
+            train quantization-aware at the width currently chosen (straight-through, rounded as that width stores)
+            and the final model saves them packed with per-layer ``factor_bits``. ``None``: ranks only, factors as they are. Needs SVD layers.
         factor_group_size: group size of the low-bit factors' scales (rows that it does not divide use one group).
         gamma: the actor-critic's discount (paper: 0.95).
         learning_rate: the actor-critic's learning rate (paper: 1e-3).
@@ -83,7 +84,7 @@ class SearchConfig(JsonConfig):
     max_actions_per_layer: int | None = 15
     param_budget: float | None = None
     byte_budget: float | None = None
-    factor_widths: tuple[int | None, ...] | None = None
+    factor_widths: tuple[int | str | None, ...] | None = None
     factor_group_size: int | None = 32
     gamma: float = 0.95
     learning_rate: float = 1e-3
@@ -160,10 +161,10 @@ class SearchConfig(JsonConfig):
         if self.byte_budget is not None and self.param_budget is not None:
             raise ValueError("pass param_budget or byte_budget, not both")
         if self.factor_widths is not None:
-            wrong = [w for w in self.factor_widths if w is not None and (isinstance(w, bool) or w not in FACTOR_BITS)]
+            wrong = [w for w in self.factor_widths if w is not None and (isinstance(w, bool) or w not in FACTOR_WIDTHS)]
             if wrong or not self.factor_widths or len(set(self.factor_widths)) != len(self.factor_widths):
                 raise ValueError(
-                    f"factor_widths={list(self.factor_widths)}: distinct values among {list(FACTOR_BITS)} and None "
+                    f"factor_widths={list(self.factor_widths)}: distinct values among {list(FACTOR_WIDTHS)} and None "
                     "(fp32 factors), at least one"
                 )
         if self.factor_group_size is not None:
@@ -180,7 +181,7 @@ class SearchConfig(JsonConfig):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
 
     @property
-    def widths(self) -> tuple[int | None, ...]:
+    def widths(self) -> tuple[int | str | None, ...]:
         """The factor widths actions choose among (``(None,)``: ranks only, fp32 factors)."""
         return self.factor_widths or (None,)
 

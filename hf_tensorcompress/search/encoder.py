@@ -4,7 +4,7 @@ Follows the paper (after Cai et al. 2018): each layer is described as "<type>-<p
 tokens are embedded, a 1-layer bidirectional LSTM (64 units) runs over the layers, and the output at the selected
 layer's position is the state. The vocabulary holds only the tokens that can occur (a few dozen), so the encoder
 has tens of thousands of parameters, not the 459M of the public code's embedding. In the byte search a sixth
-field holds the layer's factor width ("bits:4", "bits:None" for fp32).
+field holds the layer's factor width ("bits:4", "bits:ternary", "bits:None" for fp32).
 """
 
 from __future__ import annotations
@@ -12,12 +12,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .space import AttentionGroup
+from .space import AttentionGroup, Width
 
 FIELDS = ("type", "pos", "heads", "dim", "rank")
 
 
-def describe(group: AttentionGroup, rank: int, bits: int | None = None) -> list[str]:
+def describe(group: AttentionGroup, rank: int, bits: Width = None) -> list[str]:
     """The token string of one attention layer, e.g. ``['type:cp', 'pos:0', 'heads:4', 'dim:8', 'rank:6']`` (plus
     ``'bits:4'`` when the search chooses widths)."""
     values = (group.layer_type, group.position, group.heads, group.head_dim, rank)
@@ -26,7 +26,7 @@ def describe(group: AttentionGroup, rank: int, bits: int | None = None) -> list[
 
 
 def build_vocabulary(
-    groups: list[AttentionGroup], ranks: dict[str, int], bits: dict[str, int | None] | None = None
+    groups: list[AttentionGroup], ranks: dict[str, int], bits: dict[str, Width] | None = None
 ) -> list[str]:
     """Every token that can occur: all layers' descriptions at every candidate action and as they are now."""
     bits = bits or {}

@@ -22,7 +22,7 @@ from .config import SearchConfig
 from .encoder import StateEncoder, build_vocabulary, describe
 from .importance import TaylorImportance
 from .reward import REWARDS
-from .space import AttentionGroup, allowed_actions
+from .space import AttentionGroup, Width, allowed_actions
 
 STATE_FILE = "search_state.json"
 AGENT_FILE = "search_agent.pt"
@@ -34,7 +34,7 @@ class RankSearch:
         groups: list[AttentionGroup],
         ranks: dict[str, int],
         config: SearchConfig,
-        bits: dict[str, int | None] | None = None,
+        bits: dict[str, Width] | None = None,
     ) -> None:
         self.groups = groups
         self.by_name = {group.name: group for group in groups}
@@ -52,7 +52,7 @@ class RankSearch:
         self.importance = TaylorImportance(groups)
         self.decided: dict[str, int] = {}
         self.current: str | None = None
-        self.actions: dict[str, list[tuple[int, int | None]]] = {group.name: [] for group in groups}
+        self.actions: dict[str, list[tuple[int, Width]]] = {group.name: [] for group in groups}
         self.pending: dict | None = None
         self.actions_taken = 0
         self.trace: list[dict] = []
@@ -116,7 +116,7 @@ class RankSearch:
             self._take(name, action, record)
             self._decide(name, record)
 
-    def _take(self, name: str, action: tuple[int, int | None], record: dict) -> None:
+    def _take(self, name: str, action: tuple[int, Width], record: dict) -> None:
         """Set ``name`` to ``action`` (rank, factor bits), noting in ``record`` what the trainer must change."""
         rank, bits = action
         if rank != self.ranks[name]:
@@ -216,6 +216,6 @@ class RankSearch:
         self.agent.load_full_state_dict(torch.load(os.path.join(folder, AGENT_FILE), weights_only=True))
 
 
-def _action(value) -> tuple[int, int | None]:
+def _action(value) -> tuple[int, Width]:
     """An action history entry as saved (a [rank, bits] pair, or a bare rank from a rank-only search)."""
     return (int(value), None) if isinstance(value, int) else (int(value[0]), value[1])

@@ -16,6 +16,9 @@ from torch import nn
 
 from ..runtime.factor_storage import stored_form
 
+#: A factor width an action chooses: bits (16, 8, 4, 3, 2), ``"ternary"``, or ``None`` for fp32 factors.
+Width = int | str | None
+
 
 @dataclass(frozen=True)
 class AttentionGroup:
@@ -32,12 +35,12 @@ class AttentionGroup:
     bias_params: int
     candidates: tuple[int, ...]
     shapes: tuple[tuple[int, int], ...] = ()
-    widths: tuple[int | None, ...] = (None,)
+    widths: tuple[Width, ...] = (None,)
     group_size: int | None = None
 
     @property
-    def actions(self) -> tuple[tuple[int, int | None], ...]:
-        """The (rank, factor bits) pairs an action chooses among; bits ``None`` is fp32 factors."""
+    def actions(self) -> tuple[tuple[int, Width], ...]:
+        """The (rank, factor width) pairs an action chooses among; width ``None`` is fp32 factors."""
         return tuple((rank, bits) for bits in self.widths for rank in self.candidates)
 
     @property
@@ -45,7 +48,7 @@ class AttentionGroup:
         """fp32 bytes of the dense projections this group replaced (weights and biases)."""
         return 4 * self.dense_params
 
-    def bytes_at(self, rank: int, bits: int | None = None) -> float:
+    def bytes_at(self, rank: int, bits: Width = None) -> float:
         """Bytes of the whole group at ``rank`` with factors stored in ``bits`` (codes, scales and minima, as
         ``LowRankLinear.storage_bits`` counts them), plus the fp32 biases."""
         if bits is None:
@@ -57,7 +60,7 @@ class AttentionGroup:
         )
         return factor_bits / 8 + 4 * self.bias_params
 
-    def cost(self, action: tuple[int, int | None], in_bytes: bool) -> float:
+    def cost(self, action: tuple[int, Width], in_bytes: bool) -> float:
         """What the budget counts of ``action``: bytes as stored, or parameters."""
         return self.bytes_at(*action) if in_bytes else self.params_at(action[0])
 
@@ -91,7 +94,7 @@ def candidate_ranks(dense_weights: int, params_per_rank: int, max_candidates: in
 def attention_groups(
     model: nn.Module,
     max_candidates: int = 10,
-    widths: tuple[int | None, ...] = (None,),
+    widths: tuple[Width, ...] = (None,),
     group_size: int | None = None,
 ) -> list[AttentionGroup]:
     """The searchable groups of a compressed model, in the order of ``config.compression_config['modules']``;
@@ -150,7 +153,7 @@ def current_rank(model: nn.Module, group: AttentionGroup) -> int:
     return model.get_submodule(group.modules[0]).rank
 
 
-def current_bits(model: nn.Module, group: AttentionGroup) -> int | None:
+def current_bits(model: nn.Module, group: AttentionGroup) -> Width:
     return getattr(model.get_submodule(group.modules[0]), "factor_bits", None)
 
 
@@ -161,7 +164,7 @@ def allowed_actions(
     decided: set[str],
     budget: float | None,
     width: int,
-    bits: dict[str, int | None] | None = None,
+    bits: dict[str, Width] | None = None,
     in_bytes: bool = False,
 ) -> list[bool]:
     """Mask over the ``width`` action slots of ``groups[index]``: a slot exists and respects the budget wall.

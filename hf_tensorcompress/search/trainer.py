@@ -32,7 +32,7 @@ from .config import SearchConfig
 from .mdp import STATE_FILE, RankSearch
 from .optim import replace_parameters_in_optimizer
 from .plot import plot_trace
-from .space import attention_groups, current_bits, current_rank
+from .space import Width, attention_groups, current_bits, current_rank
 
 logger = logging.get_logger(__name__)
 
@@ -237,7 +237,7 @@ class SmartformerTrainer(Trainer):
             "attention_bytes": {key: sum(rows[name][key] for name in names) for key in ("dense", "disk", "ram")},
         }
 
-    def _apply_ranks(self, changes: dict[str, int], bit_changes: dict[str, int | None]) -> None:
+    def _apply_ranks(self, changes: dict[str, int], bit_changes: dict[str, Width]) -> None:
         """Ranks first (new factors swapped into the optimizer), then the factor widths: the same parameters,
         computed with from now on rounded to the new width (straight-through)."""
         modules = {name: rank for group, rank in changes.items() for name in self.search.by_name[group].modules}

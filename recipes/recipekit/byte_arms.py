@@ -14,13 +14,14 @@ from torch.nn.utils import parametrize
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.compress import refresh_compression_config
 from hf_tensorcompress.runtime.factor_storage import rounded, stored_form
-from hf_tensorcompress.search.space import AttentionGroup
+from hf_tensorcompress.search.space import AttentionGroup, Width
 
 from .costs import scope_names
 from .quantization_arms import low_rank_targets
 
-#: Factor widths the byte search and its baselines choose among (what ``factor_bits`` stores).
-BYTE_WIDTHS = (8, 4, 3, 2)
+#: Factor widths the byte search and its baselines choose among (what ``factor_bits`` stores: 16 as bfloat16,
+#: ``"ternary"`` as three absmean levels per group in 2-bit codes).
+BYTE_WIDTHS = (16, 8, 4, 3, 2, "ternary")
 #: Group size of the low-bit factors and of the int-N QAT weights (as the PTQ baselines' int4/int2).
 GROUP = 32
 #: Arms derived from each seed's byte search: its final bytes, allocated other ways.
@@ -28,7 +29,7 @@ BYTE_DERIVED = ("uniform-q4-bytes", "random-bytes", "greedy-bytes")
 #: Weight QAT of every Linear in int-N groups of 32 (straight-through), deployed as those codes.
 INT_QAT_ARMS = ("qat-int4-all", "qat-int2-all")
 
-Allocation = dict[str, tuple[int, int | None]]  # group name -> (rank, factor bits)
+Allocation = dict[str, tuple[int, Width]]  # group name -> (rank, factor width)
 
 
 def prepare_allocation(groups: list[AttentionGroup] | None, allocation: Allocation | None) -> Callable:
@@ -38,7 +39,7 @@ def prepare_allocation(groups: list[AttentionGroup] | None, allocation: Allocati
     def prepare(model: torch.nn.Module, final_ranks) -> None:
         targets = low_rank_targets(model)
         ranks = {name: min(m.in_features, m.out_features) for name, m in targets.items()}
-        bits: dict[str, int | None] = {}
+        bits: dict[str, Width] = {}
         for group in groups or []:
             for name in group.modules:
                 ranks[name], bits[name] = allocation[group.name]
@@ -96,7 +97,8 @@ def greedy_allocation(groups: list[AttentionGroup], budget: float, sensitivity: 
                     moves.append((max(cost, 0.0) / saved, -saved, group.name, action))
         if not moves:
             break
-        _, _, name, action = min(moves)
+        # on a tie the first move: actions are not ordered (their widths mix ints, "ternary" and None)
+        _, _, name, action = min(moves, key=lambda move: move[:3])
         allocation[name] = action
     return allocation
 

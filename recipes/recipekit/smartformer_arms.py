@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total_params, uniform_ranks
 
@@ -204,4 +205,15 @@ def search_end_step(trace: list[dict]) -> int:
 
 
 def byte_widths_help() -> str:
-    return f"factor widths the byte search chooses among per Linear (default {' '.join(map(str, BYTE_WIDTHS))})"
+    return (
+        f"factor widths the byte search chooses among per Linear (default {' '.join(map(str, BYTE_WIDTHS))}; 16 is "
+        "bfloat16 factors, ternary BitNet b1.58's three absmean levels per group in 2-bit codes)"
+    )
+
+
+def factor_width(text: str) -> int | str:
+    """One ``--factor-widths`` value: a stored factor width (``FACTOR_WIDTHS``), as an int or ``"ternary"``."""
+    value = int(text) if text.isdigit() else text.lower()
+    if value not in FACTOR_WIDTHS:
+        raise argparse.ArgumentTypeError(f"{text!r}: choose among {' '.join(map(str, FACTOR_WIDTHS))}")
+    return value

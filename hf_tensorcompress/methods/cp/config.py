@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...config import RankedConfig, check_int, one_of
-from ...runtime.marker import FACTOR_BITS, check_factor_storage
+from ...runtime.marker import FACTOR_WIDTHS, check_factor_storage
 
 
 @dataclass
@@ -19,15 +19,17 @@ class CPConfig(RankedConfig):
         ranks: per-module overrides, ``{name or suffix: rank}``, same rules as ``rank``; the longest key wins.
         init: ``"decompose"`` (factors from the existing dense weights) or ``"random"``.
         cp_iterations: ALS iterations of the initial CP decomposition (tensorly ``parafac``, SVD init).
-        factor_bits: store the three factors as packed integer codes of this many bits (2, 3, 4 or 8;
-            ``runtime/factor_storage``) instead of fp32; trained rounded as stored, saved and loaded as codes.
+        factor_bits: store the three factors as packed integer codes of this many bits (8, 4, 3 or 2;
+            ``runtime/factor_storage``), as bfloat16 (16) or as ternary 2-bit codes (``"ternary"``: BitNet b1.58
+            levels {-s, 0, +s}, s the absmean of each group) instead of fp32; trained rounded as stored, saved and
+            loaded as codes.
         factor_group_size: columns (rank components) per scale/minimum group; ``None`` (or a size that does not
             divide the rank) is one group per factor row.
     """
 
     method: str = "cp"
     cp_iterations: int = 100
-    factor_bits: int | None = one_of(None, FACTOR_BITS)
+    factor_bits: int | str | None = one_of(None, FACTOR_WIDTHS)
     factor_group_size: int | None = None
 
     method_name: ClassVar[str] = "cp"

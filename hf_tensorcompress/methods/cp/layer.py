@@ -101,7 +101,7 @@ class CPLinear(CompressedLinear):
         bias: bool = True,
         device: torch.device | None = None,
         dtype: torch.dtype | None = None,
-        factor_bits: int | None = None,
+        factor_bits: int | str | None = None,
         factor_group_size: int | None = None,
         stored: bool = False,
     ) -> None:
@@ -177,7 +177,7 @@ class CPLinear(CompressedLinear):
         sizes = (spec["in_features"], spec["out_features"], spec["num_heads"], spec["rank"], spec["bias"])
         return cls(*sizes, **storage_arguments(spec))
 
-    def set_factor_bits(self, bits: int | None, group_size: int | None = None) -> None:
+    def set_factor_bits(self, bits: int | str | None, group_size: int | None = None) -> None:
         """Store (and compute with) the factors in ``bits`` from now on (``None``: fp32); re-record the spec in the
         model's compression_config afterwards."""
         if self.stored:

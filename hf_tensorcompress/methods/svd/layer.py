@@ -52,7 +52,7 @@ class LowRankLinear(CompressedLinear):
         bias: bool = True,
         device: torch.device | None = None,
         dtype: torch.dtype | None = None,
-        factor_bits: int | None = None,
+        factor_bits: int | str | None = None,
         factor_group_size: int | None = None,
         stored: bool = False,
     ) -> None:
@@ -130,7 +130,7 @@ class LowRankLinear(CompressedLinear):
                 state_dict[prefix + "factor_out"], state_dict[prefix + "factor_in"] = out_t, in_t.T
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def set_factor_bits(self, bits: int | None, group_size: int | None = None) -> None:
+    def set_factor_bits(self, bits: int | str | None, group_size: int | None = None) -> None:
         """Store (and compute with) the factors in ``bits`` from now on (``None``: fp32): post-training rounding,
         or a switch during training. Re-record the spec in the model's compression_config afterwards."""
         if self.stored:
