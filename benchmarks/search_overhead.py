@@ -14,7 +14,7 @@ The last printed line is one JSON object with the figures.
     OMP_NUM_THREADS=1 python benchmarks/search_overhead.py --size medium
     OMP_NUM_THREADS=1 python benchmarks/search_overhead.py --size medium --dataset electricity --context 336 --budget 0.2
     python benchmarks/search_overhead.py --size medium --device cuda --dtype bf16   # bf16 mixed precision on a GPU
-    OMP_NUM_THREADS=1 python benchmarks/search_overhead.py --size medium --bytes 1/16
+    OMP_NUM_THREADS=1 python benchmarks/search_overhead.py --size medium --bytes 1/16 [--factor-widths 16 8 4 3 2 ternary]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from transformers import PatchTSTConfig, PatchTSTForPrediction, Trainer, Trainin
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.baselines.quantization import ternary_training
 from hf_tensorcompress.data import BUILTIN_SOURCES, load_forecasting_dataset, standardization_of
+from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.trainer import SmartformerTrainer
 
@@ -89,7 +90,7 @@ def every_linear(method: str, args: argparse.Namespace, channels: int) -> PatchT
 
 def bytes_main(args: argparse.Namespace, search: SearchConfig, training, data, channels: int) -> None:
     """Byte search against ternary QAT of every Linear, the same steps; the last line is the JSON result."""
-    search.byte_budget, search.param_budget, search.factor_widths = args.bytes, None, (8, 4, 3, 2)
+    search.byte_budget, search.param_budget, search.factor_widths = args.bytes, None, tuple(args.factor_widths)
     search.validate()
     ternary_runs, byte_runs = [], []
     for _ in range(args.repeats):
@@ -107,6 +108,7 @@ def bytes_main(args: argparse.Namespace, search: SearchConfig, training, data, c
         "steps": args.steps,
         "repeats": args.repeats,
         "byte_budget": args.bytes,
+        "factor_widths": list(args.factor_widths),
         "stages": len(searched.search.trace),
         "search_finished": searched.search.done,
         "ternary_qat_seconds": round(ternary_seconds, 3),
@@ -162,6 +164,13 @@ def main() -> None:
         default=None,
         metavar="RATIO",
         help="time the byte search at this budget (e.g. 1/16) against ternary QAT of every Linear instead",
+    )
+    parser.add_argument(
+        "--factor-widths",
+        type=lambda text: int(text) if text.isdigit() else text,
+        nargs="+",
+        default=list(FACTOR_WIDTHS),
+        help=f"--bytes: the factor widths the search chooses among (default {' '.join(map(str, FACTOR_WIDTHS))})",
     )
     add_device_arguments(parser)
     args = parser.parse_args()

@@ -122,9 +122,9 @@ def test_trust_remote_code_without_the_library_gives_the_same_outputs(tmp_path):
     )
 
 
-@pytest.mark.parametrize("method", ["svd", "cp"])
-def test_training_rounds_like_storage_and_the_best_weights_reload(method):
-    model = quantized_patchtst(8, None, method)
+@pytest.mark.parametrize("method,bits", [("svd", 8), ("cp", 8), ("svd", 16), ("svd", "ternary")])
+def test_training_rounds_like_storage_and_the_best_weights_reload(method, bits):
+    model = quantized_patchtst(bits, None, method)
     layer = next(m for m in model.modules() if isinstance(m, (LowRankLinear, CPLinear)))
     layer.train()
     x = torch.randn(3, layer.in_features)
@@ -141,7 +141,7 @@ def test_training_rounds_like_storage_and_the_best_weights_reload(method):
 
 
 @pytest.mark.parametrize("group_size", [None, 8])
-def test_ternary_factors_store_three_absmean_levels_per_group_exactly(group_size):
+def test_ternary_factors_store_three_levels_per_group_exactly_and_round_idempotently(group_size):
     torch.manual_seed(0)
     matrix = torch.randn(6, 16)
     kept = stored(matrix, "ternary", group_size)
@@ -150,8 +150,10 @@ def test_ternary_factors_store_three_absmean_levels_per_group_exactly(group_size
     assert torch.equal(rounded(matrix, "ternary", group_size), values)  # training computes with what is stored
     group = group_size or 16
     grouped = matrix.reshape(6, -1, group)
-    scale = grouped.abs().mean(dim=-1).half().float()[..., None]  # BitNet b1.58's absmean, as the fp16 scale holds it
-    assert torch.equal(values.reshape(6, -1, group), (grouped / scale).round().clamp(-1, 1) * scale)
+    codes = (grouped / grouped.abs().mean(dim=-1, keepdim=True)).round().clamp(-1, 1)  # BitNet b1.58's codes
+    level = (grouped.abs() * (codes != 0)).sum(-1) / (codes != 0).sum(-1)  # least squares for those codes
+    assert torch.equal(values.reshape(6, -1, group), codes * level.half().float()[..., None])
+    assert torch.equal(rounded(values, "ternary", group_size), values)  # a reloaded checkpoint rounds to itself
     levels = values.reshape(-1, group)
     assert all(len(row.unique()) <= 3 for row in levels) and max(len(row.unique()) for row in levels) == 3
     leaf = matrix.clone().requires_grad_()

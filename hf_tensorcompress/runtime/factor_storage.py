@@ -48,7 +48,7 @@ def stored_form(shape: tuple[int, int], bits: int | str, group_size: int | None)
 
 
 def stored(matrix: torch.Tensor, bits: int | str, group_size: int | None) -> LowBitTensor:
-    """``matrix`` stored in ``bits`` (ternary: BitNet b1.58's absmean rounding, else round-to-nearest)."""
+    """``matrix`` stored in ``bits`` (ternary: BitNet b1.58's codes at their least-squares level, ``ternary.py``; else round-to-nearest)."""
     group = factor_group(group_size, matrix.shape[1])
     if bits == TERNARY:
         return ternary_stored(matrix.detach(), group)
@@ -94,7 +94,6 @@ def read_codes(
     """The float values of the codes saved under ``name`` (their keys removed), or None if there are none."""
     if prefix + name + ".codes" not in state_dict:
         return None
-    keys = {key: state_dict.pop(f"{prefix}{name}.{key}") for key in ("codes", "scale", "minimum")}
     form = stored_form(shape, bits, group_size)
-    form.load_state_dict(keys)
+    form.load_state_dict({key: state_dict.pop(f"{prefix}{name}.{key}") for key in form.state_dict()})
     return form.dequantize(dtype)
