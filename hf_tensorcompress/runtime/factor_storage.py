@@ -48,7 +48,8 @@ def stored_form(shape: tuple[int, int], bits: int | str, group_size: int | None)
 
 
 def stored(matrix: torch.Tensor, bits: int | str, group_size: int | None) -> LowBitTensor:
-    """``matrix`` stored in ``bits`` (ternary: BitNet b1.58's codes at their least-squares level, ``ternary.py``; else round-to-nearest)."""
+    """``matrix`` stored in ``bits`` (ternary: BitNet b1.58's codes at their least-squares level, ``ternary.py``;
+    else round-to-nearest)."""
     group = factor_group(group_size, matrix.shape[1])
     if bits == TERNARY:
         return ternary_stored(matrix.detach(), group)

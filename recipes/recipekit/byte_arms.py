@@ -14,14 +14,14 @@ from torch.nn.utils import parametrize
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.compress import refresh_compression_config
 from hf_tensorcompress.runtime.factor_storage import rounded, stored_form
+from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search.space import AttentionGroup, Width
 
 from .costs import scope_names
 from .quantization_arms import low_rank_targets
 
-#: Factor widths the byte search and its baselines choose among (what ``factor_bits`` stores: 16 as bfloat16,
-#: ``"ternary"`` as three absmean levels per group in 2-bit codes).
-BYTE_WIDTHS = (16, 8, 4, 3, 2, "ternary")
+#: Factor widths the byte search and its baselines choose among: every width ``factor_bits`` stores.
+BYTE_WIDTHS = FACTOR_WIDTHS
 #: Group size of the low-bit factors and of the int-N QAT weights (as the PTQ baselines' int4/int2).
 GROUP = 32
 #: Arms derived from each seed's byte search: its final bytes, allocated other ways.

@@ -207,7 +207,7 @@ def search_end_step(trace: list[dict]) -> int:
 def byte_widths_help() -> str:
     return (
         f"factor widths the byte search chooses among per Linear (default {' '.join(map(str, BYTE_WIDTHS))}; 16 is "
-        "bfloat16 factors, ternary BitNet b1.58's three absmean levels per group in 2-bit codes)"
+        "bfloat16 factors, ternary BitNet b1.58's three levels per group in 2-bit codes)"
     )
 
 

@@ -114,13 +114,13 @@ def budget_tiers(
         config.codebook_dim,
         config.codebook_size,
     )
-    budget = int(dense_bytes / config.size_ratio) - slot_bytes
+    target = dense_bytes / config.size_ratio
+    budget = int(target) - slot_bytes
     widths = measure(narrow=False)
     choice, widths = choose(calibration.counts, widths, budget)
     if choice is None:
         widths = widths + measure(narrow=True)
         choice, widths = choose(calibration.counts, widths, budget)
-    target = dense_bytes / config.size_ratio
     if choice is None:
         cheapest = min(w.row_bytes * vocab + w.fixed_bytes for w in widths) + slot_bytes
         raise ValueError(
