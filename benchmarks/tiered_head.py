@@ -19,7 +19,9 @@ scales, codebook and the 4-byte token→row map; ``V×d×4`` / ``×2`` for the d
 at the measured bandwidth (``torch.sum`` over a 256 MiB float32 tensor, median of 9, at the same thread count).
 On the CPU the tiered head runs the fused C kernel (``runtime/lowbit_kernel.py``) where it builds. ``--device cuda``:
 dense fp32 and bf16 against the tiered layer in bf16 on the GPU (whatever path it takes there: the chunked decode
-and GEMM), timed with CUDA events. The last line printed is one JSON object with every figure.
+and GEMM), timed with CUDA events; each tiered arm is timed again as ``<arm>@1024rows``, decoding 1,024-row chunks as
+on the CPU instead of the GPU's ``ACCELERATOR_CHUNK_BYTES``, to show what the chunk size is worth there. The last
+line printed is one JSON object with every figure.
 """
 
 from __future__ import annotations
@@ -98,6 +100,18 @@ def bandwidth(device: torch.device, repeats: int = 9) -> float:
     return BANDWIDTH_BYTES / statistics.median(seconds(data.sum, device) for _ in range(repeats))
 
 
+def in_cpu_sized_chunks(product: Callable[[], object]) -> object:
+    """``product()`` with the GPU's decoding chunk cut to the CPU's ``CPU_CHUNK_ROWS`` rows (restored after)."""
+    from hf_tensorcompress.runtime import lowbit
+
+    saved = lowbit.ACCELERATOR_CHUNK_BYTES
+    lowbit.ACCELERATOR_CHUNK_BYTES = lowbit.CPU_CHUNK_ROWS * HIDDEN * 2  # rows of bf16
+    try:
+        return product()
+    finally:
+        lowbit.ACCELERATOR_CHUNK_BYTES = saved
+
+
 def interleaved(products: dict[str, Callable[[], object]], device: torch.device, repeats: int) -> dict[str, float]:
     """Median seconds of each product, all run once per repeat in a rotating order."""
     names = list(products)
@@ -147,6 +161,12 @@ def main() -> None:
                 "dense-bf16": lambda: F.linear(hidden_bf16, bf16),
                 **{name: (lambda layer=layer: layer.logits(arm_hidden)) for name, layer in layers.items()},
             }
+            if device.type == "cuda":
+                for name, layer in layers.items():
+                    products[f"{name}@1024rows"] = lambda layer=layer: in_cpu_sized_chunks(
+                        lambda: layer.logits(arm_hidden)
+                    )
+                    read[f"{name}@1024rows"] = stored[name]
             measured = bandwidth(device)
             times = interleaved(products, device, args.repeats)
         run = {"threads": threads, "bandwidth_gb_s": measured / 1e9, "arms": {}}

@@ -34,7 +34,8 @@ with int8/int4/int2 factors (``+int8`` ..., saved and loaded back), or trained w
 table reports bytes of the q/k/v projections and of every Linear layer, on disk and in RAM (fp32 = 1×), and
 ``bytes_pareto.png`` plots test MSE against those bytes with the quantization baselines' Pareto front.
 With ``--budget-ratio 1/16``: ``smartformer-bytes``, the search over rank and factor width of every Linear (both sides
->= 32) under that fraction of their fp32 bytes, factors trained at the chosen widths; at the bytes each seed's search
+>= 32; narrower ones stay fp32) so that every Linear holds at most that fraction of its fp32 bytes, factors trained
+at the chosen widths; at the bytes each seed's search
 ended with, ``uniform-q4-bytes`` (one ratio, 4-bit factors), ``random-bytes`` and ``greedy-bytes`` (HAQ-style, by
 each layer group's loss increase on the dense run); ``qat-int4-all`` / ``qat-int2-all``. The naive forecasts
 (training mean, last value, the last day and week, or ``--season`` steps) are scored on the same test windows and tabled beside the arms.
@@ -102,8 +103,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--budget-ratio",
         type=fraction,
         default=None,
-        help="byte budget of the smartformer-bytes search, a fraction of the fp32 bytes of every searched Linear "
-        "(e.g. 1/16); adds smartformer-bytes, the allocations at its bytes and int4/int2 weight QAT",
+        help="byte budget of the smartformer-bytes search, a fraction of the fp32 bytes of every Linear (e.g. 1/16; "
+        "the ones too narrow to factor stay fp32 and count in it); adds smartformer-bytes, the allocations at its "
+        "bytes and int4/int2 weight QAT",
     )
     parser.add_argument(
         "--factor-widths", type=factor_width, nargs="+", default=list(BYTE_WIDTHS), help=byte_widths_help()

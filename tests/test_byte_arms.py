@@ -19,8 +19,21 @@ from recipekit.byte_arms import (
     greedy_allocation,
     prepare_int_qat,
     random_allocation,
+    searched_byte_budget,
     uniform_allocation,
 )
+
+
+def test_the_budget_ratio_holds_for_every_linear_with_the_narrow_ones_kept_fp32():
+    """``--budget-ratio`` is a fraction of every Linear's fp32 bytes: a Linear too narrow to factor (16 inputs, like a
+    patch embedding) stays fp32, so the searched ones get what it leaves; one that alone exceeds it is an error."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Linear(64, 64), torch.nn.Linear(64, 32))
+    narrow, searched = 4 * (16 * 64 + 64), 4 * (64 * 64 + 64 + 64 * 32 + 32)
+    budget, kept = searched_byte_budget(model, 1 / 4)
+    assert kept == 1
+    assert narrow + budget * searched == pytest.approx((narrow + searched) / 4)
+    with pytest.raises(ValueError, match="--budget-ratio 0.1: the Linears too narrow to factor"):
+        searched_byte_budget(model, 0.1)
 
 
 @pytest.fixture(scope="module")

@@ -63,6 +63,29 @@ def test_rows_and_chunked_matmul_match_the_full_table(bits):
     torch.testing.assert_close(stored.matmul_t(hidden, chunk=16), hidden @ table.T)
 
 
+def test_a_product_decodes_few_large_chunks_on_a_gpu_and_cache_sized_ones_on_the_cpu(monkeypatch):
+    """On a GPU each decoded chunk costs the same kernel launches whatever its size, so the default chunk there is as
+    many rows as ``ACCELERATOR_CHUNK_BYTES`` hold (SmolLM2's bf16 table in two), on the CPU ``CPU_CHUNK_ROWS``; the
+    product is the same whatever the chunk."""
+    from hf_tensorcompress.runtime import lowbit
+
+    stored = LowBitTensor((49152, 576), 4, 64)
+    on_gpu = torch.empty(1, 576, dtype=torch.bfloat16, device="meta")  # any device that is not the CPU
+    assert stored.chunk_rows(on_gpu) == lowbit.ACCELERATOR_CHUNK_BYTES // (576 * 2) == 29127
+    assert stored.chunk_rows(torch.empty(1, 576)) == lowbit.CPU_CHUNK_ROWS
+    torch.manual_seed(2)
+    small = LowBitTensor.quantize(torch.randn(50, 24), 3, 8)
+    hidden = torch.randn(3, 24)
+    expected = hidden @ small.dequantize().T
+    monkeypatch.setenv("HF_TENSORCOMPRESS_KERNELS", "0")  # the torch path, which the chunk size drives
+    monkeypatch.setattr(lowbit, "CPU_CHUNK_ROWS", 7)
+    decoded = []
+    monkeypatch.setattr(small, "_decode", lambda rows, dtype, out: decoded.append(rows) or out.copy_(
+        LowBitTensor._decode(small, rows, dtype)))  # fmt: skip
+    torch.testing.assert_close(small.matmul_t(hidden), expected)
+    assert [(rows.start, rows.stop) for rows in decoded] == [(start, start + 7) for start in range(0, 50, 7)]
+
+
 def test_state_dict_loads_into_an_empty_layer_of_the_same_spec():
     stored = LowBitTensor.quantize(torch.randn(12, 16), 2, 8)
     empty = LowBitTensor.from_spec(stored.spec())

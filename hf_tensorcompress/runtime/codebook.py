@@ -97,10 +97,10 @@ class CodebookTensor(StoredMatrix):
         scale = self._take(self.scale, rows).to(dtype)
         return torch.mul(values, scale, out=out)
 
-    def matmul_t(self, hidden: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    def matmul_t(self, hidden: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
         """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``): at batch ≤ 8 on the CPU through the fused lookup-table
-        kernel, else decoding ``chunk`` rows at a time into one reused buffer; the transient is never the whole float
-        table."""
+        kernel, else decoding ``chunk`` rows (default ``chunk_rows``) at a time into one reused buffer; the transient
+        is never the whole float table."""
         self.check_width(hidden)
         kernel = sibling("lowbit_kernel")
         fused = kernel and kernel.fused_codebook_matmul_t(

@@ -22,6 +22,13 @@ from .optional import sibling
 #: Bit widths a LowBitTensor stores.
 LOWBIT_BITS = (2, 3, 4, 8, 16)
 
+#: Rows decoded per step of a product on the CPU (a chunk stays in cache; the fused kernel is the usual CPU path).
+CPU_CHUNK_ROWS = 1024
+#: Float bytes decoded per step of a product on a GPU: there each step costs ~15 kernel launches whatever its size,
+#: so a chunk is as large as this cap allows (the bf16 table of SmolLM2's 49,152 x 576 embedding in two steps),
+#: and the transient stays bounded rather than the whole float table.
+ACCELERATOR_CHUNK_BYTES = 32 * 2**20
+
 #: Whether a 16-bit integer's low byte comes first in memory (int4 codes are split through that layout). Read from
 #: the interpreter, not from a tensor: this module is first imported while transformers builds a model on the meta
 #: device, where a tensor made at import time has no values.
@@ -150,11 +157,20 @@ class StoredMatrix(nn.Module):
         """The whole float matrix (for analysis and tests; layers use ``rows`` and ``matmul_t``)."""
         return self.rows(None, dtype)
 
-    def _chunked_matmul_t(self, hidden: torch.Tensor, chunk: int) -> torch.Tensor:
-        """``hidden @ Wᵀ`` decoding ``chunk`` consecutive rows at a time (views of the stored buffers) into one reused
-        buffer: the transient is one chunk, never the whole float table, and a decoding step allocates the same few
-        buffers each time (varied sizes would fragment the heap, which keeps tens of MB resident)."""
+    def chunk_rows(self, hidden: torch.Tensor) -> int:
+        """Rows a product decodes per step: ``CPU_CHUNK_ROWS`` on the CPU, as many as ``ACCELERATOR_CHUNK_BYTES``
+        of ``hidden``'s dtype hold elsewhere (on a GPU the launches of a step, not its size, cost the time)."""
+        if hidden.device.type == "cpu":
+            return CPU_CHUNK_ROWS
+        return max(1, ACCELERATOR_CHUNK_BYTES // (self.shape[1] * hidden.element_size()))
+
+    def _chunked_matmul_t(self, hidden: torch.Tensor, chunk: int | None) -> torch.Tensor:
+        """``hidden @ Wᵀ`` decoding ``chunk`` (default ``chunk_rows``) consecutive rows at a time (views of the stored
+        buffers) into one reused buffer: the transient is one chunk, never the whole float table, and a decoding step
+        allocates the same few buffers each time (varied sizes would fragment the heap, which keeps tens of MB
+        resident)."""
         rows, columns = self.shape
+        chunk = chunk or self.chunk_rows(hidden)
         scores = hidden.new_empty(*hidden.shape[:-1], rows)
         weight = hidden.new_empty(min(chunk, rows), columns)
         for start in range(0, rows, chunk):
@@ -289,10 +305,11 @@ class LowBitTensor(StoredMatrix):
             grouped.mul_(scale).add_(minimum)  # in place (4x faster here than an addcmul writing into its input)
         return out
 
-    def matmul_t(self, hidden: torch.Tensor, chunk: int = 1024) -> torch.Tensor:
+    def matmul_t(self, hidden: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
         """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``). A few hidden vectors (a decoding step) go through the
-        fused CPU kernel (``lowbit_kernel``, where the checkpoint carries it), which multiplies the codes without writing floats anywhere; otherwise
-        ``chunk`` rows at a time are decoded and multiplied."""
+        fused CPU kernel (``lowbit_kernel``, where the checkpoint carries it), which multiplies the codes without
+        writing floats anywhere; otherwise ``chunk`` rows (default ``chunk_rows``) at a time are decoded and
+        multiplied."""
         self.check_width(hidden)
         kernel = sibling("lowbit_kernel")
         if self.bits != 16 and kernel is not None:

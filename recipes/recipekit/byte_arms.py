@@ -13,6 +13,7 @@ from torch.nn.utils import parametrize
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.compress import refresh_compression_config
+from hf_tensorcompress.core.metrics import linear_bytes
 from hf_tensorcompress.runtime.factor_storage import rounded, stored_form
 from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search.space import AttentionGroup, Width
@@ -49,6 +50,22 @@ def prepare_allocation(groups: list[AttentionGroup] | None, allocation: Allocati
         refresh_compression_config(model)
 
     return prepare
+
+
+def searched_byte_budget(model: torch.nn.Module, ratio: float) -> tuple[float, int]:
+    """(the fraction of the searched Linears' fp32 bytes, how many Linears stay fp32) that keeps *every* Linear within
+    ``ratio`` of its fp32 bytes: the search acts on ``low_rank_targets``; the Linears too narrow to factor (a patch
+    embedding) stay fp32 and spend part of the budget first. A ``ValueError`` when they alone exceed it."""
+    every = linear_bytes(model)["modules"]
+    searched = low_rank_targets(model)
+    total = sum(row["dense"] for row in every.values())
+    kept = sum(row["dense"] for name, row in every.items() if name not in searched)
+    if ratio * total <= kept:
+        raise ValueError(
+            f"--budget-ratio {ratio:.4g}: the Linears too narrow to factor (fp32, {kept:,} bytes) already hold "
+            f"{kept / total:.4f} of every Linear's fp32 bytes; pass a larger ratio"
+        )
+    return (ratio * total - kept) / (total - kept), len(every) - len(searched)
 
 
 def allocation_bytes(groups: list[AttentionGroup], allocation: Allocation) -> float:

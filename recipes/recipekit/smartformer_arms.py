@@ -10,12 +10,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
+from accelerate import PartialState
 
 from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total_params, uniform_ranks
 
-from .byte_arms import BYTE_DERIVED, BYTE_WIDTHS, INT_QAT_ARMS, prepare_allocation, prepare_int_qat
+from .byte_arms import (
+    BYTE_DERIVED,
+    BYTE_WIDTHS,
+    INT_QAT_ARMS,
+    prepare_allocation,
+    prepare_int_qat,
+    searched_byte_budget,
+)
 from .forecasters import Size
 from .quantization_arms import (
     FACTOR_SCHEMES,
@@ -46,8 +54,9 @@ class Plan:
     post_arms: dict[str, tuple[str, Callable]] = field(default_factory=dict)
 
 
-def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., SearchConfig]:
-    """``make(seed, reward)``: a fresh search config per run (the trainer keeps it)."""
+def search_factory(size: Size, args: argparse.Namespace, byte_budget: float | None) -> Callable[..., SearchConfig]:
+    """``make(seed, reward)``: a fresh search config per run (the trainer keeps it); ``byte_budget`` is the byte
+    search's, as a fraction of the searched Linears' fp32 bytes (``searched_byte_budget``)."""
 
     def make(seed: int, reward: str = "loss", in_bytes: bool = False) -> SearchConfig:
         if in_bytes:  # rank and factor width of every Linear, under a byte budget
@@ -56,7 +65,7 @@ def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., Search
                 interval=size.interval,
                 consecutive_actions=size.consecutive_actions,
                 max_actions_per_layer=size.max_actions_per_layer,
-                byte_budget=args.budget_ratio,
+                byte_budget=byte_budget,
                 factor_widths=tuple(args.factor_widths),
                 reward=reward,
                 validation_batches=args.validation_batches,
@@ -76,7 +85,15 @@ def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., Search
 
 def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Module) -> Plan:
     """Every arm of the comparison, ``--runs`` applied; a ``ValueError`` names a flag that cannot be used."""
-    search = search_factory(size, args)
+    byte_budget = None
+    if args.budget_ratio is not None:
+        byte_budget, kept = searched_byte_budget(shape_model, args.budget_ratio)
+        if PartialState().is_main_process:
+            print(
+                f"byte search: --budget-ratio {args.budget_ratio:.4g} of every Linear's fp32 bytes; {kept} Linear(s) "
+                f"too narrow to factor stay fp32, so the searched ones get {byte_budget:.4f} of theirs"
+            )
+    search = search_factory(size, args, byte_budget)
     plan = Plan(
         [("dense", None, 1.0, None), ("smartformer", "cp", 1.0, search)],
         args.switch_step or size.steps // 2,
