@@ -65,9 +65,9 @@ def random_dense_checkpoint(folder: Path) -> Path:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from hf_tensorcompress import assets
+    from hf_tensorcompress.data.causal_lm import converted_smollm2_dir
 
-    source = assets.asset_dir("smollm2").with_name(assets.asset_dir("smollm2").name + "-hf")
+    source = converted_smollm2_dir()
     if not (source / "config.json").exists() or not (source / "tokenizer.json").exists():
         raise SystemExit(f"--random needs SmolLM2's config.json and tokenizer files in {source}; run without it once")
     torch.manual_seed(0)

@@ -35,9 +35,8 @@ table reports bytes of the q/k/v projections and of every Linear layer, on disk 
 ``bytes_pareto.png`` plots test MSE against those bytes with the quantization baselines' Pareto front.
 With ``--budget-ratio 1/16``: ``smartformer-bytes``, the search over rank and factor width of every Linear (both sides
 >= 32; narrower ones stay fp32) so that every Linear holds at most that fraction of its fp32 bytes, factors trained
-at the chosen widths; at the bytes each seed's search
-ended with, ``uniform-q4-bytes`` (one ratio, 4-bit factors), ``random-bytes`` and ``greedy-bytes`` (HAQ-style, by
-each layer group's loss increase on the dense run); ``qat-int4-all`` / ``qat-int2-all``. The naive forecasts
+at the chosen widths; at the bytes each seed's search ended with, ``uniform-q4-bytes`` (one ratio, 4-bit factors),
+``random-bytes`` and ``greedy-bytes`` (HAQ-style, by each layer group's loss increase on the dense run); ``qat-int4-all`` / ``qat-int2-all``. The naive forecasts
 (training mean, last value, the last day and week, or ``--season`` steps) are scored on the same test windows and tabled beside the arms.
 Writes ``results.json``, ``results.md`` (a table like the paper's Tables 3–8), the search trace and its plot, and
 the Smartformer model (``save_pretrained``: config with compression_config, safetensors, remote code, model card).

@@ -17,12 +17,18 @@ WEIGHTS_NOTE = (
 )
 
 
+def converted_smollm2_dir() -> Path:
+    """Where ``smollm2_dir`` keeps the converted folder (beside the GGUF's); nothing is fetched or converted."""
+    fetched = assets.asset_dir("smollm2")
+    return fetched.with_name(fetched.name + "-hf")
+
+
 def smollm2_dir() -> Path:
     """An HF folder (config, safetensors, tokenizer) of SmolLM2-135M-Instruct, converted from the GGUF once."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     gguf = assets.smollm2_gguf()
-    target = gguf.parent.with_name(gguf.parent.name + "-hf")
+    target = converted_smollm2_dir()
     if (target / ".complete").exists():
         return target
     loaded = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
