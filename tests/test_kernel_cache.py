@@ -40,15 +40,21 @@ with warnings.catch_warnings(record=True) as caught:
 exact = hidden @ stored.dequantize().T
 print(json.dumps({
     "kernel": lowbit_kernel.load_kernel() is not None,
+    "openmp": bool(lowbit_kernel.load_kernel() and lowbit_kernel.load_kernel().built_with_openmp()),
     "close": torch.allclose(product, exact, rtol=1e-5, atol=1e-4),
     "warnings": [str(w.message) for w in caught],
 }))
 """
 
 
-def product_in_new_process(cache: Path) -> dict:
-    """One low-bit product in a fresh interpreter with ``cache`` as the cache; a crash fails here."""
-    env = {**os.environ, "HF_TENSORCOMPRESS_CACHE": str(cache)}
+#: What a product in a new process reports where the kernel builds with OpenMP and gives the torch path's values.
+BUILT = {"kernel": True, "openmp": True, "close": True, "warnings": []}
+
+
+def product_in_new_process(cache: Path, **variables: str) -> dict:
+    """One low-bit product in a fresh interpreter with ``cache`` as the cache (and environment ``variables``); a
+    crash fails here."""
+    env = {**os.environ, "HF_TENSORCOMPRESS_CACHE": str(cache), **variables}
     run = subprocess.run([sys.executable, "-c", PRODUCT], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, f"the process died ({run.returncode}): {run.stderr[-2000:]}"
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -75,7 +81,7 @@ def test_a_truncated_kernel_is_rebuilt_not_mapped(tmp_path):
     assert lowbit_kernel.verified(target)
     whole = target.read_bytes()
     target.write_bytes(whole[: len(whole) // 3])
-    assert product_in_new_process(tmp_path) == {"kernel": True, "close": True, "warnings": []}
+    assert product_in_new_process(tmp_path) == BUILT
     assert target.read_bytes() == whole or lowbit_kernel.verified(target)
 
 
@@ -92,7 +98,7 @@ def test_a_foreign_file_under_the_kernels_name_is_rebuilt(tmp_path):
     target = cached_kernel(tmp_path / "cache")
     target.parent.mkdir(parents=True)
     shutil.copy(foreign_library(tmp_path), target)
-    assert product_in_new_process(tmp_path / "cache") == {"kernel": True, "close": True, "warnings": []}
+    assert product_in_new_process(tmp_path / "cache") == BUILT
     assert lowbit_kernel.verified(target)
 
 
@@ -106,7 +112,20 @@ def test_a_foreign_file_with_a_forged_checksum_falls_back_once_then_is_rebuilt(t
     refused = product_in_new_process(tmp_path / "cache")
     assert refused["kernel"] is False and refused["close"] is True
     assert len(refused["warnings"]) == 1 and "lacks" in refused["warnings"][0]
-    assert product_in_new_process(tmp_path / "cache") == {"kernel": True, "close": True, "warnings": []}
+    assert product_in_new_process(tmp_path / "cache") == BUILT
+
+
+@pytest.mark.slow  # child processes; the journey tier runs the same flows on every push
+@needs_kernel
+def test_a_compiler_without_openmp_builds_a_one_thread_kernel(tmp_path):
+    compiler = tmp_path / "cc-without-openmp"
+    compiler.write_text(
+        '#!/bin/sh\nfor flag in "$@"; do [ "$flag" = -fopenmp ] && { echo "unsupported: -fopenmp" >&2; exit 1; }; done\n'
+        f'exec {shutil.which("cc")} "$@"\n'
+    )
+    compiler.chmod(0o755)
+    assert product_in_new_process(tmp_path / "cache", CC=str(compiler)) == {**BUILT, "openmp": False}
+    assert product_in_new_process(tmp_path / "cache") == BUILT  # the machine's own compiler: OpenMP
 
 
 def test_a_hanging_compiler_is_stopped_after_its_timeout(tmp_path, monkeypatch):

@@ -3,6 +3,7 @@ do not apply."""
 
 import platform
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -42,6 +43,13 @@ def test_fused_product_equals_the_torch_path(bits, group_size, vectors, monkeypa
     reference = torch_path(stored, hidden, monkeypatch)
     torch.testing.assert_close(fused, reference, rtol=1e-5, atol=1e-4)
     torch.testing.assert_close(stored.matmul_t(hidden), reference, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(not RUNS_HERE or not Path("/proc/self/maps").exists(), reason="needs the kernel and Linux")
+def test_the_rows_are_split_on_torchs_own_openmp_threads():
+    assert lowbit_kernel.load_kernel().built_with_openmp() == 1
+    mapped = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "libgomp" in line}
+    assert len(mapped) == 1, f"a second OpenMP runtime beside torch's: {mapped}"
 
 
 @pytest.mark.skipif(not RUNS_HERE, reason="needs a C compiler and an AVX2 x86 CPU")

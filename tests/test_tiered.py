@@ -35,6 +35,23 @@ def test_lookups_and_the_tied_head_read_the_same_stored_rows():
     torch.testing.assert_close(model.lm_head(hidden), hidden @ table.T, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize(
+    "options",
+    [
+        OPTIONS,
+        dict(tier_tokens=[30], tier_bits=[16, 0], low_rank=3, tier_order="calibration"),
+        dict(tier_tokens=[20], tier_bits=[4, "codebook"], tier_group_size=8, tier_order="calibration"),
+    ],
+    ids=["int8-int3-lowrank", "bf16-lowrank-only", "int4-codebook"],
+)
+def test_the_accelerator_lookup_without_nonzero_gives_the_cpu_lookups_rows(options):
+    embedding = compressed(**options).get_input_embeddings()
+    ids = torch.cat([IDS.reshape(-1), torch.arange(120)])  # every tier, and tokens repeated
+    slot = embedding.slot[ids].long()
+    every_tier = embedding._lookup_every_tier(slot, torch.float32)  # what lookup runs off the CPU
+    torch.testing.assert_close(every_tier, embedding(ids), rtol=0, atol=0)
+
+
 def test_frequent_tokens_get_the_wide_tier_and_the_table_stays_close():
     dense = tiny_causal_lm("llama").get_input_embeddings().weight.detach()
     model = compressed(**OPTIONS)

@@ -29,7 +29,6 @@ import signal
 import subprocess
 import tempfile
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -53,13 +52,26 @@ static inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+/* Eight codes of `bits` bits from the bytes at p, as floats. */
+static inline __attribute__((always_inline)) __m256 decode8(const uint8_t *p, const int bits, const int whole_words,
+                                                            const __m256i shifts, const __m256i mask) {
+    if (bits == 8) return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
+    uint32_t word = 0;
+    if (bits == 3 && whole_words) { memcpy(&word, p, 4); word &= 0xFFFFFFu; }
+    else memcpy(&word, p, bits);
+    return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts), mask));
+}
+
 /* out[b, r] = sum_g scale[r, g] * (codes[r, g, :] . hidden[b, g, :]) + minimum[r, g] * group_sums[b, g]
-   for rows [row_begin, row_end); 8 codes fill `bits` bytes, code i at bits i*bits.. of the little-endian word. */
+   for rows [row_begin, row_end); 8 codes fill `bits` bytes, code i at bits i*bits.. of the little-endian word.
+   A group's products are summed in `chains` independent accumulators per hidden vector: with one, each FMA waits
+   for the one before (4-5 cycles) and at batch 1 that wait, not the memory, sets the speed. */
 static inline __attribute__((always_inline)) void rows_kernel(
     const uint8_t *codes, const uint16_t *scale, const uint16_t *minimum, int64_t row_begin, int64_t row_end,
     int64_t row_count, int64_t row_bytes, const int bits, int64_t columns, int64_t group, const float *hidden,
     const float *group_sums, const int n, float *out, int64_t out_stride) {
     const int64_t groups = columns / group, blocks = group / 8;
+    const int chains = n >= 4 ? 1 : (n >= 2 ? 2 : 4);
     const __m256i shifts = _mm256_setr_epi32(0, bits, 2 * bits, 3 * bits, 4 * bits, 5 * bits, 6 * bits, 7 * bits);
     const __m256i mask = _mm256_set1_epi32((1 << bits) - 1);
     for (int64_t r = row_begin; r < row_end; r++) {
@@ -69,26 +81,28 @@ static inline __attribute__((always_inline)) void rows_kernel(
         float offset[8];
         for (int b = 0; b < n; b++) { total[b] = _mm256_setzero_ps(); offset[b] = 0.f; }
         for (int64_t g = 0; g < groups; g++) {
-            __m256 acc[8];
-            for (int b = 0; b < n; b++) acc[b] = _mm256_setzero_ps();
+            __m256 acc[8][4];
+            for (int b = 0; b < n; b++)
+                for (int c = 0; c < chains; c++) acc[b][c] = _mm256_setzero_ps();
             const float *h = hidden + g * group;
-            for (int64_t k = 0; k < blocks; k++, p += bits) {
-                __m256 f;
-                if (bits == 8) {
-                    f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p)));
-                } else {
-                    uint32_t word = 0;
-                    if (bits == 3 && whole_words) { memcpy(&word, p, 4); word &= 0xFFFFFFu; }
-                    else memcpy(&word, p, bits);
-                    f = _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts), mask));
+            int64_t k = 0;
+            for (; k + chains <= blocks; k += chains)
+                for (int c = 0; c < chains; c++, p += bits) {
+                    const __m256 f = decode8(p, bits, whole_words, shifts, mask);
+                    for (int b = 0; b < n; b++)
+                        acc[b][c] = _mm256_fmadd_ps(f, _mm256_loadu_ps(h + b * columns + 8 * (k + c)), acc[b][c]);
                 }
+            for (; k < blocks; k++, p += bits) {
+                const __m256 f = decode8(p, bits, whole_words, shifts, mask);
                 for (int b = 0; b < n; b++)
-                    acc[b] = _mm256_fmadd_ps(f, _mm256_loadu_ps(h + b * columns + 8 * k), acc[b]);
+                    acc[b][0] = _mm256_fmadd_ps(f, _mm256_loadu_ps(h + b * columns + 8 * k), acc[b][0]);
             }
             const __m256 s = _mm256_set1_ps(_cvtsh_ss(scale[r * groups + g]));
             const float m = _cvtsh_ss(minimum[r * groups + g]);
             for (int b = 0; b < n; b++) {
-                total[b] = _mm256_fmadd_ps(acc[b], s, total[b]);
+                __m256 sum = acc[b][0];
+                for (int c = 1; c < chains; c++) sum = _mm256_add_ps(sum, acc[b][c]);
+                total[b] = _mm256_fmadd_ps(sum, s, total[b]);
                 offset[b] += m * group_sums[b * groups + g];
             }
         }
@@ -102,9 +116,10 @@ static inline __attribute__((always_inline)) void rows_kernel(
     case 4: ROWS(B, 4); break; case 5: ROWS(B, 5); break; case 6: ROWS(B, 6); break; case 7: ROWS(B, 7); break; \
     default: ROWS(B, 8); }
 
-void lowbit_matmul_t(const uint8_t *codes, const uint16_t *scale, const uint16_t *minimum, int64_t row_begin,
-                     int64_t row_end, int64_t row_count, int64_t row_bytes, int bits, int64_t columns, int64_t group,
-                     const float *hidden, const float *group_sums, int n, float *out, int64_t out_stride) {
+static void lowbit_rows(const uint8_t *codes, const uint16_t *scale, const uint16_t *minimum, int64_t row_begin,
+                        int64_t row_end, int64_t row_count, int64_t row_bytes, int bits, int64_t columns,
+                        int64_t group, const float *hidden, const float *group_sums, int n, float *out,
+                        int64_t out_stride) {
     switch (bits) {
         case 2: BY_N(2); break;
         case 3: BY_N(3); break;
@@ -113,50 +128,113 @@ void lowbit_matmul_t(const uint8_t *codes, const uint16_t *scale, const uint16_t
     }
 }
 
+/* Rows [0, rows) in `threads` equal parts, one per thread of the process's OpenMP runtime. Built with -fopenmp the
+   library needs libgomp.so.1, which in a torch process is torch's own, already loaded: its worker threads, still
+   spinning after torch's last parallel op, take the parts at once, where threads of another pool would wait for
+   the cores they hold. Built without OpenMP, the parts run one after another. */
+#define OVER_ROWS(ROWS_CALL) \
+    _Pragma("omp parallel for num_threads(threads) schedule(static)") \
+    for (int part = 0; part < threads; part++) { \
+        const int64_t begin = rows * part / threads, end = rows * (part + 1) / threads; \
+        ROWS_CALL; \
+    }
+
+int built_with_openmp(void) {
+#ifdef _OPENMP
+    return 1;
+#else
+    return 0;
+#endif
+}
+
+void lowbit_matmul_t(const uint8_t *codes, const uint16_t *scale, const uint16_t *minimum, int64_t rows,
+                     int64_t row_bytes, int bits, int64_t columns, int64_t group, const float *hidden,
+                     const float *group_sums, int n, float *out, int threads) {
+    OVER_ROWS(lowbit_rows(codes, scale, minimum, begin, end, rows, row_bytes, bits, columns, group, hidden,
+                          group_sums, n, out, rows))
+}
+
 /* Codebook rows (runtime/codebook.py): out[b, r] = scale[r] * sum_k table[b, k, index(r, k)], where table[b, k, e] is
    hidden[b]'s k-th dim-slice dotted with codebook entry e, and index(r, k) = low[r, k] | high(r, k) << 8 with the
    high parts of eight indices packed in `high_bits` bytes like the codes above. Eight indices at a time are built
    in one AVX2 register (low bytes widened, high bits spread by one variable shift) and their table entries
-   fetched with one gather. */
+   fetched with one gather. The gathers hit random entries, so the slices k of the table a pass reads must stay in
+   the core's L2 cache: the rows are swept once per block of `block` slices (TABLE_BLOCK_BYTES of table), summing
+   into out, and scaled after the last block. */
+#define TABLE_BLOCK_BYTES (256 * 1024)
+
 static inline __attribute__((always_inline)) void codebook_kernel(
     const uint8_t *low, const uint8_t *high, const uint16_t *scale, int64_t row_begin, int64_t row_end,
     int64_t vectors, int64_t high_bytes, const int high_bits, const float *table, int64_t entries, const int n,
     float *out, int64_t out_stride) {
-    const int64_t plane = vectors * entries, whole = vectors / 8 * 8;
+    const int64_t plane = vectors * entries;
+    const int64_t fitting = TABLE_BLOCK_BYTES / (4 * entries * n) / 8 * 8, block = fitting > 8 ? fitting : 8;
     const uint32_t mask = high_bits ? (1u << high_bits) - 1 : 0;
     const __m256i shifts = _mm256_setr_epi32(0, high_bits, 2 * high_bits, 3 * high_bits, 4 * high_bits,
                                              5 * high_bits, 6 * high_bits, 7 * high_bits);
     const __m256i high_mask = _mm256_set1_epi32((int)mask);
     const __m256i lanes = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
                                              _mm256_set1_epi32((int)entries));
-    for (int64_t r = row_begin; r < row_end; r++) {
-        const uint8_t *lo = low + r * vectors, *hi = high + r * high_bytes;
-        __m256 acc[8];
-        float tail[8];
-        for (int b = 0; b < n; b++) { acc[b] = _mm256_setzero_ps(); tail[b] = 0.f; }
-        for (int64_t k0 = 0; k0 < whole; k0 += 8) {
-            __m256i at = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(lo + k0)));
-            if (high_bits) {
+    for (int64_t k_begin = 0; k_begin < vectors; k_begin += block) {
+        const int64_t k_end = k_begin + block < vectors ? k_begin + block : vectors;
+        const int64_t whole = k_begin + (k_end - k_begin) / 8 * 8; /* block is a multiple of 8: only the last
+                                                                       block can end in a partial group */
+        for (int64_t r = row_begin; r < row_end; r++) {
+            const uint8_t *lo = low + r * vectors, *hi = high + r * high_bytes;
+            __m256 acc[8];
+            float tail[8];
+            for (int b = 0; b < n; b++) { acc[b] = _mm256_setzero_ps(); tail[b] = 0.f; }
+            for (int64_t k0 = k_begin; k0 < whole; k0 += 8) {
+                __m256i at = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(lo + k0)));
+                if (high_bits) {
+                    uint32_t word = 0;
+                    memcpy(&word, hi + (k0 / 8) * high_bits, high_bits);
+                    __m256i part = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts),
+                                                    high_mask);
+                    at = _mm256_or_si256(at, _mm256_slli_epi32(part, 8));
+                }
+                at = _mm256_add_epi32(at, lanes);
+                const float *t = table + k0 * entries;
+                for (int b = 0; b < n; b++)
+                    acc[b] = _mm256_add_ps(acc[b], _mm256_i32gather_ps(t + b * plane, at, 4));
+            }
+            if (whole < k_end) { /* the last partial group of indices */
                 uint32_t word = 0;
-                memcpy(&word, hi + (k0 / 8) * high_bits, high_bits);
-                __m256i part = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts), high_mask);
-                at = _mm256_or_si256(at, _mm256_slli_epi32(part, 8));
+                if (high_bits) memcpy(&word, hi + (whole / 8) * high_bits, high_bits);
+                for (int64_t k = whole; k < k_end; k++) {
+                    const int64_t at = k * entries + (lo[k] | (int64_t)((word >> ((k - whole) * high_bits)) & mask)
+                                                                  << 8);
+                    for (int b = 0; b < n; b++) tail[b] += table[b * plane + at];
+                }
             }
-            at = _mm256_add_epi32(at, lanes);
-            const float *t = table + k0 * entries;
-            for (int b = 0; b < n; b++) acc[b] = _mm256_add_ps(acc[b], _mm256_i32gather_ps(t + b * plane, at, 4));
-        }
-        if (whole < vectors) { /* the last partial block of indices */
-            uint32_t word = 0;
-            if (high_bits) memcpy(&word, hi + (whole / 8) * high_bits, high_bits);
-            for (int64_t k = whole; k < vectors; k++) {
-                const int64_t at = k * entries + (lo[k] | (int64_t)((word >> ((k - whole) * high_bits)) & mask) << 8);
-                for (int b = 0; b < n; b++) tail[b] += table[b * plane + at];
+            const float s = k_end == vectors ? _cvtsh_ss(scale[r]) : 1.f;
+            for (int b = 0; b < n; b++) {
+                const float part = hsum(acc[b]) + tail[b];
+                float *o = out + b * out_stride + r;
+                *o = (k_begin ? *o + part : part) * s;
             }
         }
-        const float s = _cvtsh_ss(scale[r]);
-        for (int b = 0; b < n; b++) out[b * out_stride + r] = (hsum(acc[b]) + tail[b]) * s;
     }
+}
+
+/* table[b, k, e] = hidden[b, k*dim : (k+1)*dim] . codebook[e] (codebook fp16, (entries, dim)), eight entries at a
+   time from the codebook transposed to fp32 in `scratch` (dim * entries floats). Done here rather than in torch:
+   a threaded torch op right before the row threads leaves its worker threads spinning on the cores they need. */
+void codebook_table(const float *hidden, const uint16_t *codebook, int64_t vectors, int64_t dim, int64_t entries,
+                    int n, float *scratch, float *table) {
+    for (int64_t e = 0; e < entries; e++)
+        for (int64_t d = 0; d < dim; d++) scratch[d * entries + e] = _cvtsh_ss(codebook[e * dim + d]);
+    for (int b = 0; b < n; b++)
+        for (int64_t k = 0; k < vectors; k++) {
+            const float *h = hidden + (b * vectors + k) * dim;
+            float *t = table + (b * vectors + k) * entries;
+            for (int64_t e = 0; e < entries; e += 8) {
+                __m256 sum = _mm256_setzero_ps();
+                for (int64_t d = 0; d < dim; d++)
+                    sum = _mm256_fmadd_ps(_mm256_set1_ps(h[d]), _mm256_loadu_ps(scratch + d * entries + e), sum);
+                _mm256_storeu_ps(t + e, sum);
+            }
+        }
 }
 
 #define CODEBOOK(H, N) codebook_kernel(low, high, scale, row_begin, row_end, vectors, high_bytes, H, table, entries, \
@@ -164,9 +242,9 @@ static inline __attribute__((always_inline)) void codebook_kernel(
 #define CODEBOOK_BY_N(H) switch (n) { case 1: CODEBOOK(H, 1); break; case 2: CODEBOOK(H, 2); break; \
     case 3: CODEBOOK(H, 3); break; case 4: CODEBOOK(H, 4); break; default: CODEBOOK(H, n); }
 
-void codebook_matmul_t(const uint8_t *low, const uint8_t *high, const uint16_t *scale, int64_t row_begin,
-                       int64_t row_end, int64_t vectors, int64_t high_bytes, int high_bits, const float *table,
-                       int64_t entries, int n, float *out, int64_t out_stride) {
+static void codebook_rows(const uint8_t *low, const uint8_t *high, const uint16_t *scale, int64_t row_begin,
+                          int64_t row_end, int64_t vectors, int64_t high_bytes, int high_bits, const float *table,
+                          int64_t entries, int n, float *out, int64_t out_stride) {
     switch (high_bits) {
         case 0: CODEBOOK_BY_N(0); break;
         case 2: CODEBOOK_BY_N(2); break;
@@ -174,14 +252,22 @@ void codebook_matmul_t(const uint8_t *low, const uint8_t *high, const uint16_t *
         default: CODEBOOK_BY_N(4);
     }
 }
+
+void codebook_matmul_t(const uint8_t *low, const uint8_t *high, const uint16_t *scale, int64_t rows, int64_t vectors,
+                       int64_t high_bytes, int high_bits, const float *table, int64_t entries, int n, float *out,
+                       int threads) {
+    OVER_ROWS(codebook_rows(low, high, scale, begin, end, vectors, high_bytes, high_bits, table, entries, n, out,
+                            rows))
+}
 """
 
 
-#: Compiler flags; part of the cached file's name, so changing them builds a new file.
-FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-shared", "-fPIC")
+#: Compiler flags; part of the cached file's name, so changing them builds a new file. Where the compiler has no
+#: OpenMP, the library is built without ``-fopenmp`` and runs on one thread.
+FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-shared", "-fPIC", "-fopenmp")
 
 #: The functions a loaded library must export (a foreign file under the kernel's name has other ones).
-SYMBOLS = ("lowbit_matmul_t", "codebook_matmul_t")
+SYMBOLS = ("lowbit_matmul_t", "codebook_matmul_t", "codebook_table", "built_with_openmp")
 
 
 def kernel_dir() -> Path:
@@ -224,9 +310,10 @@ def _compiler() -> tuple[str, str]:
     return compiler, os.path.realpath(compiler) + "\n" + _run([compiler, "--version"])
 
 
-def kernel_path(identity: str) -> Path:
-    """The cached file for this source, compiler ``identity`` and flags: any change gets a new name."""
-    key = hashlib.sha256("\0".join([SOURCE, identity, *FLAGS]).encode()).hexdigest()[:16]
+def kernel_path(identity: str, flags: tuple[str, ...] | None = None) -> Path:
+    """The cached file for this source, compiler ``identity`` and ``flags`` (default ``FLAGS``): any change gets a
+    new name."""
+    key = hashlib.sha256("\0".join([SOURCE, identity, *(FLAGS if flags is None else flags)]).encode()).hexdigest()[:16]
     return kernel_dir() / f"lowbit-{key}.so"
 
 
@@ -247,14 +334,14 @@ def verified(target: Path) -> bool:
         return False
 
 
-def _compile(target: Path, compiler: str) -> None:
+def _compile(target: Path, compiler: str, flags: tuple[str, ...]) -> None:
     """Build the shared library into ``target`` and its checksum beside it (temporary names renamed into place:
     processes that compile at the same time each finish with whole files)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
         source, built = Path(scratch) / "lowbit.c", Path(scratch) / target.name
         source.write_text(SOURCE)
-        _run([compiler, *FLAGS, str(source), "-o", str(built)])
+        _run([compiler, *flags, str(source), "-o", str(built)])
         checksum = Path(scratch) / "checksum"
         checksum.write_text(_digest(built) + "\n")
         os.replace(built, target)
@@ -264,9 +351,16 @@ def _compile(target: Path, compiler: str) -> None:
 def _load() -> ctypes.CDLL:
     """The verified library, built first where the cached file is missing or does not verify."""
     compiler, identity = _compiler()
+    serial = tuple(flag for flag in FLAGS if flag != "-fopenmp")  # a compiler without OpenMP: one thread
     target = kernel_path(identity)
-    if not verified(target):
-        _compile(target, compiler)
+    if not verified(target) and not verified(kernel_path(identity, serial)):
+        try:
+            _compile(target, compiler, FLAGS)
+        except RuntimeError:
+            target = kernel_path(identity, serial)
+            _compile(target, compiler, serial)
+    elif not verified(target):
+        target = kernel_path(identity, serial)
     library = ctypes.CDLL(str(target))
     missing = [name for name in SYMBOLS if not hasattr(library, name)]
     if missing:  # a foreign file with a forged checksum: removed, so the next process builds the kernel
@@ -290,19 +384,15 @@ def load_kernel() -> ctypes.CDLL | None:
             f"low-bit products take the slower torch path: the CPU kernel is unavailable ({error})", stacklevel=3
         )
         return None
-    library.lowbit_matmul_t.restype = library.codebook_matmul_t.restype = None
-    library.lowbit_matmul_t.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 4 + [ctypes.c_int, ctypes.c_int64,
-        ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64]  # fmt: skip
-    library.codebook_matmul_t.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 4 + [ctypes.c_int,
-        ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64]  # fmt: skip
+    library.lowbit_matmul_t.restype = library.codebook_matmul_t.restype = library.codebook_table.restype = None
+    library.lowbit_matmul_t.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 2 + [ctypes.c_int, ctypes.c_int64,
+        ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
+    library.codebook_matmul_t.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 3 + [ctypes.c_int,
+        ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
+    library.codebook_table.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 3 + [ctypes.c_int,
+        ctypes.c_void_p, ctypes.c_void_p]  # fmt: skip
+    library.built_with_openmp.restype = ctypes.c_int
     return library
-
-
-@functools.cache
-def _threads(workers: int, process: int) -> ThreadPoolExecutor:
-    """Worker threads for row ranges (ctypes releases the GIL during the call, so they run in parallel); one pool
-    per process id, since a forked child inherits the pool object but not its threads."""
-    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"lowbit-{process}")
 
 
 def _enabled(stored: torch.Tensor, vectors: int) -> bool:
@@ -370,12 +460,8 @@ def fused_matmul_t(
     group_sums = flat.view(len(flat), -1, group).sum(-1).contiguous()
     out = torch.empty(len(flat), rows)
 
-    def run(begin: int, end: int) -> None:
-        library.lowbit_matmul_t(codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), begin, end, rows,
-            codes.shape[1], bits, columns, group, flat.data_ptr(), group_sums.data_ptr(), len(flat),
-            out.data_ptr(), rows)  # fmt: skip
-
-    _over_rows(rows, run)
+    library.lowbit_matmul_t(codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), rows, codes.shape[1], bits,
+        columns, group, flat.data_ptr(), group_sums.data_ptr(), len(flat), out.data_ptr(), _workers(rows))  # fmt: skip
     return out.to(hidden.dtype).reshape(*hidden.shape[:-1], rows)
 
 
@@ -411,25 +497,19 @@ def fused_codebook_matmul_t(
     library = load_kernel()
     if library is None:
         return None
-    table = torch.einsum("bkd,ed->bke", flat.float().reshape(len(flat), vectors, dim), codebook.float()).contiguous()
+    flat, codebook = flat.float().contiguous(), codebook.contiguous()
+    table, scratch = torch.empty(len(flat), vectors, entries), torch.empty(dim, entries)
+    library.codebook_table(flat.data_ptr(), codebook.data_ptr(), vectors, dim, entries, len(flat),
+        scratch.data_ptr(), table.data_ptr())  # fmt: skip
     low, scale = low.contiguous(), scale.contiguous()
     high = low if high is None else high.contiguous()  # not read when high_bits == 0
     out = torch.empty(len(flat), rows)
 
-    def run(begin: int, end: int) -> None:
-        library.codebook_matmul_t(low.data_ptr(), high.data_ptr(), scale.data_ptr(), begin, end, vectors,
-            high.shape[1], high_bits, table.data_ptr(), entries, len(flat), out.data_ptr(), rows)  # fmt: skip
-
-    _over_rows(rows, run)
+    library.codebook_matmul_t(low.data_ptr(), high.data_ptr(), scale.data_ptr(), rows, vectors, high.shape[1],
+        high_bits, table.data_ptr(), entries, len(flat), out.data_ptr(), _workers(rows))  # fmt: skip
     return out.to(hidden.dtype).reshape(*hidden.shape[:-1], rows)
 
 
-def _over_rows(rows: int, run) -> None:
-    """``run(begin, end)`` over row ranges split across ``torch.get_num_threads()`` threads."""
-    workers = max(1, min(torch.get_num_threads(), rows // MIN_ROWS_PER_THREAD))
-    bounds = [rows * part // workers for part in range(workers + 1)]
-    pool = _threads(workers - 1, os.getpid()) if workers > 1 else None
-    pending = [pool.submit(run, *span) for span in zip(bounds[1:-1], bounds[2:])] if pool else []
-    run(bounds[0], bounds[1])
-    for job in pending:
-        job.result()
+def _workers(rows: int) -> int:
+    """Threads the C code splits ``rows`` over: ``torch.get_num_threads()``, fewer for small products."""
+    return max(1, min(torch.get_num_threads(), rows // MIN_ROWS_PER_THREAD))

@@ -25,7 +25,8 @@ from .unpack import graph_form
 
 class GraphTiered(nn.Module):
     """``TieredEmbedding`` in graph ops: ``slot[token]`` picks the stored row; each tier decodes the rows its range
-    holds (the others read row 0 and are discarded by a ``Where``), plus the low-rank part of the last tier."""
+    holds (the others read a clamped row and are discarded by a ``Where``), plus the low-rank part of the last
+    tier."""
 
     def __init__(self, layer: TieredEmbedding) -> None:
         super().__init__()
@@ -39,16 +40,14 @@ class GraphTiered(nn.Module):
             self.left, self.right = graph_form(layer.left), graph_form(layer.right)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        slot = self.slot[input_ids.reshape(-1)].long()
+        slot = self.slot.index_select(0, input_ids.reshape(-1)).long()
         vectors = torch.zeros(slot.shape[0], self.embedding_dim)
         for stored, (start, end) in zip(self.tiers, self.ranges):
-            inside = (slot >= start) & (slot < end)
-            rows = stored.rows(torch.where(inside, slot - start, torch.zeros_like(slot)))
-            vectors = torch.where(inside[:, None], rows, vectors)
+            rows = stored.rows((slot - start).clamp(0, end - start - 1))
+            vectors = torch.where(((slot >= start) & (slot < end))[:, None], rows, vectors)
         if self.rank:
-            inside = slot >= self.low_rank_start
-            rows = self.left.rows(torch.where(inside, slot - self.low_rank_start, torch.zeros_like(slot)))
-            vectors = vectors + torch.where(inside[:, None], rows @ self.right.values(), torch.zeros_like(vectors))
+            rows = self.left.rows((slot - self.low_rank_start).clamp(min=0))
+            vectors = vectors + torch.where((slot >= self.low_rank_start)[:, None], rows @ self.right.values(), 0.0)
         return vectors.reshape(*input_ids.shape, self.embedding_dim)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -85,7 +84,7 @@ class GraphTT(nn.Module):
 
     def _cores(self, ids: torch.Tensor) -> list[torch.Tensor]:
         if not self.low_bit:
-            return [core[ids] for core in self.cores]
+            return [core.index_select(0, ids) for core in self.cores]
         rows, bounds = self.trains.rows(ids), [1, *self.ranks, 1]
         parts = rows.split(core_sizes(self.shape, self.ranks), dim=1)
         return [part.reshape(-1, bounds[k], self.shape[k], bounds[k + 1]) for k, part in enumerate(parts)]
@@ -111,8 +110,9 @@ class GraphTT(nn.Module):
         if self.basis is not None:
             vectors = vectors @ self._matrix(self.basis)
         if self.exact_rows is not None:
-            slot = self.exact_slot[flat].long()
-            exact = self.exact_rows.rows(slot.clamp(min=0)) if self.low_bit else self.exact_rows[slot.clamp(min=0)]
+            slot = self.exact_slot.index_select(0, flat).long()
+            at = slot.clamp(min=0)
+            exact = self.exact_rows.rows(at) if self.low_bit else self.exact_rows.index_select(0, at)
             vectors = torch.where((slot >= 0)[:, None], exact, vectors)
         return vectors.reshape(*input_ids.shape, self.embedding_dim)
 

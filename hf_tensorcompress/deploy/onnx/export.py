@@ -26,8 +26,9 @@ from .errors import OnnxExportError
 from .graphs import GRAPHS, graph_for
 from .linears import GRAPH_FORMS
 from .metadata import write_metadata
-from .ortops import TRANSLATIONS
+from .ortops import TRANSLATIONS as CONTRIB_TRANSLATIONS
 from .transposes import fold_weight_transposes
+from .unpack import TRANSLATIONS as UNPACK_TRANSLATIONS
 from .unpack import GraphLowBit
 
 
@@ -95,7 +96,7 @@ def export_onnx(
             external_data=False,
             optimize=False,
             verbose=False,
-            custom_translation_table=TRANSLATIONS,
+            custom_translation_table={**CONTRIB_TRANSLATIONS, **UNPACK_TRANSLATIONS},
         )
     program.save(str(path), external_data=False)
     fold_weight_transposes(path, keep=tuple(f"model.{name}." for name in replaced))

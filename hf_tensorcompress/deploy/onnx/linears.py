@@ -16,7 +16,7 @@ from ...methods.biprop.layer import BipropLinear
 from ...methods.cp.layer import STORED_NAMES, CPLinear
 from ...methods.svd.layer import LowRankLinear
 from ...runtime.factor_storage import stored
-from .unpack import GraphLowBit, bits_at
+from .unpack import GraphLowBit, unpack_codes
 
 
 def _factor(layer: nn.Module, stored_name: str, matrix: torch.Tensor | None) -> nn.Module | nn.Parameter:
@@ -80,9 +80,7 @@ class GraphSVD(nn.Module):
 
 def _bits(packed: torch.Tensor, numel: int) -> torch.Tensor:
     """Bits packed 8 per byte, most significant first (``biprop.pack_bits``), unpacked in graph ops as float 0/1."""
-    wide = packed.to(torch.int32)
-    parts = [bits_at(wide, shift, 1) for shift in range(7, -1, -1)]
-    return torch.stack(parts, dim=-1).reshape(-1)[:numel].float()
+    return unpack_codes(packed.reshape(1, -1), 1, numel).reshape(-1).float()
 
 
 class GraphBiprop(nn.Module):

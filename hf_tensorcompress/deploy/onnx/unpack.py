@@ -1,47 +1,71 @@
 """Stored matrices decoded inside the exported graph: packed codes stay uint8 initializers, and the graph unpacks them
-with integer ``Div`` and ``Mod`` (``bits_at``), then scales them, for exactly the rows it needs.
+with ``BitShift`` and ``BitwiseAnd`` (``unpack_codes``), then scales them, for exactly the rows it needs.
 
 Export-only code (torch ops that the dynamo exporter translates one to one, and the contrib ops of ``ortops.py``
 where a storage maps onto ONNX Runtime's own kernels); the layouts are those of
-``runtime/lowbit.py`` (``pack``) and ``runtime/codebook.py``.
+``runtime/lowbit.py`` (``pack``) and ``runtime/codebook.py``. Rows are picked with ``index_select`` (one ``Gather``;
+the exporter writes ``tensor[ids]`` as eight nodes around a ``GatherND``).
 """
 
 from __future__ import annotations
 
+import numpy as np
+import onnx_ir as ir
 import torch
+from onnxscript import opset21 as op
 from torch import nn
 
 from ...runtime.codebook import CodebookTensor
-from ...runtime.lowbit import LowBitTensor
+from ...runtime.lowbit import LowBitTensor, unpack
 from .ortops import GATHER_BITS, MATMUL_BITS, block_fits, gather_block_quantized, matmul_nbits
 
 
-def bits_at(values: torch.Tensor, shift: int, width: int) -> torch.Tensor:
-    """Bits ``shift … shift + width − 1`` of int32 ``values`` as ``Div`` and ``Mod`` (ONNX's ``BitShift`` takes
-    unsigned types only, and the exporter types a uint8 shift's result as int8, which ONNX Runtime refuses)."""
-    return torch.remainder(torch.floor_divide(values, 2**shift), 2**width)
-
-
+@torch.library.custom_op("hf_tensorcompress_onnx::unpack_codes", mutates_args=())
 def unpack_codes(packed: torch.Tensor, bits: int, columns: int) -> torch.Tensor:
-    """``(rows, bytes)`` uint8 → ``(rows, columns)`` int32 codes, the inverse of ``lowbit.pack`` in graph ops."""
-    wide = packed.to(torch.int32)
+    """``(rows, bytes)`` uint8 → ``(rows, columns)`` int32 codes: the inverse of ``lowbit.pack`` (``bits`` 2, 3, 4,
+    8) or of ``biprop.pack_bits`` (``bits`` 1). A custom op so that the graph gets the few nodes of
+    ``_unpack_codes_onnx`` (the exporter's own integer division and remainder cost nine nodes a shift)."""
+    if bits == 1:
+        shifts = torch.arange(7, -1, -1, dtype=torch.uint8, device=packed.device)
+        codes = ((packed[..., None] >> shifts) & 1).reshape(packed.shape[0], -1)[:, :columns]
+    else:
+        codes = unpack(packed, bits, columns)
+    return codes.to(torch.int32)
+
+
+@unpack_codes.register_fake
+def _(packed: torch.Tensor, bits: int, columns: int) -> torch.Tensor:
+    return packed.new_empty(packed.shape[0], columns, dtype=torch.int32)
+
+
+def _constant(values: list[int], dtype: type) -> ir.Value:
+    return op.Constant(value=ir.tensor(np.array(values, dtype=dtype)))
+
+
+def _unpack_codes_onnx(packed, bits: int, columns: int):
+    """Standard ops: each byte (for 3 bits, each 3-byte word) is shifted right by every code's offset at once
+    (``BitShift`` broadcast over a trailing axis), masked, and the codes laid out row by row."""
     if bits == 8:
-        return wide[:, :columns]
-    if bits in (2, 4):
-        parts = [bits_at(wide, shift, bits) for shift in range(0, 8, bits)]
-    else:  # 3 bits: 8 codes in 3 little-endian bytes (lowbit.unpack)
-        low, mid, high = wide[:, 0::3], wide[:, 1::3], wide[:, 2::3]
-        parts = [
-            bits_at(low, 0, 3),
-            bits_at(low, 3, 3),
-            bits_at(low, 6, 2) + bits_at(mid, 0, 1) * 4,
-            bits_at(mid, 1, 3),
-            bits_at(mid, 4, 3),
-            bits_at(mid, 7, 1) + bits_at(high, 0, 2) * 2,
-            bits_at(high, 2, 3),
-            bits_at(high, 5, 3),
-        ]
-    return torch.stack(parts, dim=-1).reshape(packed.shape[0], -1)[:, :columns]
+        codes = packed
+    elif bits == 3:  # 8 codes in 3 little-endian bytes: the 24-bit word first
+        triples = op.Cast(op.Reshape(packed, _constant([0, -1, 3], np.int64)), to=ir.DataType.INT32)
+        word = op.ReduceSum(op.Mul(triples, _constant([1, 256, 65536], np.int32)), _constant([-1], np.int64))
+        shifted = op.BitShift(op.Cast(word, to=ir.DataType.UINT32), _constant(list(range(0, 24, 3)), np.uint32),
+                              direction="RIGHT")  # fmt: skip
+        codes = op.BitwiseAnd(shifted, _constant([7], np.uint32))
+    else:
+        offsets = range(7, -1, -1) if bits == 1 else range(0, 8, bits)
+        byte = op.Unsqueeze(packed, _constant([-1], np.int64))
+        shifted = op.BitShift(byte, _constant(list(offsets), np.uint8), direction="RIGHT")
+        codes = op.BitwiseAnd(shifted, _constant([2**bits - 1], np.uint8))
+    codes = op.Reshape(codes, _constant([0, -1], np.int64))
+    if columns % 8:  # the padding codes of the last byte group
+        codes = op.Slice(codes, _constant([0], np.int64), _constant([columns], np.int64), _constant([1], np.int64))
+    return op.Cast(codes, to=ir.DataType.INT32)
+
+
+#: custom op → its standard-ops translation (``torch.onnx.export(custom_translation_table=...)``)
+TRANSLATIONS = {torch.ops.hf_tensorcompress_onnx.unpack_codes.default: _unpack_codes_onnx}
 
 
 class GraphLowBit(nn.Module):
@@ -69,7 +93,8 @@ class GraphLowBit(nn.Module):
 
     def _contrib_rows(self, ids: torch.Tensor) -> torch.Tensor:
         rows = gather_block_quantized(self.codes, ids, self.scale.float(), self.shape[1], self.bits)
-        return rows + self._offset()[ids].repeat_interleave(self.group_size, dim=1)
+        grouped = rows.reshape(ids.shape[0], -1, self.group_size) + self._offset().index_select(0, ids)[..., None]
+        return grouped.reshape(ids.shape[0], self.shape[1])
 
     def matmul_t(self, x: torch.Tensor) -> torch.Tensor:
         """``x @ Wᵀ``: on ``MatMulNBits`` plus the per-group offsets where it maps, else with the decoded ``W``."""
@@ -93,10 +118,10 @@ class GraphLowBit(nn.Module):
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
         if self.bits == 16:
-            return self.codes[ids].float()
+            return self.codes.index_select(0, ids).float()
         if self._maps(GATHER_BITS):
             return self._contrib_rows(ids)
-        return self._decode(self.codes[ids], self.scale[ids], self.minimum[ids])
+        return self._decode(*(getattr(self, name).index_select(0, ids) for name in ("codes", "scale", "minimum")))
 
 
 class GraphCodebook(nn.Module):
@@ -113,7 +138,7 @@ class GraphCodebook(nn.Module):
         indices = codes.long()
         if high is not None:
             indices = indices + unpack_codes(high, self.high_bits, codes.shape[1]).long() * 256
-        vectors = self.codebook.float()[indices]  # (rows, columns / dim, dim)
+        vectors = nn.functional.embedding(indices, self.codebook.float())  # (rows, columns / dim, dim): one Gather
         return vectors.reshape(codes.shape[0], self.shape[1]) * scale.float()
 
     def values(self) -> torch.Tensor:
@@ -123,8 +148,8 @@ class GraphCodebook(nn.Module):
         return x @ self.values().T
 
     def rows(self, ids: torch.Tensor) -> torch.Tensor:
-        high = self.high[ids] if self.high_bits else None
-        return self._decode(self.codes[ids], high, self.scale[ids])
+        high = self.high.index_select(0, ids) if self.high_bits else None
+        return self._decode(self.codes.index_select(0, ids), high, self.scale.index_select(0, ids))
 
 
 def graph_form(stored: LowBitTensor | CodebookTensor) -> GraphLowBit | GraphCodebook:

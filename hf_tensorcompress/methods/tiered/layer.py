@@ -135,6 +135,9 @@ class TieredEmbedding(CompressedLayer):
         """The stored rows of ``input_ids`` (what the replaced ``nn.Embedding`` looked up)."""
         slot = self.slot[input_ids.reshape(-1)].long()
         dtype = self.dtype_probe.dtype
+        if slot.device.type != "cpu":
+            vectors = self._lookup_every_tier(slot, dtype)
+            return vectors.reshape(*input_ids.shape, self.embedding_dim)
         vectors = torch.zeros(len(slot), self.embedding_dim, dtype=dtype, device=slot.device)
         for stored, (start, end) in zip(self.tiers, self._ranges()):
             hit = ((slot >= start) & (slot < end)).nonzero().squeeze(1)
@@ -145,6 +148,19 @@ class TieredEmbedding(CompressedLayer):
             if len(hit):
                 vectors[hit] += self.left.rows(slot[hit] - self.low_rank_start, dtype) @ self.right.dequantize(dtype)
         return vectors.reshape(*input_ids.shape, self.embedding_dim)
+
+    def _lookup_every_tier(self, slot: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The rows of ``slot`` without finding each tier's tokens first: every tier decodes a (clamped) row for
+        every token and a ``where`` keeps the right one. More decoding than the CPU path, but no ``nonzero``, whose
+        result size makes an accelerator wait for the host once per tier and step."""
+        vectors = torch.zeros(len(slot), self.embedding_dim, dtype=dtype, device=slot.device)
+        for stored, (start, end) in zip(self.tiers, self._ranges()):
+            rows = stored.rows((slot - start).clamp(0, end - start - 1), dtype)
+            vectors = torch.where(((slot >= start) & (slot < end))[:, None], rows, vectors)
+        if self.rank:
+            rows = self.left.rows((slot - self.low_rank_start).clamp(min=0), dtype) @ self.right.dequantize(dtype)
+            vectors = vectors + torch.where((slot >= self.low_rank_start)[:, None], rows, 0.0)
+        return vectors
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """``hidden @ Wᵀ`` in token order, decoding the table a chunk at a time (no float copy of the table)."""
