@@ -1,6 +1,7 @@
 """The fused CPU kernels (low-bit codes, codebook rows) give the torch path's values, and step aside wherever they
 do not apply."""
 
+import ctypes
 import platform
 import shutil
 from pathlib import Path
@@ -47,9 +48,16 @@ def test_fused_product_equals_the_torch_path(bits, group_size, vectors, monkeypa
 
 @pytest.mark.skipif(not RUNS_HERE or not Path("/proc/self/maps").exists(), reason="needs the kernel and Linux")
 def test_the_rows_are_split_on_torchs_own_openmp_threads():
-    assert lowbit_kernel.load_kernel().built_with_openmp() == 1
-    mapped = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "libgomp" in line}
-    assert len(mapped) == 1, f"a second OpenMP runtime beside torch's: {mapped}"
+    library = lowbit_kernel.load_kernel()
+    assert library.built_with_openmp() == 1
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    torchs = {line.split()[-1] for line in maps if "libgomp" in line and "/torch/" in line}
+    if not torchs:
+        pytest.skip("this torch build does not load its own libgomp")
+    # the OpenMP entry point the kernel's library resolves (itself and its dependencies) is torch's, not a second
+    # runtime's (other packages, e.g. scikit-learn, may load their own under another name)
+    ours = ctypes.cast(library.omp_get_max_threads, ctypes.c_void_p).value
+    assert ours == ctypes.cast(ctypes.CDLL(torchs.pop()).omp_get_max_threads, ctypes.c_void_p).value
 
 
 @pytest.mark.skipif(not RUNS_HERE, reason="needs a C compiler and an AVX2 x86 CPU")

@@ -218,8 +218,8 @@ static inline __attribute__((always_inline)) void codebook_kernel(
 }
 
 /* table[b, k, e] = hidden[b, k*dim : (k+1)*dim] . codebook[e] (codebook fp16, (entries, dim)), eight entries at a
-   time from the codebook transposed to fp32 in `scratch` (dim * entries floats). Done here rather than in torch:
-   a threaded torch op right before the row threads leaves its worker threads spinning on the cores they need. */
+   time from the codebook transposed to fp32 in `scratch` (dim * entries floats), in the calling thread before the
+   rows are split. */
 void codebook_table(const float *hidden, const uint16_t *codebook, int64_t vectors, int64_t dim, int64_t entries,
                     int n, float *scratch, float *table) {
     for (int64_t e = 0; e < entries; e++)
