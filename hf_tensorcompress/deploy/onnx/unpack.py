@@ -15,6 +15,7 @@ import torch
 from onnxscript import opset21 as op
 from torch import nn
 
+from ...methods.biprop.layer import unpack_bits
 from ...runtime.codebook import CodebookTensor
 from ...runtime.lowbit import LowBitTensor, unpack
 from .ortops import GATHER_BITS, MATMUL_BITS, block_fits, gather_block_quantized, matmul_nbits
@@ -26,8 +27,7 @@ def unpack_codes(packed: torch.Tensor, bits: int, columns: int) -> torch.Tensor:
     8) or of ``biprop.pack_bits`` (``bits`` 1). A custom op so that the graph gets the few nodes of
     ``_unpack_codes_onnx`` (the exporter's own integer division and remainder cost nine nodes a shift)."""
     if bits == 1:
-        shifts = torch.arange(7, -1, -1, dtype=torch.uint8, device=packed.device)
-        codes = ((packed[..., None] >> shifts) & 1).reshape(packed.shape[0], -1)[:, :columns]
+        codes = unpack_bits(packed, packed.numel() * 8).reshape(packed.shape[0], -1)[:, :columns]
     else:
         codes = unpack(packed, bits, columns)
     return codes.to(torch.int32)
