@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ...methods.tiered.layer import TieredEmbedding, TieredTiedHead
+from ...methods.tiered.layer import TieredEmbedding, TieredTiedHead, where_every_tier
 from ...methods.tiered.scaled import ScaledTieredEmbedding
 from ...methods.tt.head import TTTiedHead
 from ...methods.tt.layer import TTEmbedding
@@ -41,13 +41,11 @@ class GraphTiered(nn.Module):
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         slot = self.slot.index_select(0, input_ids.reshape(-1)).long()
-        vectors = torch.zeros(slot.shape[0], self.embedding_dim)
-        for stored, (start, end) in zip(self.tiers, self.ranges):
-            rows = stored.rows((slot - start).clamp(0, end - start - 1))
-            vectors = torch.where(((slot >= start) & (slot < end))[:, None], rows, vectors)
-        if self.rank:
-            rows = self.left.rows((slot - self.low_rank_start).clamp(min=0))
-            vectors = vectors + torch.where((slot >= self.low_rank_start)[:, None], rows @ self.right.values(), 0.0)
+        tiers = [(start, end, stored.rows) for stored, (start, end) in zip(self.tiers, self.ranges)]
+        low_rank = (
+            (self.low_rank_start, lambda index: self.left.rows(index) @ self.right.values()) if self.rank else None
+        )
+        vectors = where_every_tier(slot, tiers, self.embedding_dim, torch.float32, low_rank)
         return vectors.reshape(*input_ids.shape, self.embedding_dim)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,8 @@ quantization). Lookups decode only the requested rows; the tied head decodes the
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -17,6 +19,26 @@ from ...runtime.lowbit import LowBitTensor
 
 #: What a tier may store (``methods/tiered/config.py: TIER_BITS``, which this shipped file cannot import).
 TIER_WIDTHS = (0, 2, 3, 4, 8, 16, "codebook")
+
+
+def where_every_tier(
+    slot: torch.Tensor,
+    tiers: list[tuple[int, int, Callable[[torch.Tensor], torch.Tensor]]],
+    width: int,
+    dtype: torch.dtype,
+    low_rank: tuple[int, Callable[[torch.Tensor], torch.Tensor]] | None = None,
+) -> torch.Tensor:
+    """The rows at stored positions ``slot``, with no data-dependent shapes: each ``(start, end, decode)`` tier
+    decodes a clamped row for every token and a ``where`` keeps the tokens in ``[start, end)``; ``low_rank``'s
+    ``(start, decode)`` rows are added from ``start`` on. The form an accelerator and an exported graph both need."""
+    vectors = torch.zeros(slot.shape[0], width, dtype=dtype, device=slot.device)
+    for start, end, decode in tiers:
+        rows = decode((slot - start).clamp(0, end - start - 1))
+        vectors = torch.where(((slot >= start) & (slot < end))[:, None], rows, vectors)
+    if low_rank is not None:
+        start, decode = low_rank
+        vectors = vectors + torch.where((slot >= start)[:, None], decode((slot - start).clamp(min=0)), 0.0)
+    return vectors
 
 
 def _count(value: object) -> bool:
@@ -150,17 +172,17 @@ class TieredEmbedding(CompressedLayer):
         return vectors.reshape(*input_ids.shape, self.embedding_dim)
 
     def _lookup_every_tier(self, slot: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """The rows of ``slot`` without finding each tier's tokens first: every tier decodes a (clamped) row for
-        every token and a ``where`` keeps the right one. More decoding than the CPU path, but no ``nonzero``, whose
-        result size makes an accelerator wait for the host once per tier and step."""
-        vectors = torch.zeros(len(slot), self.embedding_dim, dtype=dtype, device=slot.device)
-        for stored, (start, end) in zip(self.tiers, self._ranges()):
-            rows = stored.rows((slot - start).clamp(0, end - start - 1), dtype)
-            vectors = torch.where(((slot >= start) & (slot < end))[:, None], rows, vectors)
+        """The rows of ``slot`` without finding each tier's tokens first (``where_every_tier``): more decoding than
+        the CPU path, but no ``nonzero``, whose result size makes an accelerator wait for the host once per tier and
+        step."""
+        tiers = [
+            (start, end, lambda index, s=stored: s.rows(index, dtype))
+            for stored, (start, end) in zip(self.tiers, self._ranges())
+        ]
+        low_rank = None
         if self.rank:
-            rows = self.left.rows((slot - self.low_rank_start).clamp(min=0), dtype) @ self.right.dequantize(dtype)
-            vectors = vectors + torch.where((slot >= self.low_rank_start)[:, None], rows, 0.0)
-        return vectors
+            low_rank = (self.low_rank_start, lambda index: self.left.rows(index, dtype) @ self.right.dequantize(dtype))
+        return where_every_tier(slot, tiers, self.embedding_dim, dtype, low_rank)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """``hidden @ Wᵀ`` in token order, decoding the table a chunk at a time (no float copy of the table)."""
