@@ -79,8 +79,8 @@ def test_leading_dims_dtypes_and_threads(monkeypatch):
 
 @pytest.mark.skipif(not RUNS_HERE, reason="needs a C compiler and an AVX2 x86 CPU")
 @pytest.mark.parametrize("entries", [256, 1024, 2048, 4096])
-@pytest.mark.parametrize(("columns", "dim"), [(192, 4), (60, 3)])  # 20 indices a row: a partial block of 8
-@pytest.mark.parametrize("vectors", [1, 5, 8])
+@pytest.mark.parametrize(("columns", "dim"), [(192, 4), (192, 8), (60, 3)])  # 20 indices a row: a partial block of 8
+@pytest.mark.parametrize("vectors", [1, 4, 5, 8, 40])  # up to 4: the lookup table; from 5 on: decoded rows + GEMM
 def test_fused_codebook_product_equals_the_torch_path(entries, columns, dim, vectors, monkeypatch):
     torch.manual_seed(entries + vectors)
     stored = CodebookTensor((2 * lowbit_kernel.MIN_ROWS_PER_THREAD + 3, columns), dim, entries)
@@ -121,9 +121,41 @@ def test_the_codebook_kernel_steps_aside_where_it_does_not_apply(monkeypatch):
     torch.testing.assert_close(stored.matmul_t(hidden), hidden @ stored.dequantize().T, rtol=1e-5, atol=1e-4)
     small = CodebookTensor((40, 64), 4, 1024)
     small.reset_parameters()
-    assert fused(torch.randn(lowbit_kernel.MAX_VECTORS + 1, 64), small) is None  # a prompt: the chunked GEMM
     monkeypatch.setenv("HF_TENSORCOMPRESS_KERNELS", "0")
     assert fused(torch.randn(1, 64), small) is None
+
+
+@pytest.mark.skipif(not RUNS_HERE, reason="needs a C compiler and an AVX2 x86 CPU")
+def test_a_codebook_product_of_five_or_more_vectors_decodes_rows_for_a_gemm(monkeypatch):
+    """The lookup table's gathers grow with every hidden vector: from DECODE_FROM_VECTORS on, and for any number of
+    vectors (a prompt, a perplexity pass), the rows are decoded in C for a GEMM instead."""
+    stored = CodebookTensor((3000, 64), 4, 1024)
+    stored.reset_parameters()
+    decoded = []
+    real = lowbit_kernel._decoded_codebook_product
+    monkeypatch.setattr(lowbit_kernel, "_decoded_codebook_product", lambda *a: decoded.append(a[-1].shape) or real(*a))
+    for vectors in (1, lowbit_kernel.DECODE_FROM_VECTORS - 1, lowbit_kernel.DECODE_FROM_VECTORS, 300):
+        hidden = torch.randn(vectors, 64)
+        torch.testing.assert_close(stored.matmul_t(hidden), hidden @ stored.dequantize().T, rtol=1e-5, atol=1e-4)
+    assert decoded == [(lowbit_kernel.DECODE_FROM_VECTORS, 64), (300, 64)]
+
+
+@pytest.mark.skipif(not RUNS_HERE, reason="needs a C compiler and an AVX2 x86 CPU")
+@pytest.mark.parametrize("vectors", [1, 6])
+def test_a_product_that_must_pass_a_gradient_back_takes_the_torch_path(vectors, monkeypatch):
+    """Training through a compressed head (LoRA on the layers below it, say) needs the gradient to the hidden
+    states; the C code has none, so with grad enabled and a hidden that requires it the kernels step aside."""
+    torch.manual_seed(vectors)
+    codebook = CodebookTensor((300, 64), 4, 1024)
+    codebook.reset_parameters()
+    for stored in (codebook, LowBitTensor.quantize(torch.randn(300, 64), 4, 32)):
+        hidden = torch.randn(vectors, 64, requires_grad=True)
+        stored.matmul_t(hidden).square().sum().backward()
+        reference = hidden.detach().clone().requires_grad_(True)
+        (reference @ stored.dequantize().T).square().sum().backward()
+        torch.testing.assert_close(hidden.grad, reference.grad, rtol=1e-4, atol=1e-3)
+        with torch.no_grad():  # inference: the kernels again
+            assert not stored.matmul_t(hidden).requires_grad
 
 
 def test_it_steps_aside_where_it_does_not_apply(monkeypatch):

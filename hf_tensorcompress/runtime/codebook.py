@@ -98,9 +98,10 @@ class CodebookTensor(StoredMatrix):
         return torch.mul(values, scale, out=out)
 
     def matmul_t(self, hidden: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
-        """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``): at batch ≤ 8 on the CPU through the fused lookup-table
-        kernel, else decoding ``chunk`` rows (default ``chunk_rows``) at a time into one reused buffer; the transient
-        is never the whole float table."""
+        """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``): on the CPU through the fused kernel (a lookup table
+        for up to four hidden vectors, a C decode of 1,024 rows at a time for a GEMM beyond), else decoding ``chunk``
+        rows (default ``chunk_rows``) at a time into one reused buffer; the transient is never the whole float
+        table."""
         self.check_width(hidden)
         kernel = sibling("lowbit_kernel")
         fused = kernel and kernel.fused_codebook_matmul_t(

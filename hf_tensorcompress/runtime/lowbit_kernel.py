@@ -6,7 +6,8 @@ embedding must read every code of the table each step; unpacking the codes into 
 through memory. This kernel reads each group of eight codes from its ``bits`` bytes once, spreads them into eight
 lanes with one AVX2 variable shift, and multiplies them into the hidden state while they sit in registers, so the
 head reads 4–8× fewer bytes than the fp32 table and does no extra pass. Codebook rows take a lookup table
-instead (``fused_codebook_matmul_t``).
+instead (``fused_codebook_matmul_t``), or, for five or more hidden vectors, a C decode of each chunk of rows for a
+GEMM.
 
 None of the maintained libraries does this for these layouts: torch's ``_weight_int4pack_mm_for_cpu`` is int4 only
 (and slower than the fp32 product on AVX2 machines), torchao and bitsandbytes have no 3-bit CPU path. The kernel is
@@ -39,6 +40,12 @@ MAX_VECTORS = 8
 
 #: Rows below which splitting the work over threads costs more than it saves.
 MIN_ROWS_PER_THREAD = 4096
+
+#: Hidden vectors from which a codebook product decodes its rows for a GEMM instead of summing lookup-table entries
+#: (the table's gathers grow with every hidden vector; a decoded chunk serves all of them), and the rows it decodes
+#: at a time (an fp32 buffer that stays in the cache).
+DECODE_FROM_VECTORS = 5
+DECODE_CHUNK_ROWS = 1024
 
 SOURCE = r"""
 #include <immintrin.h>
@@ -253,6 +260,46 @@ static void codebook_rows(const uint8_t *low, const uint8_t *high, const uint16_
     }
 }
 
+/* Rows first .. first + rows of a codebook matrix decoded to fp32, out[r - first, k*dim : (k+1)*dim] = scale[r] *
+   codebook[index(r, k)] (codebook as fp32, (entries, dim)): for products with more hidden states than the lookup
+   table pays for, since its gathers grow with every hidden state while one decoded chunk serves them all in a GEMM. */
+static inline __attribute__((always_inline)) void codebook_decode_kernel(
+    const uint8_t *low, const uint8_t *high, const uint16_t *scale, int64_t row_begin, int64_t row_end,
+    int64_t vectors, int64_t high_bytes, int high_bits, const float *codebook, const int64_t dim, int64_t first,
+    float *out) {
+    const uint32_t mask = high_bits ? (1u << high_bits) - 1 : 0;
+    for (int64_t r = row_begin; r < row_end; r++) {
+        const uint8_t *lo = low + r * vectors, *hi = high + r * high_bytes;
+        const float s = _cvtsh_ss(scale[r]);
+        float *o = out + (r - first) * vectors * dim;
+        for (int64_t k0 = 0; k0 < vectors; k0 += 8) {
+            uint32_t word = 0;
+            if (high_bits) memcpy(&word, hi + (k0 / 8) * high_bits, high_bits);
+            const int64_t k_end = k0 + 8 < vectors ? k0 + 8 : vectors;
+            for (int64_t k = k0; k < k_end; k++) {
+                const float *entry = codebook + (lo[k] | (int64_t)((word >> ((k - k0) * high_bits)) & mask) << 8) * dim;
+                for (int64_t d = 0; d < dim; d++) o[k * dim + d] = s * entry[d];
+            }
+        }
+    }
+}
+
+static void codebook_decode_rows(const uint8_t *low, const uint8_t *high, const uint16_t *scale, int64_t row_begin,
+                                 int64_t row_end, int64_t vectors, int64_t high_bytes, int high_bits,
+                                 const float *codebook, int64_t dim, int64_t first, float *out) {
+#define DECODE(DIM) codebook_decode_kernel(low, high, scale, row_begin, row_end, vectors, high_bytes, high_bits, \
+                                           codebook, DIM, first, out)
+    switch (dim) { case 4: DECODE(4); break; case 8: DECODE(8); break; default: DECODE(dim); }
+#undef DECODE
+}
+
+void codebook_decode(const uint8_t *low, const uint8_t *high, const uint16_t *scale, int64_t first, int64_t rows,
+                     int64_t vectors, int64_t high_bytes, int high_bits, const float *codebook, int64_t dim,
+                     float *out, int threads) {
+    OVER_ROWS(codebook_decode_rows(low, high, scale, first + begin, first + end, vectors, high_bytes, high_bits,
+                                   codebook, dim, first, out))
+}
+
 void codebook_matmul_t(const uint8_t *low, const uint8_t *high, const uint16_t *scale, int64_t rows, int64_t vectors,
                        int64_t high_bytes, int high_bits, const float *table, int64_t entries, int n, float *out,
                        int threads) {
@@ -267,7 +314,7 @@ void codebook_matmul_t(const uint8_t *low, const uint8_t *high, const uint16_t *
 FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-shared", "-fPIC", "-fopenmp")
 
 #: The functions a loaded library must export (a foreign file under the kernel's name has other ones).
-SYMBOLS = ("lowbit_matmul_t", "codebook_matmul_t", "codebook_table", "built_with_openmp")
+SYMBOLS = ("lowbit_matmul_t", "codebook_matmul_t", "codebook_table", "codebook_decode", "built_with_openmp")
 
 
 def kernel_dir() -> Path:
@@ -391,23 +438,33 @@ def load_kernel() -> ctypes.CDLL | None:
         ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
     library.codebook_table.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 3 + [ctypes.c_int,
         ctypes.c_void_p, ctypes.c_void_p]  # fmt: skip
+    library.codebook_decode.restype = None
+    library.codebook_decode.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 4 + [ctypes.c_int,
+        ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
     library.built_with_openmp.restype = ctypes.c_int
     return library
 
 
-def _enabled(stored: torch.Tensor, vectors: int) -> bool:
-    """What both kernels need: not switched off, a CPU tensor with rows, and a decoding step's few vectors."""
+def _enabled(stored: torch.Tensor, vectors: int, most: int | None = MAX_VECTORS) -> bool:
+    """What the kernels need: not switched off, a CPU tensor with rows, and vectors to multiply (a decoding step's
+    few, ``most``, for the products that read the codes once per vector)."""
     return (
         os.environ.get("HF_TENSORCOMPRESS_KERNELS", "1") != "0"
         and stored.device.type == "cpu"
         and stored.shape[0] > 0
-        and 0 < vectors <= MAX_VECTORS
+        and 0 < vectors <= (vectors if most is None else most)
     )
 
 
 def covered(codes: torch.Tensor, bits: int, columns: int, group: int, vectors: int) -> bool:
     """Whether the kernel handles this product (else the torch path does)."""
     return _enabled(codes, vectors) and bits in (2, 3, 4, 8) and columns % 8 == 0 and group % 8 == 0
+
+
+def _carries_gradient(hidden: torch.Tensor) -> bool:
+    """Whether the product must pass a gradient back to ``hidden`` (training through the head): the C code is not
+    differentiable, so the torch path serves it."""
+    return torch.is_grad_enabled() and hidden.requires_grad
 
 
 def _expect(tensor: torch.Tensor, name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> None:
@@ -450,7 +507,7 @@ def fused_matmul_t(
     _expect(minimum, "minimum", torch.float16, (rows, columns // group))
     _expect_width(hidden, columns)
     flat = hidden.reshape(-1, columns)
-    if not covered(codes, bits, columns, group, len(flat)):
+    if not covered(codes, bits, columns, group, len(flat)) or _carries_gradient(hidden):
         return None
     library = load_kernel()
     if library is None:
@@ -476,7 +533,9 @@ def fused_codebook_matmul_t(
     """``hidden @ Wᵀ`` for a ``CodebookTensor``'s ``W`` (index low bytes ``low``, packed ``high`` bits, per-row fp16
     ``scale``, fp16 ``codebook``), or None where the kernel does not cover it. Each hidden vector's dot products with
     every codebook entry, slice by slice, form a table (a few hundred KB); each logit is then a sum of table entries
-    picked by the row's indices, so the rows are never decoded. The sizes come from the stored tensors and are
+    picked by the row's indices, so the rows are never decoded. From ``DECODE_FROM_VECTORS`` hidden vectors on (any
+    number of them), the rows are decoded in C a chunk at a time for a GEMM instead. The sizes come from the stored
+    tensors and are
     checked before the C code runs (an index is a byte plus ``high_bits`` bits, so the codebook must hold
     ``256 · 2^high_bits`` entries): a ``hidden`` of another width, or buffers of another dtype or shape, raise
     ValueError."""
@@ -492,17 +551,21 @@ def fused_codebook_matmul_t(
     entries = codebook.shape[0]
     _expect_width(hidden, vectors * dim)
     flat = hidden.reshape(-1, vectors * dim)
-    if not _enabled(low, len(flat)):
+    decode = len(flat) >= DECODE_FROM_VECTORS
+    if not _enabled(low, len(flat), None if decode else MAX_VECTORS) or _carries_gradient(hidden):
         return None
     library = load_kernel()
     if library is None:
         return None
     flat, codebook = flat.float().contiguous(), codebook.contiguous()
+    low, scale = low.contiguous(), scale.contiguous()
+    high = low if high is None else high.contiguous()  # not read when high_bits == 0
+    if decode:
+        out = _decoded_codebook_product(library, low, high, high_bits, scale, codebook.float().contiguous(), flat)
+        return out.to(hidden.dtype).reshape(*hidden.shape[:-1], rows)
     table, scratch = torch.empty(len(flat), vectors, entries), torch.empty(dim, entries)
     library.codebook_table(flat.data_ptr(), codebook.data_ptr(), vectors, dim, entries, len(flat),
         scratch.data_ptr(), table.data_ptr())  # fmt: skip
-    low, scale = low.contiguous(), scale.contiguous()
-    high = low if high is None else high.contiguous()  # not read when high_bits == 0
     out = torch.empty(len(flat), rows)
 
     library.codebook_matmul_t(low.data_ptr(), high.data_ptr(), scale.data_ptr(), rows, vectors, high.shape[1],
@@ -510,6 +573,30 @@ def fused_codebook_matmul_t(
     return out.to(hidden.dtype).reshape(*hidden.shape[:-1], rows)
 
 
-def _workers(rows: int) -> int:
+def _decoded_codebook_product(
+    library: ctypes.CDLL,
+    low: torch.Tensor,
+    high: torch.Tensor,
+    high_bits: int,
+    scale: torch.Tensor,
+    codebook: torch.Tensor,
+    flat: torch.Tensor,
+) -> torch.Tensor:
+    """``flat @ Wᵀ`` (``(n, rows)``) decoding ``DECODE_CHUNK_ROWS`` rows at a time into one fp32 buffer (C) and
+    multiplying each chunk with every hidden vector in one GEMM: a codebook row costs one copy of its entries
+    here, where the lookup table costs one gather per entry and hidden vector."""
+    rows, vectors = low.shape
+    dim = codebook.shape[1]
+    chunk = min(rows, DECODE_CHUNK_ROWS)
+    decoded, out = torch.empty(chunk, vectors * dim), torch.empty(rows, len(flat))
+    for first in range(0, rows, chunk):
+        count = min(chunk, rows - first)
+        library.codebook_decode(low.data_ptr(), high.data_ptr(), scale.data_ptr(), first, count, vectors,
+            high.shape[1], high_bits, codebook.data_ptr(), dim, decoded.data_ptr(), _workers(count, DECODE_CHUNK_ROWS // 2))  # fmt: skip
+        torch.mm(decoded[:count], flat.T, out=out[first : first + count])
+    return out.T
+
+
+def _workers(rows: int, per_thread: int = MIN_ROWS_PER_THREAD) -> int:
     """Threads the C code splits ``rows`` over: ``torch.get_num_threads()``, fewer for small products."""
-    return max(1, min(torch.get_num_threads(), rows // MIN_ROWS_PER_THREAD))
+    return max(1, min(torch.get_num_threads(), rows // per_thread))
