@@ -452,7 +452,8 @@ def _enabled(stored: torch.Tensor, vectors: int, most: int | None = MAX_VECTORS)
         os.environ.get("HF_TENSORCOMPRESS_KERNELS", "1") != "0"
         and stored.device.type == "cpu"
         and stored.shape[0] > 0
-        and 0 < vectors <= (vectors if most is None else most)
+        and vectors > 0
+        and (most is None or vectors <= most)
     )
 
 
@@ -535,9 +536,8 @@ def fused_codebook_matmul_t(
     every codebook entry, slice by slice, form a table (a few hundred KB); each logit is then a sum of table entries
     picked by the row's indices, so the rows are never decoded. From ``DECODE_FROM_VECTORS`` hidden vectors on (any
     number of them), the rows are decoded in C a chunk at a time for a GEMM instead. The sizes come from the stored
-    tensors and are
-    checked before the C code runs (an index is a byte plus ``high_bits`` bits, so the codebook must hold
-    ``256 · 2^high_bits`` entries): a ``hidden`` of another width, or buffers of another dtype or shape, raise
+    tensors and are checked before the C code runs (an index is a byte plus ``high_bits`` bits, so the codebook must
+    hold ``256 · 2^high_bits`` entries): a ``hidden`` of another width, or buffers of another dtype or shape, raise
     ValueError."""
     if high_bits not in (0, 2, 3, 4):
         return None
@@ -591,8 +591,9 @@ def _decoded_codebook_product(
     decoded, out = torch.empty(chunk, vectors * dim), torch.empty(rows, len(flat))
     for first in range(0, rows, chunk):
         count = min(chunk, rows - first)
+        threads = _workers(count, per_thread=DECODE_CHUNK_ROWS // 2)
         library.codebook_decode(low.data_ptr(), high.data_ptr(), scale.data_ptr(), first, count, vectors,
-            high.shape[1], high_bits, codebook.data_ptr(), dim, decoded.data_ptr(), _workers(count, DECODE_CHUNK_ROWS // 2))  # fmt: skip
+            high.shape[1], high_bits, codebook.data_ptr(), dim, decoded.data_ptr(), threads)  # fmt: skip
         torch.mm(decoded[:count], flat.T, out=out[first : first + count])
     return out.T
 
