@@ -170,6 +170,19 @@ void lowbit_matmul_t(const uint8_t *codes, const uint16_t *scale, const uint16_t
    into out, and scaled after the last block. */
 #define TABLE_BLOCK_BYTES (256 * 1024)
 
+/* The packed high parts of the eight indices from k0 on (0 when there are none), and the index of slot k among them:
+   its low byte and its high bits from that word. */
+static inline uint32_t high_word(const uint8_t *hi, int64_t k0, int high_bits) {
+    uint32_t word = 0;
+    if (high_bits) memcpy(&word, hi + (k0 / 8) * high_bits, high_bits);
+    return word;
+}
+
+static inline int64_t codebook_index(const uint8_t *lo, uint32_t word, int64_t k, int64_t k0, int high_bits,
+                                     uint32_t mask) {
+    return lo[k] | (int64_t)((word >> ((k - k0) * high_bits)) & mask) << 8;
+}
+
 static inline __attribute__((always_inline)) void codebook_kernel(
     const uint8_t *low, const uint8_t *high, const uint16_t *scale, int64_t row_begin, int64_t row_end,
     int64_t vectors, int64_t high_bytes, const int high_bits, const float *table, int64_t entries, const int n,
@@ -194,8 +207,7 @@ static inline __attribute__((always_inline)) void codebook_kernel(
             for (int64_t k0 = k_begin; k0 < whole; k0 += 8) {
                 __m256i at = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(lo + k0)));
                 if (high_bits) {
-                    uint32_t word = 0;
-                    memcpy(&word, hi + (k0 / 8) * high_bits, high_bits);
+                    const uint32_t word = high_word(hi, k0, high_bits);
                     __m256i part = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts),
                                                     high_mask);
                     at = _mm256_or_si256(at, _mm256_slli_epi32(part, 8));
@@ -206,11 +218,9 @@ static inline __attribute__((always_inline)) void codebook_kernel(
                     acc[b] = _mm256_add_ps(acc[b], _mm256_i32gather_ps(t + b * plane, at, 4));
             }
             if (whole < k_end) { /* the last partial group of indices */
-                uint32_t word = 0;
-                if (high_bits) memcpy(&word, hi + (whole / 8) * high_bits, high_bits);
+                const uint32_t word = high_word(hi, whole, high_bits);
                 for (int64_t k = whole; k < k_end; k++) {
-                    const int64_t at = k * entries + (lo[k] | (int64_t)((word >> ((k - whole) * high_bits)) & mask)
-                                                                  << 8);
+                    const int64_t at = k * entries + codebook_index(lo, word, k, whole, high_bits, mask);
                     for (int b = 0; b < n; b++) tail[b] += table[b * plane + at];
                 }
             }
@@ -273,11 +283,10 @@ static inline __attribute__((always_inline)) void codebook_decode_kernel(
         const float s = _cvtsh_ss(scale[r]);
         float *o = out + (r - first) * vectors * dim;
         for (int64_t k0 = 0; k0 < vectors; k0 += 8) {
-            uint32_t word = 0;
-            if (high_bits) memcpy(&word, hi + (k0 / 8) * high_bits, high_bits);
+            const uint32_t word = high_word(hi, k0, high_bits);
             const int64_t k_end = k0 + 8 < vectors ? k0 + 8 : vectors;
             for (int64_t k = k0; k < k_end; k++) {
-                const float *entry = codebook + (lo[k] | (int64_t)((word >> ((k - k0) * high_bits)) & mask) << 8) * dim;
+                const float *entry = codebook + codebook_index(lo, word, k, k0, high_bits, mask) * dim;
                 for (int64_t d = 0; d < dim; d++) o[k * dim + d] = s * entry[d];
             }
         }
