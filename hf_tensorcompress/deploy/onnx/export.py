@@ -7,7 +7,7 @@ the dynamo exporter covers these models with transformers' own code). Before tra
 ``embeddings.py``), which keeps the stored tensors as initializers and decodes them with graph ops; the fused C kernel
 is never on this path (``ortops.py``: where a stored matrix fits ONNX Runtime's own quantized kernels, the graph runs
 it on them). A model holding a layer without an export form is refused before tracing; after it, the dense weights
-are stored as the graph reads them (``transposes.py``).
+are stored as the graph reads them (``transposes.py``) and the graph's own arithmetic is tidied (``tidy.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from .graphs import GRAPHS, graph_for
 from .linears import GRAPH_FORMS
 from .metadata import write_metadata
 from .ortops import TRANSLATIONS as CONTRIB_TRANSLATIONS
+from .tidy import tidy_graph
 from .transposes import fold_weight_transposes
 from .unpack import TRANSLATIONS as UNPACK_TRANSLATIONS
 from .unpack import GraphLowBit
@@ -100,6 +101,7 @@ def export_onnx(
         )
     program.save(str(path), external_data=False)
     fold_weight_transposes(path, keep=tuple(f"model.{name}." for name in replaced))
+    tidy_graph(path)
     write_metadata(path, {**metadata, "compressed_modules": replaced, "ort_ops": ort_ops})
     return path
 
