@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import subprocess
@@ -91,6 +92,8 @@ def build(work: Path) -> dict:
     import torch
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
     from transformers import AutoTokenizer, PatchTSTConfig, PatchTSTForPrediction
+
+    logging.getLogger().setLevel(logging.WARNING)  # the quantizer's import set INFO: a line for every node it visits
 
     from hf_tensorcompress import CompressionConfig, apply_compression, load_model
     from hf_tensorcompress.data.causal_lm import smollm2_dir

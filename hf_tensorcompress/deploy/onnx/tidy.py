@@ -1,7 +1,7 @@
 """The exported graph tidied with onnxscript's and onnx-ir's own passes, never at the stored tensors' expense.
 
 The dynamo exporter writes one ``Constant`` node per literal and repeats the same shape arithmetic at every layer;
-on a small compressed model that graph is a tenth of the file. Constant folding, common-subexpression elimination
+on a small compressed model that graph is over a tenth of the file. Constant folding, common-subexpression elimination
 and dead-node removal shrink it, and the per-value shape annotations (``value_info``, which ONNX Runtime infers again
 at load) are dropped. The exporter's own optimizer stays off: it would also fold the decodes of small stored tensors
 into float initializers. Here every initializer is marked as a graph input while folding, which makes it overridable
