@@ -12,7 +12,11 @@ factors at rank 0.25 (25-31 columns: no block ONNX Runtime's kernels take) and a
 ``MatMulNBits``). Each compressed model is exported twice: ``*_ortops`` with ``export_onnx(ort_ops=True)`` (the
 default: stored codes on ONNX Runtime's contrib ops where they map), ``*_standard`` with standard ops only. Every arm
 runs in a fresh process (peak RSS is that process's VmHWM after load and the timed runs); ``*_nofold`` arms load the
-file with ONNX Runtime's constant folding off, so the packed tensors stay packed in memory too. The greedy check
+file with ONNX Runtime's constant folding off, so the packed tensors stay packed in memory too; ``*_acc4`` files
+compute their 4-bit products with int8 activations (``export_onnx(accuracy_level=4)``; the ``ort_int4_acc4``
+baseline likewise). The paired decode comparison loads dense and the 4× and all-int4 files (both accuracy levels) in
+one process and times them in turn, round after round, for ratios that the drift between processes does not move.
+The greedy check
 decodes 32 tokens with each exported LM and its PyTorch checkpoint. The last line printed is one JSON object with all
 figures.
 """
@@ -51,19 +55,23 @@ TIERED_4X = dict(method="tiered", tier_tokens=[20000], tier_bits=[4, 3], tier_gr
 #: every row at int4 in groups of 64 (3.5× smaller than bf16 with its scales): the whole tied head on ``MatMulNBits``
 TIERED_INT4 = dict(method="tiered", tier_tokens=[2000], tier_bits=[4, 4], tier_group_size=64)
 CP_R32 = dict(method="cp", rank=32, factor_bits=4, factor_group_size=32, cp_iterations=10)
-#: exported file → (the folder it comes from, ``export_onnx(ort_ops=...)``)
+#: exported file → (the folder it comes from, ``export_onnx(ort_ops=..., accuracy_level=...)``); ``*_acc4``: the
+#: 4-bit products with int8 activations (``MatMulNBits`` accuracy level 4)
 EXPORTS = {
-    "lm_dense": ("lm_dense", True),
-    "lm_tiered_standard": ("lm_tiered", False),
-    "lm_tiered_ortops": ("lm_tiered", True),
-    "lm_tiered4x_standard": ("lm_tiered4x", False),
-    "lm_tiered4x_ortops": ("lm_tiered4x", True),
-    "lm_tieredint4_ortops": ("lm_tieredint4", True),
-    "ts_dense": ("ts_dense", True),
-    "ts_cp_standard": ("ts_cp", False),
-    "ts_cp_ortops": ("ts_cp", True),
-    "ts_cpr32_standard": ("ts_cpr32", False),
-    "ts_cpr32_ortops": ("ts_cpr32", True),
+    "lm_dense": ("lm_dense", True, 0),
+    "lm_tiered_standard": ("lm_tiered", False, 0),
+    "lm_tiered_ortops": ("lm_tiered", True, 0),
+    "lm_tiered4x_standard": ("lm_tiered4x", False, 0),
+    "lm_tiered4x_ortops": ("lm_tiered4x", True, 0),
+    "lm_tiered4x_acc4": ("lm_tiered4x", True, 4),
+    "lm_tieredint4_ortops": ("lm_tieredint4", True, 0),
+    "lm_tieredint4_acc4": ("lm_tieredint4", True, 4),
+    "ts_dense": ("ts_dense", True, 0),
+    "ts_cp_standard": ("ts_cp", False, 0),
+    "ts_cp_ortops": ("ts_cp", True, 0),
+    "ts_cpr32_standard": ("ts_cpr32", False, 0),
+    "ts_cpr32_ortops": ("ts_cpr32", True, 0),
+    "ts_cpr32_acc4": ("ts_cpr32", True, 4),
 }
 
 
@@ -121,26 +129,28 @@ def build(work: Path) -> dict:
             model.save_pretrained(files["ts_dense_folder"])  # the same seeded dense model for both
             apply_compression(model, CompressionConfig(**options))
             model.save_pretrained(files[f"{name}_folder"])
-    for name, (folder, ort_ops) in EXPORTS.items():
+    for name, (folder, ort_ops, accuracy_level) in EXPORTS.items():
         target = work / f"{name.replace('_', '-')}.onnx"
         if not target.exists():
-            export_onnx(files[f"{folder}_folder"], target, ort_ops=ort_ops)
+            export_onnx(files[f"{folder}_folder"], target, ort_ops=ort_ops, accuracy_level=accuracy_level)
         files[f"{name}_onnx"] = target
     for family in ("lm", "ts"):
-        quantized = work / f"{family}-ort-int4.onnx"
-        if not quantized.exists():
-            folded = work / f"{family}-dense-folded.onnx"
+        folded = work / f"{family}-dense-folded.onnx"
+        if not folded.exists():
             options = ort.SessionOptions()  # the exporter's MatMuls read Transpose(W): fold it into W's initializer
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
             options.optimized_model_filepath = str(folded)
             ort.InferenceSession(str(work / f"{family}-dense.onnx"), options, providers=["CPUExecutionProvider"])
-            quantizer = MatMulNBitsQuantizer(onnx.load(str(folded)), block_size=32)
-            quantizer.process()
-            onnx.save(quantizer.model.model, str(quantized))
-            from hf_tensorcompress.deploy.onnx.metadata import read_metadata, write_metadata
+        for suffix, accuracy_level in (("", 0), ("_acc4", 4)):
+            quantized = work / f"{family}-ort-int4{suffix.replace('_', '-')}.onnx"
+            if not quantized.exists():
+                quantizer = MatMulNBitsQuantizer(onnx.load(str(folded)), block_size=32, accuracy_level=accuracy_level)
+                quantizer.process()
+                onnx.save(quantizer.model.model, str(quantized))
+                from hf_tensorcompress.deploy.onnx.metadata import read_metadata, write_metadata
 
-            write_metadata(quantized, read_metadata(work / f"{family}-dense.onnx"))
-        files[f"{family}_ort_int4_onnx"] = quantized
+                write_metadata(quantized, read_metadata(work / f"{family}-dense.onnx"))
+            files[f"{family}_ort_int4{suffix}_onnx"] = quantized
     return {key: str(value) for key, value in files.items()}
 
 
@@ -160,6 +170,41 @@ def ort_lm(path: str, threads: int, repeats: int, decode: int, fold: bool) -> di
             _, state = step(session, info, np.asarray([[token + 5]]), state)
 
     return {"prefill_s": prefill, "decode_token_s": median_seconds(decode_steps, repeats) / decode}
+
+
+#: the files of the paired decode comparison (``paired_decode``), dense first
+PAIRED = ("lm_dense", "lm_tiered4x_ortops", "lm_tiered4x_acc4", "lm_tieredint4_ortops", "lm_tieredint4_acc4")
+
+
+def paired_decode(files: dict, threads: int, rounds: int, decode: int) -> dict:
+    """Decode time per token of ``PAIRED``, all loaded in one process and timed in turn, ``rounds`` times: each
+    round's ratio to dense is taken within the round, so the machine's drift between separate processes (10-30 % here)
+    cancels; the median ratio over rounds and the rounds' ratios."""
+    from hf_tensorcompress.deploy.onnx.runner import empty_cache, load, metadata, step
+
+    sessions = {name: load(files[f"{name}_onnx"], threads=threads) for name in PAIRED}
+    info = metadata(sessions["lm_dense"])
+    prompt = np.random.default_rng(0).integers(0, info["vocab_size"], (1, PROMPT_TOKENS))
+    caches = {name: step(session, info, prompt, empty_cache(info, 1))[1] for name, session in sessions.items()}
+
+    def per_token(name: str) -> float:
+        state, start = caches[name], time.perf_counter()
+        for token in range(decode):
+            _, state = step(sessions[name], info, np.asarray([[token + 5]]), state)
+        return (time.perf_counter() - start) / decode
+
+    for name in PAIRED:  # warm-up
+        per_token(name)
+    times = {name: [] for name in PAIRED}
+    for _ in range(rounds):
+        for name in PAIRED:
+            times[name].append(per_token(name))
+    ratios = {name: [t / d for t, d in zip(times[name], times["lm_dense"])] for name in PAIRED[1:]}
+    return {
+        "decode_token_s": {name: statistics.median(values) for name, values in times.items()},
+        "vs_dense_median": {name: statistics.median(values) for name, values in ratios.items()},
+        "vs_dense_rounds": ratios,
+    }
 
 
 def torch_lm(folder: str, threads: int, repeats: int, decode: int) -> dict:
@@ -218,11 +263,13 @@ def arms(files: dict) -> dict[str, tuple]:
     table = {}
     for family, function in (("lm", "ort_lm"), ("ts", "ort_ts")):
         table[f"{family}_dense_onnx"] = (function, files[f"{family}_dense_onnx"], True)
-        table[f"{family}_ort_int4_onnx"] = (function, files[f"{family}_ort_int4_onnx"], True)
+        for baseline in ("ort_int4", "ort_int4_acc4"):
+            table[f"{family}_{baseline}_onnx"] = (function, files[f"{family}_{baseline}_onnx"], True)
         for name in EXPORTS:
             if name.startswith(family) and not name.endswith("dense"):
                 table[f"{name}_onnx"] = (function, files[f"{name}_onnx"], True)
-                table[f"{name}_onnx_nofold"] = (function, files[f"{name}_onnx"], False)
+                if not name.endswith("acc4"):
+                    table[f"{name}_onnx_nofold"] = (function, files[f"{name}_onnx"], False)
     table["lm_tiered_torch"] = ("torch_lm", files["lm_tiered_folder"])
     table["ts_cp_torch"] = ("torch_ts", files["ts_cp_folder"])
     return table
@@ -245,7 +292,7 @@ def greedy_check(files: dict, new_tokens: int = 32) -> dict:
     from hf_tensorcompress.deploy.onnx.runner import generate, load
 
     out = {}
-    for name, (folder_key, _) in EXPORTS.items():
+    for name, (folder_key, _, _) in EXPORTS.items():
         if not name.startswith("lm_") or folder_key == "lm_dense":
             continue
         folder = files[f"{folder_key}_folder"]
@@ -290,7 +337,7 @@ def sizes(files: dict) -> dict:
         return compressed, rest
 
     out = {}
-    for name, (folder_key, _) in EXPORTS.items():
+    for name, (folder_key, _, _) in EXPORTS.items():
         if name.endswith("dense"):
             continue
         compressed, rest = checkpoint_parts(files[f"{folder_key}_folder"])
@@ -306,6 +353,14 @@ def sizes(files: dict) -> dict:
     return out
 
 
+def run_child(arm: str, threads: int, files: dict, options: list[str]) -> dict:
+    """This script run again in a fresh process for one arm (or the paired comparison); its JSON line."""
+    command = [sys.executable, __file__, "--child", arm, "--threads", str(threads), "--files", json.dumps(files)]
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    output = subprocess.run(command + options, capture_output=True, text=True, env=env, check=True).stdout
+    return json.loads(output.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--work", default=str(Path.home() / ".cache" / "hf_tensorcompress" / "onnx-benchmark"))
@@ -313,10 +368,14 @@ def main() -> None:
     parser.add_argument("--decode-tokens", type=int, default=16)
     parser.add_argument("--arms", nargs="*", help="run only the arms whose names start with one of these")
     parser.add_argument("--thread-counts", nargs="*", type=int, default=list(THREADS))
+    parser.add_argument("--paired-rounds", type=int, default=9, help="rounds of the paired decode comparison (0: none)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--files", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child == "paired":
+        print(json.dumps(paired_decode(json.loads(args.files), args.threads, args.paired_rounds, args.decode_tokens)))
+        return
     if args.child:
         print(json.dumps(child(args.child, json.loads(args.files), args.threads, args.repeats, args.decode_tokens)))
         return
@@ -327,21 +386,14 @@ def main() -> None:
         for arm in arms(files):
             if args.arms and not arm.startswith(tuple(args.arms)):
                 continue
-            command = [
-                sys.executable,
-                __file__,
-                "--child",
-                arm,
-                "--threads",
-                str(threads),
-                "--files",
-                json.dumps(files),
-            ]
-            command += ["--repeats", str(args.repeats), "--decode-tokens", str(args.decode_tokens)]
-            env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-            output = subprocess.run(command, capture_output=True, text=True, env=env, check=True).stdout
-            results["arms"][f"{arm}@{threads}"] = json.loads(output.strip().splitlines()[-1])
+            options = ["--repeats", str(args.repeats), "--decode-tokens", str(args.decode_tokens)]
+            results["arms"][f"{arm}@{threads}"] = run_child(arm, threads, files, options)
             print(arm, threads, results["arms"][f"{arm}@{threads}"], flush=True)
+    results["paired_decode"] = {}
+    for threads in args.thread_counts if args.paired_rounds else ():
+        options = ["--paired-rounds", str(args.paired_rounds), "--decode-tokens", str(args.decode_tokens)]
+        results["paired_decode"][str(threads)] = run_child("paired", threads, files, options)
+        print("paired decode", threads, results["paired_decode"][str(threads)]["vs_dense_median"], flush=True)
     ratios, arm = {}, results["arms"]
     for key in arm:
         name, threads = key.split("@")

@@ -429,7 +429,9 @@ def export_onnx_command(args: argparse.Namespace) -> int:
         require(package, "exporting to ONNX")
     from .deploy.onnx.export import describe, export_onnx
 
-    path = export_onnx(args.folder, args.output, opset=args.opset, ort_ops=not args.standard_ops)
+    path = export_onnx(
+        args.folder, args.output, opset=args.opset, ort_ops=not args.standard_ops, accuracy_level=args.accuracy_level
+    )
     print(f"wrote {path} ({path.stat().st_size:,} bytes)")
     print(describe(path))
     return 0
@@ -593,6 +595,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="standard ONNX ops only (default: the packed codes run on ONNX Runtime's MatMulNBits / "
         "GatherBlockQuantized where they map)",
+    )
+    onnx.add_argument(
+        "--accuracy-level",
+        type=int,
+        default=0,
+        help="MatMulNBits' accuracy_level: 0 computes the 4-bit products in fp32 as PyTorch does (default); 4 "
+        "quantizes their activations to int8, faster on CPUs, outputs not identical to PyTorch's",
     )
 
     push = command("push", "Upload a compressed model folder to the Hub with its code and a model card.", push_command)

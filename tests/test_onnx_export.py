@@ -171,3 +171,38 @@ def test_cli_export(tmp_path, capsys, flags, contrib):
     assert contrib_ops(tmp_path / "out.onnx") == contrib
     past = np.ones((2, 32, 3), dtype=np.float32)
     np.testing.assert_allclose(forecast(load(tmp_path / "out.onnx"), past), torch_forecast(folder, past), rtol=1e-4)
+
+
+def test_accuracy_level_reaches_every_4bit_product(exports, tmp_path, capsys):
+    """``--accuracy-level 4`` sets ``MatMulNBits``' attribute on every 4-bit product (int8 activations): the forecast
+    moves by the activations' rounding only, and the file's metadata says which level it was exported at."""
+    folder, default = exports("forecast", "cp-int4-ortops")
+    out = tmp_path / "int8-activations.onnx"
+    assert main(["export-onnx", str(folder), str(out), "--accuracy-level", "4"]) == 0
+    assert '"accuracy_level": 4' in capsys.readouterr().out
+    levels = {
+        path: [
+            next((a.i for a in node.attribute if a.name == "accuracy_level"), None)
+            for node in onnx.load(str(path)).graph.node
+            if node.op_type == "MatMulNBits"
+        ]
+        for path in (default, out)
+    }
+    assert levels[out] and set(levels[out]) == {4} and set(levels[default]) == {0}
+    past = np.random.default_rng(3).standard_normal((4, 32, 3)).astype(np.float32)
+    exact, fast = (forecast(load(path, threads=1), past) for path in (default, out))
+    assert np.abs(fast - exact).max() <= 0.05 * np.abs(exact).max()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"accuracy_level": 5}, r"not one of MatMulNBits' levels: 0 \(fp32 \(unset\)\).*4 \(int8 activations\)"),
+        ({"accuracy_level": 4, "ort_ops": False}, "a standard-ops export has no MatMulNBits"),
+    ],
+)
+def test_accuracy_level_refusals_write_nothing(exports, tmp_path, options, message):
+    folder, _ = exports("forecast", "cp-int4-ortops")
+    with pytest.raises(OnnxExportError, match=message):
+        export_onnx(folder, tmp_path / "x.onnx", **options)
+    assert not (tmp_path / "x.onnx").exists()

@@ -13,7 +13,8 @@ from hf_tensorcompress.deploy.onnx.tidy import tidy_graph
 
 def _graph_with_a_stored_matrix(path):
     """``x @ decode(codes) * (2 + 3)`` with ``decode`` (``Cast`` × scale) written twice, as an exporter repeats it,
-    and the literals as ``Constant`` nodes; shape annotations on every value."""
+    and the literals as ``Constant`` nodes; shape annotations on every value, and the dynamo exporter's debug records
+    (generated node names, stack traces, the program's signature)."""
     codes = numpy_helper.from_array(np.arange(32, dtype=np.uint8).reshape(8, 4) % 16, "layer.codes")
     scale = numpy_helper.from_array(np.full((1, 4), 0.5, dtype=np.float32), "layer.scale")
     nodes = [
@@ -38,7 +39,13 @@ def _graph_with_a_stored_matrix(path):
         [codes, scale],
         value_info=annotated,
     )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), str(path))
+    for number, node in enumerate(graph.node):
+        node.name = f"node_{node.op_type}_{number}"
+        node.metadata_props.add(key="pkg.torch.onnx.stack_trace", value='File "model.py", line 7, in forward')
+    graph.metadata_props.add(key="pkg.torch.export.ExportedProgram.graph_signature", value="# inputs\nx: USER_INPUT")
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    model.metadata_props.add(key="kept", value="the model's own metadata")
+    onnx.save(model, str(path))
     return {init.name: init.raw_data for init in (codes, scale)}
 
 
@@ -61,6 +68,8 @@ def test_tidying_folds_literals_and_merges_repeats_but_keeps_stored_tensors(tmp_
     assert ops.count("Constant") == 1 and ops.count("Add") == 1  # 2 + 3 folded into one literal
     assert ops.count("Cast") == 1 and ops.count("MatMul") == 1  # the repeated decode and product merged
     assert not model.graph.value_info
+    assert not model.graph.metadata_props and {(n.name, len(n.metadata_props)) for n in model.graph.node} == {("", 0)}
+    assert [(entry.key, entry.value) for entry in model.metadata_props] == [("kept", "the model's own metadata")]
     held = {init.name: init.raw_data for init in model.graph.initializer}
     assert held == stored  # byte for byte, and no folded value among them (the 8×4 decode stays in the graph)
     assert [i.name for i in model.graph.input] == ["x"]

@@ -26,6 +26,7 @@ from .errors import OnnxExportError
 from .graphs import GRAPHS, graph_for
 from .linears import GRAPH_FORMS
 from .metadata import write_metadata
+from .ortops import ACCURACY_LEVELS
 from .ortops import TRANSLATIONS as CONTRIB_TRANSLATIONS
 from .tidy import tidy_graph
 from .transposes import fold_weight_transposes
@@ -33,9 +34,10 @@ from .unpack import TRANSLATIONS as UNPACK_TRANSLATIONS
 from .unpack import GraphLowBit
 
 
-def swap_layers(model: nn.Module, ort_ops: bool = False) -> list[str]:
+def swap_layers(model: nn.Module, ort_ops: bool = False, accuracy_level: int = 0) -> list[str]:
     """Replace every compressed layer that has an export form, in place; the names of the replaced modules.
-    ``ort_ops``: the stored matrices whose width and groups ONNX Runtime's quantized kernels take run on them."""
+    ``ort_ops``: the stored matrices whose width and groups ONNX Runtime's quantized kernels take run on them,
+    ``MatMulNBits`` at ``accuracy_level``."""
     replaced = swap_embeddings(model)
     for name, module in list(model.named_modules()):
         form = GRAPH_FORMS.get(type(module))
@@ -44,7 +46,7 @@ def swap_layers(model: nn.Module, ort_ops: bool = False) -> list[str]:
             replaced.append(name)
     for module in model.modules():
         if isinstance(module, GraphLowBit):
-            module.ort_ops = ort_ops
+            module.ort_ops, module.accuracy_level = ort_ops, accuracy_level
     return replaced
 
 
@@ -55,7 +57,11 @@ def _model(model_or_folder: nn.Module | str | Path) -> nn.Module:
 
 
 def export_onnx(
-    model_or_folder: nn.Module | str | Path, path: str | Path, opset: int = 21, ort_ops: bool = True
+    model_or_folder: nn.Module | str | Path,
+    path: str | Path,
+    opset: int = 21,
+    ort_ops: bool = True,
+    accuracy_level: int = 0,
 ) -> Path:
     """Export a PatchTST forecaster/classifier/regressor, an Autoformer or Informer forecaster or a causal LM (dense,
     or compressed by this library) to the single ONNX file ``path``; the compressed layers keep their stored
@@ -65,9 +71,14 @@ def export_onnx(
     (``MatMulNBits`` for 4-bit products, ``GatherBlockQuantized`` for 2/4/8-bit lookups; ``ortops.py``), the rest
     decodes with standard ops. ``False``: standard ops only, for runtimes without ONNX Runtime's contrib ops.
 
+    ``accuracy_level`` (``MatMulNBits``' own attribute): 0 (default) computes the 4-bit products in fp32, as PyTorch
+    does; 4 quantizes their activations to int8 per block, which ONNX Runtime's CPU kernel runs 2-4× faster, at
+    outputs that differ from PyTorch's by that rounding (greedy tokens may differ).
+
     The file carries what the runner needs in its metadata (``hf_tensorcompress.kind``: ``forecast`` or
     ``causal_lm``, and the model's input/output names), so ``runner.forecast`` / ``runner.generate`` take only it.
     """
+    _check_accuracy_level(accuracy_level, ort_ops)
     model = _model(model_or_folder)
     graph = graph_for(model)
     if graph is None:
@@ -75,7 +86,7 @@ def export_onnx(
         raise OnnxExportError(
             f"{type(model).__name__} does not export to ONNX here; the exported families are: {supported}"
         )
-    replaced = swap_layers(model, ort_ops)
+    replaced = swap_layers(model, ort_ops, accuracy_level)
     left = {type(module).layer_type for module in model.modules() if isinstance(module, CompressedLayer)}
     if left:
         raise OnnxExportError(
@@ -102,8 +113,21 @@ def export_onnx(
     program.save(str(path), external_data=False)
     fold_weight_transposes(path, keep=tuple(f"model.{name}." for name in replaced))
     tidy_graph(path)
-    write_metadata(path, {**metadata, "compressed_modules": replaced, "ort_ops": ort_ops})
+    write_metadata(
+        path, {**metadata, "compressed_modules": replaced, "ort_ops": ort_ops, "accuracy_level": accuracy_level}
+    )
     return path
+
+
+def _check_accuracy_level(accuracy_level: int, ort_ops: bool) -> None:
+    if accuracy_level not in ACCURACY_LEVELS:
+        levels = ", ".join(f"{level} ({meaning})" for level, meaning in ACCURACY_LEVELS.items())
+        raise OnnxExportError(f"accuracy_level={accuracy_level!r} is not one of MatMulNBits' levels: {levels}")
+    if accuracy_level and not ort_ops:
+        raise OnnxExportError(
+            f"accuracy_level={accuracy_level} sets how MatMulNBits computes, and a standard-ops export has no "
+            "MatMulNBits: leave it at 0, or export with ort_ops=True"
+        )
 
 
 def describe(path: str | Path) -> str:

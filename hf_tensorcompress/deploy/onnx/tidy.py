@@ -8,6 +8,11 @@ into float initializers. Here every initializer is marked as a graph input while
 and so not a constant to the folder: only what the graph computes from literals and static shapes is folded, and
 every stored tensor stays byte for byte as exported. The folded literals go back into ``Constant`` nodes, so the
 initializers stay the model's tensors and nothing else.
+
+The exporter's records for debugging an export go too: each node's Python stack trace (5 of the 7 MB of a CP
+PatchTST), its generated name (``node_Add_12``: the op type and a counter) and the graph's ``ExportedProgram``
+signature (20-40 KB of text naming each parameter, which the initializers' names already do). Nothing reads them at
+run time.
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ from onnxscript.optimizer import fold_constants
 
 
 def tidy_graph(path: Path) -> None:
-    """Rewrite the ONNX file at ``path`` with its literal arithmetic folded, repeated nodes merged, unused nodes and
-    shape annotations dropped; initializers unchanged."""
+    """Rewrite the ONNX file at ``path`` with its literal arithmetic folded, repeated nodes merged, unused nodes,
+    shape annotations and debug records dropped; initializers unchanged."""
     model = ir.load(str(path))
     stored = set(model.graph.initializers)
     with _quiet("onnxscript", "onnx_ir"):
@@ -40,6 +45,7 @@ def tidy_graph(path: Path) -> None:
         _literals_as_constants(model.graph, stored)
         CommonSubexpressionEliminationPass()(model)
         RemoveUnusedNodesPass()(model)
+    _drop_debug_records(model)
     proto = ir.serde.serialize_model(model)
     del proto.graph.value_info[:]
     onnx.save(proto, str(path))
@@ -55,6 +61,13 @@ def _literals_as_constants(graph: ir.Graph, stored: set[str]) -> None:
             graph.append(node)
         else:
             graph.insert_before(first, node)
+
+
+def _drop_debug_records(model: ir.Model) -> None:
+    model.graph.metadata_props.clear()
+    for node in ir.traversal.RecursiveGraphIterator(model.graph):
+        node.name = None
+        node.metadata_props.clear()
 
 
 @contextmanager

@@ -72,10 +72,12 @@ class GraphLowBit(nn.Module):
     """A ``LowBitTensor``'s buffers (the same tensors) with a forward the exporter traces: ``rows(ids)`` gathers the
     packed rows first and decodes only those, ``values()`` decodes all (small factors), ``matmul_t(x)`` is
     ``x @ Wᵀ``. With ``ort_ops`` set (by ``export_onnx``), the widths and groups ONNX Runtime's quantized kernels take
-    run on them (``ortops.py``): a lookup on ``GatherBlockQuantized``, a product on ``MatMulNBits``."""
+    run on them (``ortops.py``): a lookup on ``GatherBlockQuantized``, a product on ``MatMulNBits`` (computing at
+    ``accuracy_level``)."""
 
     #: Map the storage onto ONNX Runtime's contrib ops where it fits (set on the instances by ``export_onnx``).
     ort_ops = False
+    accuracy_level = 0
 
     def __init__(self, stored: LowBitTensor) -> None:
         super().__init__()
@@ -100,7 +102,7 @@ class GraphLowBit(nn.Module):
         """``x @ Wᵀ``: on ``MatMulNBits`` plus the per-group offsets where it maps, else with the decoded ``W``."""
         if not self._maps(MATMUL_BITS):
             return x @ self.values().T
-        product = matmul_nbits(x, self.codes, self.scale.float(), self.shape[1], self.bits)
+        product = matmul_nbits(x, self.codes, self.scale.float(), self.shape[1], self.bits, self.accuracy_level)
         group_sums = x.reshape(*x.shape[:-1], -1, self.group_size).sum(dim=-1)
         return product + group_sums @ self._offset().T
 
