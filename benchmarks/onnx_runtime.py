@@ -176,14 +176,15 @@ def ort_lm(path: str, threads: int, repeats: int, decode: int, fold: bool) -> di
 PAIRED = ("lm_dense", "lm_tiered4x_ortops", "lm_tiered4x_acc4", "lm_tieredint4_ortops", "lm_tieredint4_acc4")
 
 
-def paired_decode(files: dict, threads: int, rounds: int, decode: int) -> dict:
-    """Decode time per token of ``PAIRED``, all loaded in one process and timed in turn, ``rounds`` times: each
-    round's ratio to dense is taken within the round, so the machine's drift between separate processes (10-30 % here)
-    cancels; the median ratio over rounds and the rounds' ratios."""
+def paired_decode(paths: dict[str, str], threads: int, rounds: int, decode: int) -> dict:
+    """Decode time per token of the files in ``paths`` (name → file, dense first), all loaded in one process and
+    timed in turn, ``rounds`` times: each round's ratio to dense is taken within the round, so the machine's drift
+    between separate processes (10-30 % here) cancels; the median ratio over rounds and the rounds' ratios."""
     from hf_tensorcompress.deploy.onnx.runner import empty_cache, load, metadata, step
 
-    sessions = {name: load(files[f"{name}_onnx"], threads=threads) for name in PAIRED}
-    info = metadata(sessions["lm_dense"])
+    sessions = {name: load(path, threads=threads) for name, path in paths.items()}
+    names, dense = list(sessions), next(iter(sessions))
+    info = metadata(sessions[dense])
     prompt = np.random.default_rng(0).integers(0, info["vocab_size"], (1, PROMPT_TOKENS))
     caches = {name: step(session, info, prompt, empty_cache(info, 1))[1] for name, session in sessions.items()}
 
@@ -193,13 +194,13 @@ def paired_decode(files: dict, threads: int, rounds: int, decode: int) -> dict:
             _, state = step(sessions[name], info, np.asarray([[token + 5]]), state)
         return (time.perf_counter() - start) / decode
 
-    for name in PAIRED:  # warm-up
+    for name in names:  # warm-up
         per_token(name)
-    times = {name: [] for name in PAIRED}
+    times = {name: [] for name in names}
     for _ in range(rounds):
-        for name in PAIRED:
+        for name in names:
             times[name].append(per_token(name))
-    ratios = {name: [t / d for t, d in zip(times[name], times["lm_dense"])] for name in PAIRED[1:]}
+    ratios = {name: [t / d for t, d in zip(times[name], times[dense])] for name in names[1:]}
     return {
         "decode_token_s": {name: statistics.median(values) for name, values in times.items()},
         "vs_dense_median": {name: statistics.median(values) for name, values in ratios.items()},
@@ -374,7 +375,8 @@ def main() -> None:
     parser.add_argument("--files", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child == "paired":
-        print(json.dumps(paired_decode(json.loads(args.files), args.threads, args.paired_rounds, args.decode_tokens)))
+        paths = {name: json.loads(args.files)[f"{name}_onnx"] for name in PAIRED}
+        print(json.dumps(paired_decode(paths, args.threads, args.paired_rounds, args.decode_tokens)))
         return
     if args.child:
         print(json.dumps(child(args.child, json.loads(args.files), args.threads, args.repeats, args.decode_tokens)))
