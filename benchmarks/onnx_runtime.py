@@ -93,15 +93,39 @@ def median_seconds(function, repeats: int) -> float:
 
 
 # ------------------------------------------------------------------------------------------------------ build
+def quantize_linears(source: Path, target: Path, accuracy_level: int, gather: bool = False) -> None:
+    """ONNX Runtime's 4-bit weight quantization (block 32) of every MatMul with an initializer weight (and with
+    ``gather``, of every ``Gather`` of one: the embedding); the file keeps ``source``'s metadata."""
+    import onnx
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
+
+    logging.getLogger().setLevel(logging.WARNING)  # the quantizer's import set INFO: a line for every node
+    ops = {"op_types_to_quantize": ("MatMul", "Gather"), "quant_axes": (("MatMul", 0), ("Gather", 1))}
+    quantizer = MatMulNBitsQuantizer(
+        onnx.load(str(source)), block_size=32, accuracy_level=accuracy_level, **(ops if gather else {})
+    )
+    quantizer.process()
+    onnx.save(quantizer.model.model, str(target))
+
+
+def optimized(source: Path, target: Path) -> None:
+    """``source`` after ONNX Runtime's basic optimizations (the tied head's ``Transpose`` folded into its own
+    initializer), with the exported file's metadata."""
+    import onnxruntime as ort
+
+    from hf_tensorcompress.deploy.onnx.metadata import read_metadata, write_metadata
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options.optimized_model_filepath = str(target)
+    ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
+    write_metadata(target, read_metadata(source))
+
+
 def build(work: Path) -> dict:
     """Checkpoints and ONNX files of every arm (made once in ``work``)."""
-    import onnx
-    import onnxruntime as ort
     import torch
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
     from transformers import AutoTokenizer, PatchTSTConfig, PatchTSTForPrediction
-
-    logging.getLogger().setLevel(logging.WARNING)  # the quantizer's import set INFO: a line for every node it visits
 
     from hf_tensorcompress import CompressionConfig, apply_compression, load_model
     from hf_tensorcompress.data.causal_lm import smollm2_dir
@@ -136,20 +160,12 @@ def build(work: Path) -> dict:
         files[f"{name}_onnx"] = target
     for family in ("lm", "ts"):
         folded = work / f"{family}-dense-folded.onnx"
-        if not folded.exists():
-            options = ort.SessionOptions()  # the exporter's MatMuls read Transpose(W): fold it into W's initializer
-            options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-            options.optimized_model_filepath = str(folded)
-            ort.InferenceSession(str(work / f"{family}-dense.onnx"), options, providers=["CPUExecutionProvider"])
+        if not folded.exists():  # the exporter's MatMuls read Transpose(W): folded into W's initializer
+            optimized(work / f"{family}-dense.onnx", folded)
         for suffix, accuracy_level in (("", 0), ("_acc4", 4)):
             quantized = work / f"{family}-ort-int4{suffix.replace('_', '-')}.onnx"
             if not quantized.exists():
-                quantizer = MatMulNBitsQuantizer(onnx.load(str(folded)), block_size=32, accuracy_level=accuracy_level)
-                quantizer.process()
-                onnx.save(quantizer.model.model, str(quantized))
-                from hf_tensorcompress.deploy.onnx.metadata import read_metadata, write_metadata
-
-                write_metadata(quantized, read_metadata(work / f"{family}-dense.onnx"))
+                quantize_linears(folded, quantized, accuracy_level)
             files[f"{family}_ort_int4{suffix}_onnx"] = quantized
     return {key: str(value) for key, value in files.items()}
 

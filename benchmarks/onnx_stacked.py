@@ -30,44 +30,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from onnx_runtime import paired_decode  # noqa: E402  (shared benchmark helpers)
+from onnx_runtime import optimized, paired_decode, quantize_linears  # noqa: E402  (shared benchmark helpers)
 from tiered_generate import build_checkpoint  # noqa: E402
 
 CORPORA = ("sotu", "mail")
-
-
-def quantize_linears(source: Path, target: Path, gather: bool = False) -> None:
-    """ONNX Runtime's 4-bit weight quantization of every MatMul with an initializer weight (and with ``gather``, of
-    every ``Gather`` of one: the embedding), int8 activations."""
-    import onnx
-    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-    logging.getLogger().setLevel(logging.WARNING)  # the quantizer's import set INFO: a line for every node
-    ops = {"op_types_to_quantize": ("MatMul", "Gather"), "quant_axes": (("MatMul", 0), ("Gather", 1))}
-    quantizer = MatMulNBitsQuantizer(onnx.load(str(source)), block_size=32, accuracy_level=4, **(ops if gather else {}))
-    quantizer.process()
-    onnx.save(quantizer.model.model, str(target))
-
-
-def optimized(source: Path, target: Path) -> None:
-    """``source`` after ONNX Runtime's basic optimizations (the tied head's ``Transpose`` folded into its own
-    initializer), with the exported file's metadata."""
-    import onnxruntime as ort
-
-    from hf_tensorcompress.deploy.onnx.metadata import read_metadata, write_metadata
-
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    options.optimized_model_filepath = str(target)
-    ort.InferenceSession(str(source), options, providers=["CPUExecutionProvider"])
-    write_metadata(target, read_metadata(source))
 
 
 def build(work: Path, size_ratios: list[float]) -> dict[str, Path]:
@@ -80,11 +52,11 @@ def build(work: Path, size_ratios: list[float]) -> dict[str, Path]:
     if not files["dense"].exists():
         export_onnx(smollm2_dir(), files["dense"])
     if not files["ort_int4"].exists():
-        quantize_linears(files["dense"], files["ort_int4"])
+        quantize_linears(files["dense"], files["ort_int4"], accuracy_level=4)
     files["ort_int4_all"] = work / "dense-ort-int4-all.onnx"
     if not files["ort_int4_all"].exists():
         optimized(files["dense"], work / "dense-optimized.onnx")
-        quantize_linears(work / "dense-optimized.onnx", files["ort_int4_all"], gather=True)
+        quantize_linears(work / "dense-optimized.onnx", files["ort_int4_all"], accuracy_level=4, gather=True)
     for ratio in size_ratios:
         name, folder = f"tiered_{ratio:g}x", work / f"smollm2-tiered-{ratio:g}x"
         if not (folder / "config.json").exists():
@@ -96,7 +68,7 @@ def build(work: Path, size_ratios: list[float]) -> dict[str, Path]:
         if not files[name].exists():
             export_onnx(folder, files[name])
         if not files[f"{name}_ort_int4"].exists():
-            quantize_linears(files[name], files[f"{name}_ort_int4"])
+            quantize_linears(files[name], files[f"{name}_ort_int4"], accuracy_level=4)
     return files
 
 
