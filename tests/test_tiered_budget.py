@@ -37,6 +37,8 @@ def tiny(permuted: bool = False) -> torch.nn.Module:
         with torch.no_grad():
             embedding = model.get_input_embeddings().weight
             embedding.copy_(embedding[PERMUTATION])
+        for settings in (model.config, model.generation_config):  # its start and end tokens renumbered with it
+            settings.bos_token_id, settings.eos_token_id = int(RENUMBER[1]), int(RENUMBER[2])
     return model
 
 

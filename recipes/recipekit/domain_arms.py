@@ -15,8 +15,9 @@ from hf_tensorcompress.methods.tt.solver import balanced_shape
 
 #: ``method="tiered"`` settings of the byte comparison (``--byte-arms``), from 2× to 12× smaller than bf16. Tokens
 #: are tiered by id (BPE merge order: no domain in it) except in the ``size_ratio`` byte budgets
-#: (``tiered-budget-*``: each row's width by calibration counts × output-aware error); ``rounding="output"`` uses the
-#: calibration corpus's hidden-state covariance. ``rows16+svd``: dense (bf16) rows + output-aware SVD of the others, the README's 2× arm.
+#: (``tiered-budget-*``: each row's width by how often the calibration text and the model's own text use its token ×
+#: output-aware error; ``-no-model-text``: by the calibration counts alone); ``rounding="output"`` uses the
+#: calibration corpus's hidden-state covariance (half of it the model's own text's in the budgets). ``rows16+svd``: dense (bf16) rows + output-aware SVD of the others, the README's 2× arm.
 TIERED_ARMS: dict[str, dict] = {
     "tiered-int4": dict(tier_bits=[4], rounding="output"),
     "tiered-int4/int3-24k": dict(tier_tokens=[24000], tier_bits=[4, 3], rounding="output"),
@@ -34,6 +35,10 @@ TIERED_ARMS: dict[str, dict] = {
     "tiered-budget-6x": dict(size_ratio=6, rounding="output"),
     "tiered-budget-8x": dict(size_ratio=8, rounding="output"),
     "tiered-budget-10x": dict(size_ratio=10, rounding="output"),
+    **{
+        f"tiered-budget-{ratio}x-no-model-text": dict(size_ratio=ratio, rounding="output", model_text_tokens=0)
+        for ratio in (4, 6, 8, 10)
+    },
 }
 
 #: The ``tt-calib`` arm at 2× (ranks 1,1, output-aware basis, dense rows by calibration counts) with its trains, dense

@@ -13,10 +13,11 @@ from ...runtime.codebook import CodebookTensor
 from ...runtime.lowbit import LowBitTensor
 from ..tt.apply import embedding_scale, input_embedding_name, tied_output_name
 from ..tt.calibration import TTCalibration, exact_token_ids
-from .budget import choose, describe, measure_widths, subset
+from .budget import choose, describe, measure_widths, subset, token_weights
 from .codebook_rounding import codebook_codes
 from .config import TieredConfig
 from .layer import TieredEmbedding
+from .model_text import ModelText, sample_model_text
 from .rounding import low_rank_factors, output_aware_codes
 from .scaled import ScaledTieredEmbedding
 
@@ -95,14 +96,27 @@ def _with_slots(layer: TieredEmbedding, order: torch.Tensor) -> TieredEmbedding:
 
 @torch.no_grad()
 def budget_tiers(
-    weight: torch.Tensor, config: TieredConfig, calibration: TTCalibration, scale: float | None, tied: bool
+    weight: torch.Tensor,
+    config: TieredConfig,
+    calibration: TTCalibration,
+    scale: float | None,
+    tied: bool,
+    text: ModelText | None,
 ) -> TieredEmbedding:
     """The layer of ``size_ratio``: each row's width chosen by measured sensitivity within the byte budget
     (``budget.py``); tiers from widest to narrowest, each tier's tokens in id order (the order changes no value).
-    The error metric is the tied head's hidden-state covariance; an embedding that is only looked up (untied head)
-    has no such metric, and its rows' errors are plain squared errors."""
+    The error metric is the tied head's hidden-state covariance, over the calibration text and (``text``) the
+    model's own text, half each; an embedding that is only looked up (untied head) has no such metric, and its rows'
+    errors are plain squared errors."""
     vocab, hidden = weight.shape
     covariance = calibration.covariance if tied else torch.eye(hidden, dtype=torch.float64)
+    if tied and text is not None:
+        covariance = (covariance.double() + text.covariance.double().to(covariance.device)) / 2
+    weights = token_weights(calibration.counts, text)
+    print(
+        f"size_ratio: rows weighed by {int(calibration.counts.sum()):,} calibration tokens"
+        + (f" and {text.tokens:,} tokens of the model's own text (from token {text.start})" if text else "")
+    )
     dense_bytes = vocab * hidden * 2
     slot_bytes = vocab * 4
     measure = partial(
@@ -117,10 +131,10 @@ def budget_tiers(
     target = dense_bytes / config.size_ratio
     budget = int(target) - slot_bytes
     widths = measure(narrow=False)
-    choice, widths = choose(calibration.counts, widths, budget)
+    choice, widths = choose(weights, widths, budget)
     if choice is None:
         widths = widths + measure(narrow=True)
-        choice, widths = choose(calibration.counts, widths, budget)
+        choice, widths = choose(weights, widths, budget)
     if choice is None:
         cheapest = min(w.row_bytes * vocab + w.fixed_bytes for w in widths) + slot_bytes
         raise ValueError(
@@ -154,7 +168,9 @@ def build(
     weight = embedding.weight.detach().float()
     tied = tied_output_name(model, embedding)
     if config.size_ratio is not None:
-        layer = budget_tiers(weight, config, calibration, scale, tied is not None)
+        tokens, counts = config.model_text_tokens, calibration.counts
+        text = sample_model_text(model, tokens, counts) if tokens else None
+        layer = budget_tiers(weight, config, calibration, scale, tied is not None, text)
     else:
         layer = fixed_tiers(weight, config, calibration, scale)
     if scale is not None:

@@ -47,10 +47,11 @@ class TieredConfig(CompressionConfig):
         size_ratio: a byte budget: the layer is this many times smaller than the bf16 matrix, every stored byte
             counted (codes, scales, codebook, the token→row map), within 1 %. Each token's row gets its own width
             (one of ``BUDGET_WIDTHS`` or the codebooks of ``BUDGET_CODEBOOKS``, 1 to 16 bits a weight) by measured
-            sensitivity: its calibration count (plus one) times the
-            output-aware error of its row at that width, allocated greedily (Lagrangian) — nothing depends on how the
-            tokenizer numbers its tokens. Needs calibration text (``apply_tiered``); leave ``tier_tokens``,
-            ``tier_bits`` and ``low_rank`` unset. The allocation is the layer's tiers (saved in its spec).
+            sensitivity: how often the token is used (its calibration count, its expected count in the model's own
+            text of ``model_text_tokens``, plus one) times the output-aware error of its row at that width, allocated
+            greedily (Lagrangian) — nothing depends on how the tokenizer numbers its tokens. Needs calibration text
+            (``apply_tiered``); leave ``tier_tokens``, ``tier_bits`` and ``low_rank`` unset. The allocation is the
+            layer's tiers (saved in its spec).
         tier_tokens: how many tokens each tier but the last holds, in ``tier_order``; the last tier takes the rest.
         tier_bits: one width per tier (``len(tier_tokens) + 1``): 2, 3, 4, 8 (packed integer codes with an fp16
             scale and minimum per group), 16 (bfloat16 rows), ``"codebook"`` (vector quantization: every
@@ -70,6 +71,10 @@ class TieredConfig(CompressionConfig):
         low_rank_bits: the width the two factors are stored at (8 or 16).
         codebook_dim: columns per codebook index in ``"codebook"`` tiers.
         codebook_size: entries of each ``"codebook"`` tier's codebook (one of ``CODEBOOK_SIZES``).
+        model_text_tokens: with ``size_ratio``, how many tokens the model samples from its start token (its BOS) to
+            weigh rows beside the calibration text: their expected counts count as much as the calibration text,
+            and their hidden states make half the output-aware covariance, so tokens one calibration text never
+            uses keep the rows other text needs (0: the calibration text alone).
     """
 
     method: str = "tiered"
@@ -83,6 +88,7 @@ class TieredConfig(CompressionConfig):
     low_rank_bits: int = one_of(8, LOW_RANK_BITS)
     codebook_dim: int = 4
     codebook_size: int = one_of(1024, CODEBOOK_SIZES)
+    model_text_tokens: int = 8192
 
     method_name: ClassVar[str] = "tiered"
 
@@ -137,6 +143,7 @@ class TieredConfig(CompressionConfig):
             )
         if not isinstance(self.tier_group_size, int) or isinstance(self.tier_group_size, bool):
             raise ValueError(f"with size_ratio, tier_group_size must be one int, got {self.tier_group_size!r}")
+        check_int(self.model_text_tokens, "model_text_tokens", 0, " (tokens of the model's own text; 0: none)")
 
     def group_sizes(self) -> list[int | None]:
         """One group size per tier."""

@@ -1,0 +1,97 @@
+"""``size_ratio`` weighs rows by the model's own text beside the calibration text (``model_text_tokens``): tokens
+the calibration text never uses but the model does keep wider rows; sampling leaves the model and the caller's
+random state alone; configs without start tokens start from the calibration text; 0 turns it off."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers as T
+from test_tiered_budget import CALIBRATION, HIDDEN, VOCAB, tiny
+from tqdm.auto import tqdm
+
+from hf_tensorcompress import CompressionConfig, apply_tiered
+from hf_tensorcompress.methods.tiered.layer import tier_storage
+from hf_tensorcompress.methods.tiered.model_text import ValueOrderSampler, sample_model_text
+
+#: Calibration text that never uses the upper 700 tokens.
+SEEN = 300
+NARROW_CALIBRATION = CALIBRATION[CALIBRATION < SEEN]
+
+
+def peaked() -> torch.nn.Module:
+    """The tiny model with its tied rows scaled up, so its next-token distribution (and its own text) favours some
+    tokens strongly, as a trained model's does; a random model's is nearly uniform."""
+    model = tiny()
+    with torch.no_grad():
+        model.get_input_embeddings().weight.mul_(6)
+    return model
+
+
+def budget(tokens: int) -> CompressionConfig:
+    return CompressionConfig(
+        method="tiered", size_ratio=4, rounding="output", codebook_size=256, model_text_tokens=tokens
+    )
+
+
+def row_bytes(model: torch.nn.Module) -> torch.Tensor:
+    """Bytes of each token's stored row (by token id)."""
+    layer = model.get_input_embeddings()
+    per_row = []
+    for spec in layer.tier_specs:
+        one, two = (tier_storage({**spec, "rows": rows}, HIDDEN).storage_bits() for rows in (1, 2))
+        per_row += [(two - one) / 8] * spec["rows"]
+    return torch.tensor(per_row)[layer.slot.long()]
+
+
+def test_tokens_the_model_uses_beyond_the_calibration_text_keep_wider_rows(capsys):
+    counts = torch.bincount(NARROW_CALIBRATION, minlength=VOCAB)
+    frequencies = sample_model_text(peaked(), 8192, counts).frequencies
+    unseen = torch.arange(SEEN, VOCAB)
+    likely = unseen[frequencies[SEEN:].argsort(descending=True)[:100]]
+    with_text = row_bytes(apply_tiered(peaked(), budget(8192), NARROW_CALIBRATION, 256))
+    assert "and 8,382 tokens of the model's own text (from token 1)" in capsys.readouterr().out
+    without = row_bytes(apply_tiered(peaked(), budget(0), NARROW_CALIBRATION, 256))
+    assert "model's own text" not in capsys.readouterr().out
+    assert with_text[likely].mean() > 1.2 * without[likely].mean()
+
+
+def test_sampling_leaves_the_model_and_the_callers_random_state_alone():
+    model = peaked().train()
+    before = {name: value.clone() for name, value in model.state_dict().items()}
+    state = torch.random.get_rng_state()
+    text = sample_model_text(model, 1000, torch.bincount(CALIBRATION, minlength=VOCAB))
+    assert torch.equal(torch.random.get_rng_state(), state) and model.training
+    assert all(torch.equal(value, before[name]) for name, value in model.state_dict().items())
+    assert text.tokens >= 1000 and float(text.frequencies.sum()) == pytest.approx(1.0)
+    assert text.covariance.shape == (HIDDEN, HIDDEN)
+
+
+def test_a_config_naming_no_start_token_starts_from_the_most_frequent_calibration_token():
+    config = T.Qwen2Config(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, tie_word_embeddings=True, bos_token_id=None,
+        eos_token_id=None,
+    )  # fmt: skip
+    model = T.Qwen2ForCausalLM(config).eval()
+    model.generation_config.bos_token_id = model.generation_config.eos_token_id = None
+    counts = torch.bincount(CALIBRATION, minlength=VOCAB)
+    assert sample_model_text(model, 200, counts).start == int(counts.argmax())
+
+
+def test_tied_logits_are_broken_by_the_rows_values_not_by_id():
+    """Float32 logits tie often; a draw that lands on a tie must pick the same token after renumbering."""
+    rows = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+    scores = torch.zeros(8, 6)  # every token tied
+    permutation = torch.tensor([3, 5, 0, 1, 4, 2])  # new id i is old permutation[i]
+    picks = []
+    for table, permuted in ((rows, False), (rows[permutation], True)):
+        sampler = ValueOrderSampler(table, seed=0, bar=tqdm(disable=True))
+        chosen = sampler(None, scores.clone()).argmax(1)
+        picks.append(permutation[chosen] if permuted else chosen)
+    assert torch.equal(picks[0], picks[1]) and len(set(picks[0].tolist())) > 1
+
+
+def test_model_text_tokens_must_be_a_count():
+    with pytest.raises(ValueError, match=r"model_text_tokens must be an int >= 0"):
+        CompressionConfig(method="tiered", size_ratio=4, model_text_tokens=-1)
