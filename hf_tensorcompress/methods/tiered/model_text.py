@@ -61,8 +61,8 @@ class ValueOrderSampler(LogitsProcessor):
         ordered, position = probabilities[:, self.by_row].sort(dim=1, descending=True, stable=True)
         order = self.by_row[position]
         draw = torch.rand(len(ordered), 1, generator=self.generator, dtype=torch.float64)
-        position = (ordered.cumsum(1) < draw).sum(1).clamp(max=self.vocab - 1)
-        chosen = order.gather(1, position[:, None]).to(scores.device)
+        pick = (ordered.cumsum(1) < draw).sum(1).clamp(max=self.vocab - 1)
+        chosen = order.gather(1, pick[:, None]).to(scores.device)
         self.bar.update(len(ordered))
         picked = torch.full_like(scores, -math.inf)
         return picked.scatter_(1, chosen, 0.0)
