@@ -367,7 +367,20 @@ def sizes(files: dict) -> dict:
             "ort_int4_onnx_bytes": Path(files[f"{family}_ort_int4_onnx"]).stat().st_size,
         }
         out[name]["target_ratio"] = out[name]["onnx_bytes"] / out[name]["checkpoint_compressed_plus_fp32_rest"]
+        if family == "lm":  # the compressed tensors are the embedding's: what they save against its fp32 matrix
+            out[name]["embedding_saving_bytes"] = dense_embedding_bytes(files["lm_dense_folder"]) - compressed
+            out[name]["smaller_than_dense_onnx_by"] = out[name]["dense_onnx_bytes"] - out[name]["onnx_bytes"]
     return out
+
+
+def dense_embedding_bytes(folder: str) -> int:
+    """fp32 bytes of the dense checkpoint's token embedding (tied with the head, stored once)."""
+    from safetensors import safe_open
+
+    with safe_open(str(Path(folder) / "model.safetensors"), "pt") as handle:
+        (key,) = [key for key in handle.keys() if key.endswith("embed_tokens.weight")]
+        rows, width = handle.get_slice(key).get_shape()
+        return rows * width * 4
 
 
 def run_child(arm: str, threads: int, files: dict, options: list[str]) -> dict:

@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 
 from hf_tensorcompress import CompressionConfig, apply_compression, load_model
 from hf_tensorcompress.deploy.onnx import export_onnx
+from hf_tensorcompress.deploy.onnx.embeddings import narrow_slot
 from hf_tensorcompress.evaluation.forecasting import point_forecast
 from hf_tensorcompress.evaluation.mean_feedback import mean_feedback_forecast
 
@@ -177,5 +178,11 @@ def stored_tensors_kept(folder: Path, onnx_file: Path) -> list[str]:
         )
         and tensor.numel() > 1
     ]
-    raw = {key: checkpoint[key].contiguous().view(torch.uint8).numpy().tobytes() for key in compressed}  # bf16 too
+    raw = {key: _as_held(key, checkpoint[key]).contiguous().view(torch.uint8).numpy().tobytes() for key in compressed}
     return [key for key in compressed if raw[key] not in held]
+
+
+def _as_held(key: str, tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor as the file should hold it: the tiered token→row map narrowed to 16 bits where the rows fit,
+    every other tensor as stored (bf16 compared as its bytes)."""
+    return narrow_slot(tensor)[0] if key.endswith(".slot") else tensor

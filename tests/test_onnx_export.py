@@ -3,6 +3,7 @@
 import numpy as np
 import onnx
 import pytest
+import torch
 from onnx_cases import (
     FORECAST_CASES,
     LM_CASES,
@@ -19,6 +20,7 @@ from onnx_cases import (
 
 from hf_tensorcompress.cli import main
 from hf_tensorcompress.deploy.onnx import OnnxExportError, export_onnx
+from hf_tensorcompress.deploy.onnx.embeddings import narrow_slot
 from hf_tensorcompress.deploy.onnx.runner import empty_cache, forecast, generate, load, metadata, step
 
 FAST_FORECASTS = ("cp-int4", "cp-int4-ortops")
@@ -206,3 +208,17 @@ def test_accuracy_level_refusals_write_nothing(exports, tmp_path, options, messa
     with pytest.raises(OnnxExportError, match=message):
         export_onnx(folder, tmp_path / "x.onnx", **options)
     assert not (tmp_path / "x.onnx").exists()
+
+
+def test_token_map_is_narrowed_where_the_rows_fit(exports):
+    """The tiered token→row map goes into the file in 16 bits (half the checkpoint's int32) for a vocabulary of at
+    most 65,536 rows, restored exactly at both ends of the range; a larger one stays int32."""
+    _, path = exports("lm", "tiered-int4-int2")
+    (slot,) = [init for init in onnx.load(str(path)).graph.initializer if init.name.endswith(".slot")]
+    assert slot.data_type == onnx.TensorProto.INT16
+    rows = torch.randperm(65_536, generator=torch.Generator().manual_seed(0)).int()
+    narrowed, offset = narrow_slot(rows)
+    assert narrowed.dtype == torch.int16 and torch.equal(narrowed.long() + offset, rows.long())
+    wide = torch.arange(65_537, dtype=torch.int32)
+    kept, offset = narrow_slot(wide)
+    assert kept is wide and offset == 0

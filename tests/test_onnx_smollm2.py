@@ -1,6 +1,6 @@
 """SmolLM2-135M with the README's 6× tiered embedding, exported: the same 32 greedy tokens as the PyTorch checkpoint,
-and tensors smaller than the dense export's by at least what the embedding saves. The whole file is smaller by that
-saving less the graph of the decoding ops (tens of KB beside the 103.8 MB saved)."""
+and a file smaller than the dense export's by at least what the embedding saves (the token→row map in 16 bits pays
+for the graph of the decoding ops), its tensors alone by more."""
 
 import onnx
 import pytest
@@ -31,7 +31,7 @@ def test_smollm2_tiered_export(tmp_path):
     assert generate(load(compressed_file, threads=2), prompt[0].tolist(), 32) == expected.tolist()
     dense_file = export_onnx(dense_folder, tmp_path / "dense.onnx")
     assert tensor_bytes(dense_file) - tensor_bytes(compressed_file) >= saving
-    assert dense_file.stat().st_size - compressed_file.stat().st_size >= saving - 100_000
+    assert dense_file.stat().st_size - compressed_file.stat().st_size >= saving
 
 
 def tensor_bytes(path):
