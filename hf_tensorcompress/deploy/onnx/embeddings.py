@@ -4,9 +4,10 @@ Tiered: every tier keeps its packed codes (or codebook indices), group scales an
 gathers the token's packed row and decodes only that row in the graph (``Gather`` → unpack → scale), and the tied
 head decodes each tier and multiplies it with the hidden states, so the one stored table serves both, as in the
 checkpoint (tiers whose width and groups ONNX Runtime's kernels take: ``GatherBlockQuantized`` rows and a
-``MatMulNBits`` product instead, ``unpack.GraphLowBit``). TT: the per-token cores (fp32, or the packed ``(V, P)`` trains of ``tt_storage_bits``) are gathered for
-the looked-up tokens and contracted with batched ``MatMul``s; the tied head rebuilds every train in the graph, applies
-the basis to the hidden states and puts the exact tokens' dense rows in their columns.
+``MatMulNBits`` product instead, ``unpack.GraphLowBit``). TT: the per-token cores (fp32, or the packed ``(V, P)``
+trains of ``tt_storage_bits``) are gathered for the looked-up tokens and contracted with batched ``MatMul``s; the
+tied head rebuilds every train in the graph, applies the basis to the hidden states and puts the exact tokens' dense
+rows in their columns.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ Each row is rounded at every candidate width (output-aware where ``rounding="out
 is ``weight · (w − ŵ) C (w − ŵ)ᵀ``: how often the token is used (``token_weights``: the calibration text's count,
 the model's own text's expected count, plus one) times the expected squared logit error of its row under the
 hidden-state covariance ``C``. Widths are then chosen per row by the Lagrangian of "least total sensitivity within
-the bytes" (one multiplier found by bisection, the bytes it leaves spent on the best remaining upgrades). Every step sees a row's values and count, never
-its id, and each codebook is k-means of the rows in an order set by their values, so permuting the vocabulary
-permutes the layer and changes neither its bytes nor its outputs.
+the bytes" (one multiplier found by bisection, the bytes it leaves spent on the best remaining upgrades). Every step
+sees a row's values and count, never its id, and each codebook is k-means of the rows in an order set by their
+values, so permuting the vocabulary permutes the layer and changes neither its bytes nor its outputs.
 """
 
 from __future__ import annotations
