@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 
 from hf_tensorcompress import CompressionConfig, apply_tiered
 from hf_tensorcompress.methods.tiered.layer import tier_storage
-from hf_tensorcompress.methods.tiered.model_text import ValueOrderSampler, sample_model_text
+from hf_tensorcompress.methods.tiered.model_text import RowOrderSampler, sample_model_text
 
 #: Calibration text that never uses the upper 700 tokens.
 SEEN = 300
@@ -86,7 +86,7 @@ def test_tied_logits_are_broken_by_the_rows_values_not_by_id():
     permutation = torch.tensor([3, 5, 0, 1, 4, 2])  # new id i is old permutation[i]
     picks = []
     for table, permuted in ((rows, False), (rows[permutation], True)):
-        sampler = ValueOrderSampler(table, seed=0, bar=tqdm(disable=True))
+        sampler = RowOrderSampler(table, seed=0, bar=tqdm(disable=True))
         chosen = sampler(None, scores.clone()).argmax(1)
         picks.append(permutation[chosen] if permuted else chosen)
     assert torch.equal(picks[0], picks[1]) and len(set(picks[0].tolist())) > 1

@@ -202,12 +202,18 @@ def check_bnb_file(folder: str | None, stored: dict, linears: object) -> None:
                 )
 
 
+def _quant_state(module: nn.Module):
+    """The quant state of a 4-bit Linear's weight parameter, else None. Only a registered parameter is read: a
+    compressed layer's ``weight`` property rebuilds its dense matrix (a tiered embedding of 262,144 rows: 671 MB)."""
+    return getattr(module._parameters.get("weight"), "quant_state", None)
+
+
 def quant_state_keys(model: nn.Module) -> set[str]:
     """The state-dict keys of ``model`` that 4-bit Linears derive from their weight's quant state (loaded with the
     weight, which is checked itself)."""
     keys = set()
     for name, module in model.named_modules():
-        state = getattr(getattr(module, "weight", None), "quant_state", None)
+        state = _quant_state(module)
         if state is not None and hasattr(state, "as_dict"):
             keys.update(f"{name}.weight.{part}" for part in state.as_dict(packed=True))
     return keys
@@ -216,7 +222,7 @@ def quant_state_keys(model: nn.Module) -> set[str]:
 def check_bnb_loaded(model: nn.Module) -> None:
     """After loading: every 4-bit Linear's float quant-state tensors finite (one NaN scale poisons every output)."""
     for name, module in model.named_modules():
-        state = getattr(getattr(module, "weight", None), "quant_state", None)
+        state = _quant_state(module)
         if state is None or not hasattr(state, "as_dict"):
             continue
         for part, tensor in state.as_dict(packed=True).items():

@@ -31,19 +31,42 @@ from .rounding import output_aware_codes
 #: them, 0.110 / 0.177 without; with the model's own text too, mixed: 0.118 / 0.071 against 0.098 / 0.104).
 NARROW_BITS = 2.5
 
+#: The widths a protected token's row may take (``protected_tokens``, the model's special tokens): int8 and bf16
+#: rows, which lose nothing measurable however rarely the calibration text uses the token.
+WIDE_ENOUGH = (8, 16)
+
 #: Bisection steps on the multiplier's logarithm (from 1e-12 to 1e12: far finer than one row's bytes).
 STEPS = 80
 
 
+#: Rows measured at once: each width's rounding of them is held as float64 work and errors (about 64 MB at any
+#: hidden size), so memory does not grow with the vocabulary.
+CHUNK_VALUES = 1 << 23
+
+
 @dataclass
 class Width:
-    """Every row stored at one width, with what that costs and loses per row."""
+    """One width every row could be stored at: its spec, what it costs per row and per tier, each row's error at it,
+    and (codebooks) the table fitted once for all its rows."""
 
     tier: dict
-    stored: LowBitTensor | CodebookTensor
     row_bytes: int
     fixed_bytes: int
     errors: torch.Tensor
+    codebook: torch.Tensor | None = None
+
+
+def store(
+    rows: torch.Tensor, tier: dict, covariance: torch.Tensor | None, codebook: torch.Tensor | None = None
+) -> LowBitTensor | CodebookTensor:
+    """``rows`` stored as ``tier`` says: output-aware under ``covariance`` where given, else round-to-nearest; a
+    codebook tier uses ``codebook`` where given (else k-means of ``rows``). Rows are stored independently, so any
+    subset of rows stored on its own is stored as it would be among the others."""
+    if tier["bits"] == "codebook":
+        return codebook_codes(rows, tier["codebook_dim"], tier["codebook_size"], covariance, codebook=codebook)
+    if covariance is not None and tier["bits"] != 16:
+        return output_aware_codes(rows, covariance, tier["bits"], tier["group_size"])
+    return LowBitTensor.quantize(rows, tier["bits"], tier["group_size"])
 
 
 def fitted_group(columns: int, group: int) -> int:
@@ -93,26 +116,26 @@ def candidates(rows: int, columns: int, dim: int, entries: int, narrow: bool) ->
 def measure_widths(
     weight: torch.Tensor, covariance: torch.Tensor, output_aware: bool, group: int, dim: int, entries: int, narrow: bool
 ) -> list[Width]:
-    """Every row at each width of ``candidates`` (``narrow``: the codebooks below ``NARROW_BITS``), with each row's
-    output-aware error."""
-    columns = weight.shape[1]
+    """Every row's output-aware error at each width of ``candidates`` (``narrow``: the codebooks below
+    ``NARROW_BITS``), rounded a chunk of rows at a time; nothing stored is kept (``store`` rounds the chosen rows
+    again)."""
+    rows, columns = weight.shape
     group = fitted_group(columns, group)
     covariance = covariance.float().to(weight.device)
     scale = weight.pow(2).mean(1, keepdim=True).sqrt().clamp(min=1e-8)
+    chunk = max(1, CHUNK_VALUES // columns)
     measured = []
     for width, size, count in progress(
-        candidates(*weight.shape, dim, entries, narrow), desc="size_ratio: rows at each width"
+        candidates(rows, columns, dim, entries, narrow), desc="size_ratio: rows at each width"
     ):
         tier = tier_spec(width, group, size, count)
-        if width == "codebook":
-            codebook = kmeans(canonical(weight / scale).reshape(-1, size), count)
-            stored = codebook_codes(weight, size, count, covariance if output_aware else None, codebook=codebook)
-        elif output_aware and width != 16:
-            stored = output_aware_codes(weight, covariance, width, group)
-        else:
-            stored = LowBitTensor.quantize(weight, width, tier["group_size"])
-        error = weight - stored.dequantize().to(weight.device)
-        measured.append(Width(tier, stored, *_bytes(tier, columns), ((error @ covariance) * error).sum(1).cpu()))
+        book = kmeans(canonical(weight / scale).reshape(-1, size), count) if width == "codebook" else None
+        errors = []
+        for start in range(0, rows, chunk):
+            part = weight[start : start + chunk]
+            error = part - store(part, tier, covariance if output_aware else None, book).dequantize().to(part.device)
+            errors.append(((error @ covariance) * error).sum(1).cpu())
+        measured.append(Width(tier, *_bytes(tier, columns), torch.cat(errors), book))
     return measured
 
 
@@ -122,12 +145,18 @@ def _total(choice: torch.Tensor, widths: list[Width]) -> int:
     return int(row_bytes[choice].sum()) + sum(w.fixed_bytes for w, on in zip(widths, used) if on)
 
 
-def allocate(sensitivity: torch.Tensor, widths: list[Width], budget: int) -> torch.Tensor | None:
+def allocate(
+    sensitivity: torch.Tensor, widths: list[Width], budget: int, barred: torch.Tensor | None = None
+) -> torch.Tensor | None:
     """One width index per row: least total ``sensitivity`` (``(rows, widths)``) within ``budget`` bytes (every
-    width's per-tier bytes counted when used), or None where even the cheapest rows exceed it."""
+    width's per-tier bytes counted when used), never a width ``barred`` (``(rows, widths)``) for its row, or None
+    where even the cheapest rows allowed exceed it."""
     row_bytes = torch.tensor([w.row_bytes for w in widths], dtype=torch.float64)
     loss = sensitivity.double() / sensitivity.double().mean().clamp(min=1e-300)
-    cheapest = torch.full((len(loss),), int(row_bytes.argmin()))
+    costs = row_bytes[None].expand_as(loss)
+    if barred is not None:
+        loss, costs = loss.masked_fill(barred, torch.inf), costs.masked_fill(barred, torch.inf)
+    cheapest = costs.argmin(1)
     if _total(cheapest, widths) > budget:
         return None
     low, high = -12.0, 12.0  # log10 of the multiplier: low spends more bytes than high
@@ -178,10 +207,13 @@ def token_weights(counts: torch.Tensor, text: ModelText | None) -> torch.Tensor:
     return counts + prior + 1.0
 
 
-def choose(weight: torch.Tensor, widths: list[Width], budget: int) -> tuple[torch.Tensor | None, list[Width]]:
+def choose(
+    weight: torch.Tensor, widths: list[Width], budget: int, protected: torch.Tensor | None = None
+) -> tuple[torch.Tensor | None, list[Width]]:
     """The allocation with the least total sensitivity (``weight`` per row × its error) over every subset of the
-    codebooks (a shared table may not pay for itself on a small vocabulary, and the multiplier does not see it):
-    (width index per row, the widths it indexes), or (None, ``widths``) where no subset meets ``budget``."""
+    codebooks (a shared table may not pay for itself on a small vocabulary, and the multiplier does not see it),
+    rows ``protected`` (a bool per row) at ``FLOOR_BITS`` or wider: (width index per row, the widths it indexes), or
+    (None, ``widths``) where no subset meets ``budget``."""
     weight = weight.double()
     books = [index for index, width in enumerate(widths) if width.tier["bits"] == "codebook"]
     results = []
@@ -189,22 +221,17 @@ def choose(weight: torch.Tensor, widths: list[Width], budget: int) -> tuple[torc
         for dropped in combinations(books, size):
             option = [width for index, width in enumerate(widths) if index not in dropped]
             sensitivity = weight[:, None] * torch.stack([w.errors.double() for w in option], 1)
-            choice = allocate(sensitivity, option, budget)
+            barred = None
+            if protected is not None:
+                narrow = torch.tensor([w.tier["bits"] not in WIDE_ENOUGH for w in option])
+                barred = protected[:, None] & narrow[None]
+            choice = allocate(sensitivity, option, budget, barred)
             if choice is not None:
                 results.append((float(sensitivity.gather(1, choice[:, None]).sum()), choice, option))
     if not results:
         return None, widths
     _, choice, option = min(results, key=lambda result: result[0])
     return choice, option
-
-
-def subset(width: Width, ids: torch.Tensor) -> LowBitTensor | CodebookTensor:
-    """Rows ``ids`` of a width's stored rows (rows are stored independently: exact)."""
-    if isinstance(width.stored, LowBitTensor):
-        return width.stored.select(ids)
-    stored = width.stored
-    part = CodebookTensor((len(ids), stored.shape[1]), stored.dim, stored.entries)
-    return part.set_indices(stored._indices(ids), stored.scale.index_select(0, ids), stored.codebook)
 
 
 def width_name(tier: dict) -> str:

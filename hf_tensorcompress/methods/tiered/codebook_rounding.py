@@ -19,6 +19,10 @@ from .rounding import _inverse_hessian_factor
 #: vectors at once would take tens of GB, and a block that stays in cache is searched twice as fast as 64 MB.
 BLOCK = 1 << 21
 
+#: Columns whose errors are pushed on within the block before the rest of the row gets them in one product (GPTQ's
+#: lazy batch update: the same result, without rewriting the whole row after every ``dim`` columns).
+LAZY_COLUMNS = 128
+
 
 def nearest(vectors: torch.Tensor, codebook: torch.Tensor, block: int = BLOCK, desc: str | None = None) -> torch.Tensor:
     """Index of each vector's nearest codebook entry (squared Euclidean distance), ``block // entries`` vectors at a
@@ -75,12 +79,17 @@ def codebook_codes(
     factor = _inverse_hessian_factor(covariance.cpu(), damping).float()
     work = rows.clone()
     indices = torch.empty(len(rows), rows.shape[1] // dim, dtype=torch.int64)
-    blocks = progress(range(0, rows.shape[1], dim), desc="GPTVQ blocks", unit="block")
-    for block, start in enumerate(blocks):
-        end = start + dim
-        metric = torch.linalg.inv(factor[start:end, start:end])  # upper triangular
-        chosen = nearest((work[:, start:end] / scale[:, None]) @ metric, codebook @ metric)
-        indices[:, block] = chosen
-        error = (work[:, start:end] - codebook[chosen] * scale[:, None]) @ metric
-        work[:, end:] -= error @ factor[start:end, end:]
+    lazy = max(dim, LAZY_COLUMNS // dim * dim)
+    for outer in progress(range(0, rows.shape[1], lazy), desc="GPTVQ blocks", unit="block"):
+        stop = min(outer + lazy, rows.shape[1])
+        errors = torch.empty(len(rows), stop - outer)
+        for start in range(outer, stop, dim):
+            end = start + dim
+            metric = torch.linalg.inv(factor[start:end, start:end])  # upper triangular
+            chosen = nearest((work[:, start:end] / scale[:, None]) @ metric, codebook @ metric)
+            indices[:, start // dim] = chosen
+            error = (work[:, start:end] - codebook[chosen] * scale[:, None]) @ metric
+            work[:, end:stop] -= error @ factor[start:end, end:stop]
+            errors[:, start - outer : end - outer] = error
+        work[:, stop:] -= errors @ factor[outer:stop, stop:]
     return stored.set_indices(indices, scale, codebook)

@@ -75,6 +75,11 @@ class TieredConfig(CompressionConfig):
             weigh rows beside the calibration text: their expected counts count as much as the calibration text,
             and their hidden states make half the output-aware covariance, so tokens one calibration text never
             uses keep the rows other text needs (0: the calibration text alone).
+        protected_tokens: with ``size_ratio``, token ids whose rows are never stored narrower than int8, beside the
+            ones always protected: the start, end and padding tokens of the model's config and generation config.
+            Chat models read tokens prose never contains (``<|im_start|>``, role names, the template's separators):
+            ``template_tokens(tokenizer)`` lists the special tokens and those a chat template writes, and the
+            command line adds them from the model's tokenizer.
     """
 
     method: str = "tiered"
@@ -89,6 +94,7 @@ class TieredConfig(CompressionConfig):
     codebook_dim: int = 4
     codebook_size: int = one_of(1024, CODEBOOK_SIZES)
     model_text_tokens: int = 8192
+    protected_tokens: list[int] | None = None
 
     method_name: ClassVar[str] = "tiered"
 
@@ -103,6 +109,11 @@ class TieredConfig(CompressionConfig):
         self.tier_tokens = list(self.tier_tokens or [])
         if self.size_ratio is not None:
             return
+        if self.protected_tokens:
+            raise ValueError(
+                "protected_tokens is a floor of the size_ratio budget; fixed tiers store every row as tier_bits says "
+                "(put those tokens in a wide tier with tier_order, or use size_ratio)"
+            )
         self.tier_bits = list(self.tier_bits) if self.tier_bits is not None else [4] * (len(self.tier_tokens) + 1)
         if not _int_list(self.tier_tokens) or any(v < 1 for v in self.tier_tokens):
             raise ValueError(f"tier_tokens must be a list of ints >= 1 (tokens per tier), got {self.tier_tokens!r}")
@@ -144,6 +155,9 @@ class TieredConfig(CompressionConfig):
         if not isinstance(self.tier_group_size, int) or isinstance(self.tier_group_size, bool):
             raise ValueError(f"with size_ratio, tier_group_size must be one int, got {self.tier_group_size!r}")
         check_int(self.model_text_tokens, "model_text_tokens", 0, " (tokens of the model's own text; 0: none)")
+        tokens = self.protected_tokens
+        if tokens is not None and (not _int_list(tokens) or any(token < 0 for token in tokens)):
+            raise ValueError(f"protected_tokens must be a list of token ids (ints >= 0) or None, got {tokens!r}")
 
     def group_sizes(self) -> list[int | None]:
         """One group size per tier."""

@@ -20,6 +20,14 @@ from ...runtime.lowbit import LowBitTensor
 #: What a tier may store (``methods/tiered/config.py: TIER_BITS``, which this shipped file cannot import).
 TIER_WIDTHS = (0, 2, 3, 4, 8, 16, "codebook")
 
+#: Hidden states from which the head decodes its rows in token order for a GEMM (prefill, scoring, a batch of many
+#: sequences): one decode of the table serves them all, and the scores land in token order without a permutation
+#: of the whole ``(positions, vocabulary)`` result. Fewer (a decoding step) read the packed tiers directly.
+GEMM_POSITIONS = 16
+
+#: Tokens whose rows the GEMM path decodes at a time (a reused block of this many rows).
+GEMM_TOKENS = 4096
+
 
 def where_every_tier(
     slot: torch.Tensor,
@@ -153,14 +161,18 @@ class TieredEmbedding(CompressedLayer):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.lookup(input_ids)
 
-    def lookup(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """The stored rows of ``input_ids`` (what the replaced ``nn.Embedding`` looked up)."""
+    def lookup(self, input_ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The stored rows of ``input_ids`` (what the replaced ``nn.Embedding`` looked up); ``out``
+        (``(len, embedding_dim)``, flat ids only) receives them in place."""
         slot = self.slot[input_ids.reshape(-1)].long()
-        dtype = self.dtype_probe.dtype
+        dtype = self.dtype_probe.dtype if out is None else out.dtype
         if slot.device.type != "cpu":
             vectors = self._lookup_every_tier(slot, dtype)
-            return vectors.reshape(*input_ids.shape, self.embedding_dim)
-        vectors = torch.zeros(len(slot), self.embedding_dim, dtype=dtype, device=slot.device)
+            return vectors.reshape(*input_ids.shape, self.embedding_dim) if out is None else out.copy_(vectors)
+        if out is None:
+            vectors = torch.zeros(len(slot), self.embedding_dim, dtype=dtype, device=slot.device)
+        else:
+            vectors = out.zero_() if any(tier["bits"] == 0 for tier in self.tier_specs) else out  # rows of no tier
         for stored, (start, end) in zip(self.tiers, self._ranges()):
             hit = ((slot >= start) & (slot < end)).nonzero().squeeze(1)
             if len(hit):
@@ -185,7 +197,12 @@ class TieredEmbedding(CompressedLayer):
         return where_every_tier(slot, tiers, self.embedding_dim, dtype, low_rank)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """``hidden @ Wᵀ`` in token order, decoding the table a chunk at a time (no float copy of the table)."""
+        """``hidden @ Wᵀ`` in token order, decoding the table a chunk at a time (no float copy of the table): for
+        ``GEMM_POSITIONS`` or more hidden states, ``GEMM_TOKENS`` tokens' rows at a time in token order for a GEMM;
+        for fewer, each tier through its own product (the fused CPU kernels where the checkpoint carries them), the
+        scores then put in token order."""
+        if hidden.numel() >= GEMM_POSITIONS * hidden.shape[-1]:
+            return self._logits_by_token(hidden)
         parts = []
         stored = iter(self.tiers)
         for tier in self.tier_specs:
@@ -196,6 +213,18 @@ class TieredEmbedding(CompressedLayer):
         if self.rank:
             scores[..., self.low_rank_start :] += self.left.matmul_t(hidden @ self.right.dequantize(hidden.dtype).T)
         return scores.index_select(-1, self.slot.long())
+
+    def _logits_by_token(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``logits`` for many hidden states: each chunk of tokens' rows decoded into one reused block, multiplied
+        into that chunk's columns of the result."""
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        scores = flat.new_empty(len(flat), self.num_embeddings)
+        block = flat.new_empty(min(GEMM_TOKENS, self.num_embeddings), self.embedding_dim)
+        tokens = torch.arange(self.num_embeddings, device=self.slot.device)
+        for start in range(0, self.num_embeddings, GEMM_TOKENS):
+            rows = self.lookup(tokens[start : start + GEMM_TOKENS], out=block[: min(GEMM_TOKENS, len(tokens) - start)])
+            scores[:, start : start + len(rows)] = flat @ rows.T
+        return scores.reshape(*hidden.shape[:-1], self.num_embeddings)
 
     @property
     def weight(self) -> torch.Tensor:

@@ -5,9 +5,12 @@ Calibration counts say which tokens one text uses. A row that text never needs g
 another domain pays for it (SmolLM2 at 8× calibrated on Moby Dick: Δ ln PPL 0.08 on Moby Dick, 0.43 on mails). The
 model itself knows which tokens its training text used: text it samples from its start token follows its training
 distribution, and the expected counts along it, ``Σ_t p(· | prefix_t)``, estimate how often each token is used there.
-Its hidden states estimate the covariance its tied head sees over that text.
+The hidden states entering its output layer along that text estimate the covariance its tied head sees.
 
-Sampling is numbering-free: each token is drawn by inverse CDF over the probabilities sorted by value, not by id, so a
+Cost: many short sequences sampled side by side with the key/value cache, so the model runs about as many token
+positions as the sample holds, in a few hundred steps of a wide batch (a GEMM-sized product each), and the hidden
+states are taken from those steps rather than from a second pass. Drawing is linear in the vocabulary: an inverse CDF
+over the probabilities in an order set by the rows' values (a seeded projection of each token's row), not by id, so a
 model whose vocabulary is renumbered samples the same text, renumbered.
 """
 
@@ -22,33 +25,36 @@ from tqdm.auto import tqdm
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from ...progress import progress
-from ..tt.calibration import hidden_covariance
 
-#: Most sequences sampled at once, and their longest length with the start token (shorter where the model's
-#: positions end sooner): one window of the covariance pass.
-SEQUENCES, LENGTH = 64, 512
+#: Most sequences sampled side by side, and their longest length after the start token (shorter where the model's
+#: positions end sooner).
+SEQUENCES, LENGTH = 64, 128
 
 
 @dataclass
 class ModelText:
     """What the model's sampled text says: expected token frequencies (float64, summing to 1) and the covariance of
-    the hidden states entering the output layer over it."""
+    the hidden states entering the output layer over its ``tokens`` positions (none where ``tokens`` is 0), and
+    sequences sampled beside it that neither counts (``held_out``, ``(sequences, length)``: text to check a build
+    on)."""
 
     frequencies: torch.Tensor
     covariance: torch.Tensor
     tokens: int
     start: int
+    held_out: torch.Tensor
 
 
-class ValueOrderSampler(LogitsProcessor):
-    """Draws each next token from the full softmax (temperature 1) by inverse CDF over the probabilities sorted by
-    value, and sums the probabilities (expected counts); returns scores that make greedy search pick the draw.
+class RowOrderSampler(LogitsProcessor):
+    """Draws each next token from the full softmax (temperature 1) by inverse CDF over the probabilities taken in
+    the order of the tokens' rows (their projection on a seeded direction), and sums the probabilities (expected
+    counts); returns scores that make greedy search pick the draw.
 
-    Float32 logits tie often (dozens of pairs among 49,152 at each step), so ties are broken by a value of each
-    token's row, its projection on a seeded direction, not by id: tokens with equal rows are interchangeable."""
+    Any fixed order samples the same distribution; one set by the rows' values, not by id, makes the draw the same
+    token after the vocabulary is renumbered (tokens with equal rows are interchangeable)."""
 
-    def __init__(self, rows: torch.Tensor, seed: int, bar: tqdm) -> None:
-        self.vocab = len(rows)
+    def __init__(self, rows: torch.Tensor, seed: int, bar: tqdm, counted: int | None = None) -> None:
+        self.vocab, self.counted = len(rows), counted
         self.generator = torch.Generator().manual_seed(seed)
         direction = torch.randn(rows.shape[1], generator=self.generator, dtype=torch.float64)
         self.by_row = (rows.detach().double().cpu() @ direction).argsort(descending=True, stable=True)
@@ -57,15 +63,31 @@ class ValueOrderSampler(LogitsProcessor):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         probabilities = scores[:, : self.vocab].double().softmax(-1).cpu()
-        self.expected += probabilities.sum(0)
-        ordered, position = probabilities[:, self.by_row].sort(dim=1, descending=True, stable=True)
-        order = self.by_row[position]
-        draw = torch.rand(len(ordered), 1, generator=self.generator, dtype=torch.float64)
-        pick = (ordered.cumsum(1) < draw).sum(1).clamp(max=self.vocab - 1)
-        chosen = order.gather(1, pick[:, None]).to(scores.device)
-        self.bar.update(len(ordered))
+        self.expected += probabilities[: self.counted].sum(0)
+        cumulative = probabilities[:, self.by_row].cumsum(1)
+        draw = torch.rand(len(cumulative), 1, generator=self.generator, dtype=torch.float64) * cumulative[:, -1:]
+        pick = torch.searchsorted(cumulative, draw, right=True).clamp(max=self.vocab - 1)
+        chosen = self.by_row[pick].to(scores.device)
+        self.bar.update(len(cumulative))
         picked = torch.full_like(scores, -math.inf)
         return picked.scatter_(1, chosen, 0.0)
+
+
+class HeadInputs:
+    """``E[h hᵀ]`` (float64) of the last position's hidden state entering the output layer at every call, over the
+    first ``counted`` sequences: with the key/value cache, each generation step's new positions."""
+
+    def __init__(self, width: int, counted: int | None = None) -> None:
+        self.total = torch.zeros(width, width, dtype=torch.float64)
+        self.count, self.counted = 0, counted
+
+    def __call__(self, module: nn.Module, inputs: tuple) -> None:
+        hidden = inputs[0].reshape(len(inputs[0]), -1, inputs[0].shape[-1])[: self.counted, -1].double().cpu()
+        self.total += hidden.T @ hidden
+        self.count += len(hidden)
+
+    def covariance(self) -> torch.Tensor:
+        return self.total / max(self.count, 1)
 
 
 def start_token(model: nn.Module, counts: torch.Tensor) -> int:
@@ -81,35 +103,44 @@ def start_token(model: nn.Module, counts: torch.Tensor) -> int:
 
 
 @torch.no_grad()
-def sample_model_text(model: nn.Module, tokens: int, counts: torch.Tensor, seed: int = 0) -> ModelText:
-    """About ``tokens`` tokens the model samples from its start token (``SEQUENCES`` at a time, up to ``LENGTH``
-    long; ``counts``, the calibration text's, pick the start where the config names none), their expected counts
-    and hidden-state covariance; the model is left as it was (eval/train mode too)."""
+def sample_model_text(model: nn.Module, tokens: int, counts: torch.Tensor, seed: int = 0, held: int = 0) -> ModelText:
+    """About ``tokens`` tokens the model samples from its start token (up to ``SEQUENCES`` side by side, up to
+    ``LENGTH`` long; ``counts``, the calibration text's, pick the start where the config names none), their expected
+    counts and the hidden-state covariance of the output layer's inputs along them, and ``held`` more sequences
+    sampled beside the first ones that neither counts; the model is left as it was (eval/train mode too)."""
     rows = model.get_input_embeddings().weight
     positions = getattr(model.config, "max_position_embeddings", None) or LENGTH + 1
-    length = max(1, min(LENGTH, positions) - 1)
-    rounds = math.ceil(tokens / (SEQUENCES * length))
+    length = max(1, min(LENGTH, positions - 1))
+    rounds = max(1, math.ceil(tokens / (SEQUENCES * length)))
     batch = math.ceil(tokens / (rounds * length))
     device = next(model.parameters()).device
     first = start_token(model, counts)
-    start = torch.full((batch, 1), first, dtype=torch.long, device=device)
     settings = GenerationConfig(
         do_sample=False, max_new_tokens=length, min_new_tokens=length, eos_token_id=None, pad_token_id=0
     )
+    head_inputs = HeadInputs(rows.shape[1], batch)
+    hook = model.get_output_embeddings().register_forward_pre_hook(head_inputs)
     was_training = model.training
     model.eval()
-    with progress(desc="model's own text", total=rounds * batch * length, unit="token") as bar:
-        sampler = ValueOrderSampler(rows, seed, bar)
-        texts = [
-            model.generate(
-                start,
-                attention_mask=torch.ones_like(start),
-                generation_config=settings,
-                logits_processor=LogitsProcessorList([sampler]),
-            ).cpu()
-            for _ in range(rounds)
-        ]
-    model.train(was_training)
-    sequences = torch.cat(texts)
-    covariance = sum(hidden_covariance(model, row, window=LENGTH) for row in sequences) / len(sequences)
-    return ModelText(sampler.expected / sampler.expected.sum(), covariance, int(sampler.expected.sum()), first)
+    try:
+        with progress(desc="model's own text", total=(rounds * batch + held) * length, unit="token") as bar:
+            sampler = RowOrderSampler(rows, seed, bar, batch)
+            texts = []
+            for index in range(rounds):
+                start = torch.full((batch + (held if index == 0 else 0), 1), first, dtype=torch.long, device=device)
+                if len(start):
+                    texts.append(
+                        model.generate(
+                            start,
+                            attention_mask=torch.ones_like(start),
+                            generation_config=settings,
+                            logits_processor=LogitsProcessorList([sampler]),
+                        ).cpu()
+                    )
+    finally:
+        hook.remove()
+        model.train(was_training)
+    expected = sampler.expected
+    frequencies = expected / expected.sum() if tokens else expected
+    held_out = texts[0][batch:] if held else torch.zeros(0, length + 1, dtype=torch.long)
+    return ModelText(frequencies, head_inputs.covariance(), int(expected.sum()), first, held_out)

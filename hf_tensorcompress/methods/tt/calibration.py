@@ -3,6 +3,7 @@ built from calibration text by ``apply_calibrated`` (``apply_tt``) and passed to
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -15,10 +16,12 @@ from .config import EXACT_PRIORS, TTConfig
 @dataclass
 class TTCalibration:
     """What the calibration text tells the TT method: token counts (``tt_exact_tokens``) and the covariance of the
-    hidden states entering the output layer (``tt_basis="output"``)."""
+    hidden states entering the output layer (``tt_basis="output"``); ``held_out``: token ids of the same text kept
+    out of both, for a check of what was built (tiered's ``size_ratio``)."""
 
     counts: torch.Tensor
     covariance: torch.Tensor | None = None
+    held_out: torch.Tensor | None = None
 
     @classmethod
     def from_ids(
@@ -75,17 +78,43 @@ def check_calibration(model: nn.Module, config: TTConfig, calibration: object) -
     return calibration
 
 
+def head_inputs(model: nn.Module, ids: torch.Tensor, skip_head: bool) -> torch.Tensor | None:
+    """The hidden states entering the output layer at every position of ``ids`` (``(1, T)``), as ``(T, d)``. With
+    ``skip_head``, they are read at the decoder's output and the head runs on one position (``logits_to_keep``): over
+    a large vocabulary the head costs more than the layers below it; None where the model does not allow that."""
+    decoder = model.get_decoder() if hasattr(model, "get_decoder") else None
+    states: list[torch.Tensor] = []
+    if skip_head:
+        if decoder is None or decoder is model or "logits_to_keep" not in inspect.signature(model.forward).parameters:
+            return None
+        hook = decoder.register_forward_hook(lambda module, inputs, output: states.append(output[0]))
+    else:
+        hook = model.get_output_embeddings().register_forward_pre_hook(lambda module, inputs: states.append(inputs[0]))
+    try:
+        model(input_ids=ids, **({"logits_to_keep": 1} if skip_head else {}))
+    finally:
+        hook.remove()
+    hidden = states[-1].reshape(-1, states[-1].shape[-1]) if states else None
+    return hidden if hidden is not None and len(hidden) == ids.shape[1] else None
+
+
 @torch.no_grad()
 def hidden_covariance(model: nn.Module, token_ids: torch.Tensor, window: int = 512) -> torch.Tensor:
-    """``E[h hᵀ]`` (float64, ``d×d``) of the hidden states entering the output layer, over calibration tokens."""
+    """``E[h hᵀ]`` (float64, ``d×d``) of the hidden states entering the output layer, over calibration tokens. The
+    first window is read both ways (``head_inputs``); the head is skipped for the rest only where they agree."""
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     window = min(window, getattr(model.config, "max_position_embeddings", None) or window)
-    total, count = None, 0
+    total, count, skip_head = None, 0, None
     for start in progress(range(0, len(token_ids), window), desc="calibration hidden states", unit="window"):
-        chunk = token_ids[start : start + window].to(device)[None]
-        hidden = model(input_ids=chunk, output_hidden_states=True).hidden_states[-1][0].double()
+        ids = token_ids[start : start + window].to(device)[None]
+        if skip_head is None:
+            hidden, fast = head_inputs(model, ids, False), head_inputs(model, ids, True)
+            skip_head = fast is not None and torch.equal(fast, hidden)
+        else:
+            hidden = head_inputs(model, ids, skip_head)
+        hidden = hidden.double()
         total = hidden.T @ hidden if total is None else total + hidden.T @ hidden
         count += hidden.shape[0]
     model.train(was_training)

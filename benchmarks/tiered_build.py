@@ -1,0 +1,189 @@
+"""What a ``size_ratio`` build costs as the model grows, and how fast the built head and lookup serve many positions.
+
+    OMP_NUM_THREADS=2 python benchmarks/tiered_build.py [--shapes smollm2 262k 1b] [--size-ratio 4]
+        [--calibration-tokens 8192] [--positions 512] [--dtype fp32|bf16] [--device cpu|cuda]
+
+Shapes: ``smollm2`` is SmolLM2-135M from the cached assets (49,152 × 576 tied embedding, 30 layers); ``262k`` a
+random-initialised Gemma 3 causal LM of the 270M class (262,144 × 640, 18 layers, √d-scaled embedding); ``1b`` a
+random-initialised Llama of the 1B class (128,256 × 2,048, 16 layers). Random weights serve for time and memory,
+not quality (quality is in ``recipes/tensorslm_domains.py``'s results). Calibration text is the first
+``--calibration-tokens`` tokens of Moby Dick's build split in SmolLM2's tokenizer (spread over the larger
+vocabularies by a fixed multiplier, so the counts touch the whole table).
+
+Each shape runs in a new process, so peak RSS (``VmHWM``) is that shape's alone:
+
+- ``forward_s``: one forward pass of the dense model over the calibration tokens (512-token windows, full logits): the
+  unit of the build's cost;
+- ``build_s``: ``apply_tiered(model, CompressionConfig(method="tiered", size_ratio=…, rounding="output"), ids)``
+  with every default (the model's own text, the held-back check), and ``build_over_forward``;
+- ``peak_rss_mb`` and ``over_fp32_model``: the process's peak against the model's fp32 bytes (parameters, buffers);
+- ``head_speed``: dense fp32 ``F.linear`` time / tiered ``logits`` time for ``--positions`` hidden states at batch 1
+  and at batch 8 (8 × positions/8), and for one hidden state (a decoding step); ``lookup_speed`` the same for the
+  embedding lookup of those positions. Above 1: the tiered layer is faster. Pairs run alternately, best of
+  ``--repeats``.
+
+The last line printed is one JSON object with every figure. Targets (2 idle cores): SmolLM2 build ≤ 3 min, 262k ≤ 10
+min, 1B ≤ 30 min; peak RSS ≤ 1.5× the fp32 model; head and lookup at many positions ≥ 1.0× dense.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import add_device_arguments, device_and_dtype, side_by_side  # noqa: E402
+
+SHAPES = ("smollm2", "262k", "1b")
+TARGET_MINUTES = {"smollm2": 3, "262k": 10, "1b": 30}
+WINDOW = 512
+
+
+def model_of(shape: str) -> torch.nn.Module:
+    """A dense fp32 causal LM of ``shape`` (module docstring)."""
+    from transformers import AutoModelForCausalLM, Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig
+
+    if shape == "smollm2":
+        from hf_tensorcompress.data.causal_lm import smollm2_dir
+
+        return AutoModelForCausalLM.from_pretrained(smollm2_dir(), dtype=torch.float32)
+    torch.manual_seed(0)
+    if shape == "262k":
+        config = Gemma3TextConfig(
+            vocab_size=262_144, hidden_size=640, intermediate_size=2048, num_hidden_layers=18,
+            num_attention_heads=4, num_key_value_heads=1, head_dim=256, max_position_embeddings=32_768,
+            sliding_window=512, tie_word_embeddings=True, bos_token_id=2, eos_token_id=1, pad_token_id=0,
+        )  # fmt: skip
+        return Gemma3ForCausalLM(config)
+    config = LlamaConfig(
+        vocab_size=128_256, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+        num_key_value_heads=8, max_position_embeddings=131_072, tie_word_embeddings=True, bos_token_id=128_000,
+        eos_token_id=128_001,
+    )  # fmt: skip
+    return AutoModelForCausalLM.from_config(config)
+
+
+def calibration_ids(tokens: int, vocab: int) -> torch.Tensor:
+    """The first ``tokens`` tokens of Moby Dick's build split in SmolLM2's tokenizer, spread over ``vocab``."""
+    from transformers import AutoTokenizer
+
+    from hf_tensorcompress import assets
+    from hf_tensorcompress.data.causal_lm import smollm2_dir
+    from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir())
+    ids = token_ids(tokenizer, split_documents(text_dataset(assets.moby_dick_dir()), 0.25)[0], tokens).reshape(-1)
+    return ids * max(1, vocab // len(tokenizer))
+
+
+@torch.no_grad()
+def forward_seconds(model: torch.nn.Module, ids: torch.Tensor) -> float:
+    start = time.perf_counter()
+    for first in range(0, len(ids), WINDOW):
+        model(input_ids=ids[first : first + WINDOW][None].to(model.device))
+    return time.perf_counter() - start
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+@torch.no_grad()
+def speeds(layer, dense: torch.Tensor, positions: int, device: torch.device, repeats: int) -> dict:
+    """Dense time / tiered time of the head and the lookup at ``positions`` (batch 1 and 8) and at one position."""
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(positions, dense.shape[1], generator=generator).to(device, dense.dtype)
+    ids = torch.randint(0, dense.shape[0], (positions,), generator=generator).to(device)
+    result = {}
+    for name, shape in (("batch1", (1, positions)), ("batch8", (8, positions // 8)), ("one", (1, 1))):
+        states, tokens = hidden[: shape[0] * shape[1]].reshape(*shape, -1), ids[: shape[0] * shape[1]].reshape(shape)
+        dense_s, tiered_s = side_by_side(
+            lambda states=states: F.linear(states, dense), lambda states=states: layer.logits(states), device, repeats
+        )
+        result[f"head_{name}"] = dense_s / tiered_s
+        dense_s, tiered_s = side_by_side(
+            lambda tokens=tokens: F.embedding(tokens, dense), lambda tokens=tokens: layer(tokens), device, repeats
+        )
+        result[f"lookup_{name}"] = dense_s / tiered_s
+    return result
+
+
+def run_shape(args: argparse.Namespace) -> dict:
+    """One shape, in this process: forward, build, peak RSS, speeds."""
+    from hf_tensorcompress import CompressionConfig, apply_tiered
+
+    device, dtype = device_and_dtype(args)
+    model = model_of(args.shape).to(device, dtype).eval()
+    model_bytes = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+    fp32_bytes = sum(t.numel() * 4 for t in [*model.parameters(), *model.buffers()] if t.is_floating_point())
+    vocab = model.get_input_embeddings().num_embeddings
+    ids = calibration_ids(args.calibration_tokens, vocab)
+    forward_s = forward_seconds(model, ids)
+    dense = model.get_input_embeddings().weight.detach().clone()
+    print(f"{args.shape}: one forward over {len(ids):,} tokens {forward_s:.1f} s", file=sys.stderr, flush=True)
+    config = CompressionConfig(method="tiered", size_ratio=args.size_ratio, rounding="output")
+    start = time.perf_counter()
+    apply_tiered(model, config, ids.to(device))
+    build_s = time.perf_counter() - start
+    layer = model.get_input_embeddings()
+    check = getattr(layer, "budget_check", None)
+    peak = peak_rss_mb()
+    return {
+        "shape": args.shape,
+        "vocab": vocab,
+        "hidden": dense.shape[1],
+        "layers": model.config.num_hidden_layers,
+        "dtype": args.dtype,
+        "calibration_tokens": len(ids),
+        "forward_s": forward_s,
+        "build_s": build_s,
+        "build_over_forward": build_s / forward_s,
+        "target_minutes": TARGET_MINUTES[args.shape],
+        "model_mb": model_bytes / 2**20,
+        "fp32_model_mb": fp32_bytes / 2**20,
+        "peak_rss_mb": peak,
+        "over_fp32_model": peak * 2**20 / fp32_bytes,
+        "stored_bytes": layer.storage_bits() // 8,
+        "kept": check.kept if check else None,
+        **speeds(layer, dense.to(dtype), args.positions, device, args.repeats),
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
+    parser.add_argument("--shape", choices=SHAPES, help=argparse.SUPPRESS)  # one shape, in this process
+    parser.add_argument("--size-ratio", type=float, default=4.0)
+    parser.add_argument("--calibration-tokens", type=int, default=8192)
+    parser.add_argument("--positions", type=int, default=512)
+    parser.add_argument("--repeats", type=int, default=5)
+    add_device_arguments(parser)
+    args = parser.parse_args(argv)
+    if args.shape:
+        result = run_shape(args)
+        print(json.dumps(result))
+        return result
+    results = {"threads": torch.get_num_threads(), "dtype": args.dtype, "device": args.device, "shapes": []}
+    for shape in args.shapes:
+        command = [sys.executable, __file__, "--shape", shape, "--dtype", args.dtype, "--device", args.device]
+        command += ["--size-ratio", str(args.size_ratio), "--calibration-tokens", str(args.calibration_tokens)]
+        command += ["--positions", str(args.positions), "--repeats", str(args.repeats)]
+        output = subprocess.run(command, check=True, capture_output=True, text=True)
+        sys.stderr.write(output.stderr[-4000:])
+        figures = json.loads(output.stdout.strip().splitlines()[-1])
+        print({key: round(value, 3) if isinstance(value, float) else value for key, value in figures.items()})
+        results["shapes"].append(figures)
+    print(json.dumps(results))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,168 @@
+"""What keeps a ``size_ratio`` build from being silently worse than the safe choice (build time only; not shipped).
+
+The budget weighs rows by how often text uses their tokens, so a calibration text of one kind can starve the rows
+another kind needs: SmolLM2-Instruct at 6× weighed by 8k tokens of prose alone answered a chat prompt with
+``'<<<<<"<<<'``. Three guards: the tokens a model reads in every conversation (its special tokens, a chat template's)
+are never narrower than int8 (``budget.WIDE_ENOUGH``); a calibration text short for the vocabulary is named with a
+warning; and after the build, text the allocation never saw (the end of the calibration text and a few sequences the
+model sampled) is scored through the budget's allocation and through the same bytes with every row weighed alike.
+Where the weighed allocation loses, the build keeps the other one and warns, naming the fix.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+#: Calibration tokens below which ``size_ratio`` warns: its rows are weighed by how often the text uses each token,
+#: and a short text leaves most of a large vocabulary unweighed (the command line's default calibration length).
+ENOUGH_CALIBRATION = 65_536
+
+#: Tokens held back at the end of the calibration text for the check (at most an eighth of the text).
+HELD_BACK_TOKENS = 1024
+
+#: Sequences the model samples for the check, besides the ones its text is weighed by.
+CHECK_SEQUENCES = 8
+
+#: ln-perplexity margin by which the rows weighed alike must win on held-back text before the build keeps them.
+MARGIN = 0.01
+
+#: Tokens the check names where the weighed allocation serves them worst.
+WORST_SHOWN = 10
+
+
+class BudgetCheckWarning(UserWarning):
+    """A ``size_ratio`` build's guard fired: short calibration text, or an allocation that lost on held-back text."""
+
+
+@dataclass
+class BudgetCheck:
+    """What the held-back check measured: Δ ln PPL against the dense embedding per text for the weighed allocation
+    and the one weighed alike, which of the two the layer holds, and the tokens the weighed one served worst (id,
+    uses in the held-back text, its width)."""
+
+    weighed: dict[str, float]
+    alike: dict[str, float]
+    kept: str
+    worst_served: list[tuple[int, int, str]] = field(default_factory=list)
+
+    def line(self) -> str:
+        texts = "; ".join(
+            f"{name}: weighed {self.weighed[name]:+.3f}, weighed alike {self.alike[name]:+.3f}" for name in self.weighed
+        )
+        return f"size_ratio check on held-back text (Δ ln PPL against the dense embedding) — {texts}; kept {self.kept}"
+
+
+def special_token_ids(model: nn.Module) -> set[int]:
+    """The start, end, padding and decoder-start tokens the model's config and generation config name."""
+    found: set[int] = set()
+    for config in (model.config, getattr(model, "generation_config", None)):
+        for name in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
+            value = getattr(config, name, None)
+            found.update(v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, int))
+    return found
+
+
+def template_tokens(tokenizer) -> list[int]:
+    """The tokenizer's special tokens and every token its chat template writes around three short messages (the
+    role names, separators and turn markers a chat model reads in every conversation): ``protected_tokens`` for a
+    ``size_ratio`` build of a chat model."""
+    ids = set(getattr(tokenizer, "all_special_ids", []) or [])
+    if getattr(tokenizer, "chat_template", None):
+        messages = [
+            {"role": "system", "content": "a"},
+            {"role": "user", "content": "b"},
+            {"role": "assistant", "content": "c"},
+            {"role": "user", "content": "d"},
+        ]
+        for prompt in (False, True):
+            rendered = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=prompt)
+            ids.update(rendered["input_ids"] if isinstance(rendered, dict) else rendered)
+    return sorted(int(token) for token in ids)
+
+
+def protected_rows(model: nn.Module, vocab: int, extra: Iterable[int] | None) -> torch.Tensor:
+    """A bool per row: the model's special tokens and ``extra`` (``protected_tokens``); an id outside the
+    vocabulary is an error naming it."""
+    ids = special_token_ids(model) | set(extra or [])
+    outside = sorted(token for token in ids if not 0 <= token < vocab)
+    if outside and set(outside) & set(extra or []):
+        raise ValueError(
+            f"protected_tokens {outside} are not token ids of this {vocab}-token vocabulary (ids from another tokenizer?)"
+        )
+    rows = torch.zeros(vocab, dtype=torch.bool)
+    rows[[token for token in ids if 0 <= token < vocab]] = True
+    return rows
+
+
+def warn_if_short(tokens: int, vocab: int) -> None:
+    """A ``BudgetCheckWarning`` where the calibration text has fewer than ``ENOUGH_CALIBRATION`` tokens."""
+    if tokens < ENOUGH_CALIBRATION:
+        warnings.warn(
+            f"size_ratio: {tokens:,} calibration tokens is short for a {vocab:,}-token vocabulary: rows are weighed by "
+            f"how often the text uses each token, so give at least {ENOUGH_CALIBRATION:,} tokens of text of the kind "
+            "the model will serve (--calibration-tokens on the command line) and keep model_text_tokens > 0",
+            BudgetCheckWarning,
+            stacklevel=2,
+        )
+
+
+def held_back(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(calibration ids, held-back ids): the last ``HELD_BACK_TOKENS`` (at most an eighth) are kept for the check."""
+    ids = ids.reshape(-1)
+    keep = min(HELD_BACK_TOKENS, len(ids) // 8)
+    return (ids[: len(ids) - keep], ids[len(ids) - keep :]) if keep else (ids, ids[:0])
+
+
+@torch.no_grad()
+def ln_perplexity(model: nn.Module, embedding: nn.Module, layer: nn.Module | None, ids: torch.Tensor) -> float:
+    """Mean next-token ln-loss of ``ids`` (``(sequences, length)``) through ``model`` with ``layer`` in place of
+    ``embedding`` (and of the tied output layer it serves), by forward hooks: the model itself is not touched."""
+    hooks = []
+    if layer is not None:
+        hooks.append(embedding.register_forward_hook(lambda module, inputs, output: layer(inputs[0]).to(output.dtype)))
+        if layer.tied_output is not None:
+            head = model.get_submodule(layer.tied_output)
+            hooks.append(head.register_forward_hook(lambda m, inputs, out: layer.logits(inputs[0]).to(out.dtype)))
+    was_training = model.training
+    model.eval()
+    try:
+        device = next(model.parameters()).device
+        return float(model(input_ids=ids.to(device), labels=ids.to(device)).loss)
+    finally:
+        for hook in hooks:
+            hook.remove()
+        model.train(was_training)
+
+
+def compare(
+    model: nn.Module,
+    embedding: nn.Module,
+    weighed: nn.Module,
+    alike: nn.Module,
+    texts: dict[str, torch.Tensor],
+) -> BudgetCheck:
+    """Δ ln PPL of both allocations on each held-back text; keeps ``"weighed"`` unless the rows weighed alike win
+    on the text where the weighed allocation is worst by more than ``MARGIN``."""
+    dense = {name: ln_perplexity(model, embedding, None, ids) for name, ids in texts.items()}
+    scores = {
+        kind: {name: ln_perplexity(model, embedding, layer, ids) - dense[name] for name, ids in texts.items()}
+        for kind, layer in (("weighed", weighed), ("alike", alike))
+    }
+    worst = max(texts, key=lambda name: scores["weighed"][name])
+    kept = "weighed alike" if scores["alike"][worst] < scores["weighed"][worst] - MARGIN else "weighed"
+    return BudgetCheck(scores["weighed"], scores["alike"], kept)
+
+
+def worst_served(errors: torch.Tensor, ids: Iterable[torch.Tensor], names: list[str]) -> list[tuple[int, int, str]]:
+    """The tokens of the held-back texts whose rows lose most there (uses × the row's error at its width):
+    (token id, uses, width name), ``WORST_SHOWN`` at most. ``errors`` and ``names`` are per token."""
+    uses = torch.zeros(len(errors), dtype=torch.float64)
+    for part in ids:
+        uses += torch.bincount(part.reshape(-1).cpu(), minlength=len(errors))[: len(errors)].double()
+    order = (uses * errors.double()).argsort(descending=True)[:WORST_SHOWN]
+    return [(int(token), int(uses[token]), names[token]) for token in order if uses[token] > 0]

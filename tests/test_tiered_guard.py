@@ -1,0 +1,70 @@
+"""``size_ratio`` is never silently worse than the safe choice: the model's special tokens and ``protected_tokens``
+keep int8 rows or wider however rarely the calibration text uses them; a calibration text short for the vocabulary
+is named in a warning; after the build, held-back text is scored through the allocation and through the same bytes
+with every row weighed alike, and where the weighed one loses the layer keeps the other, with a warning naming the
+fix and the rows served worst."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_tiered_budget import CALIBRATION, VOCAB, budget, tiny
+from test_tiered_model_text import peaked
+
+from hf_tensorcompress import apply_tiered
+from hf_tensorcompress.methods.tiered.guard import BudgetCheckWarning, held_back
+
+
+def widths_of(model: torch.nn.Module, tokens: list[int]) -> list[object]:
+    """The stored width of each token's row."""
+    layer = model.get_input_embeddings()
+    per_row = [spec["bits"] for spec in layer.tier_specs for _ in range(spec["rows"])]
+    return [per_row[int(layer.slot[token])] for token in tokens]
+
+
+def test_special_and_protected_tokens_keep_int8_rows_the_text_never_uses(capsys):
+    unused = [token for token in range(900, VOCAB) if token not in CALIBRATION.tolist()][:5]
+    config = budget(6, model_text_tokens=0, protected_tokens=unused[:3])
+    model = tiny()
+    model.config.pad_token_id = unused[3]
+    with pytest.warns(BudgetCheckWarning, match="short"):
+        compressed = apply_tiered(model, config, CALIBRATION, 256)
+    special = [compressed.config.bos_token_id, compressed.config.eos_token_id]
+    assert all(width in (8, 16) for width in widths_of(compressed, unused[:4] + special))
+    assert widths_of(compressed, unused[4:5]) != [8]  # an unprotected unused token: narrow
+    assert "size_ratio check on held-back text" in capsys.readouterr().out
+
+
+def test_protected_tokens_outside_the_vocabulary_are_refused():
+    with pytest.raises(ValueError, match=r"protected_tokens \[1000\] are not token ids of this 1000-token"):
+        apply_tiered(tiny(), budget(4, model_text_tokens=0, protected_tokens=[1000]), CALIBRATION, 256)
+
+
+def test_protected_tokens_are_a_floor_of_the_budget_only():
+    from hf_tensorcompress import CompressionConfig
+
+    with pytest.raises(ValueError, match="protected_tokens is a floor of the size_ratio budget"):
+        CompressionConfig(method="tiered", tier_bits=[4], protected_tokens=[1])
+    with pytest.raises(ValueError, match="protected_tokens must be a list of token ids"):
+        CompressionConfig(method="tiered", size_ratio=4, protected_tokens=[-1])
+
+
+def test_an_allocation_that_loses_on_held_back_text_gives_way_with_a_warning(capsys):
+    """Calibration text that never uses the upper 700 tokens, and no model text: the weighed allocation starves rows
+    the model's own text needs; the check sees it on the held-back sample and keeps the rows weighed alike."""
+    narrow = CALIBRATION[CALIBRATION < 300]
+    with pytest.warns(BudgetCheckWarning) as caught:
+        model = apply_tiered(peaked(), budget(6, model_text_tokens=0), narrow, 256)
+    lost = [str(w.message) for w in caught if "lost on held-back text" in str(w.message)]
+    assert lost and "keep model_text_tokens > 0" in lost[0] and "Rows it served worst: token " in lost[0]
+    check = model.get_input_embeddings().budget_check
+    assert check.kept == "weighed alike" and check.worst_served
+    assert check.alike["model's own text"] < check.weighed["model's own text"]
+    assert "kept weighed alike" in capsys.readouterr().out
+
+
+def test_the_calibration_text_is_held_back_at_its_end():
+    ids = torch.arange(16000)
+    kept, held = held_back(ids)
+    assert torch.equal(torch.cat([kept, held]), ids) and len(held) == 1024
+    assert len(held_back(torch.arange(80))[1]) == 10  # at most an eighth
