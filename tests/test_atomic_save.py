@@ -148,7 +148,7 @@ def test_the_cli_writes_model_and_tokenizer_together(dense, tmp_path, monkeypatc
         assert (Path(folder) / "model.safetensors").is_file()
         raise Killed("killed while copying the tokenizer")
 
-    monkeypatch.setattr("hf_tensorcompress.cli._save_tokenizer", dies)
+    monkeypatch.setattr("hf_tensorcompress.cli.compress.save_beside", dies)
     with pytest.raises(Killed):
         main(["compress", str(dense), str(output), "--method", "svd", "--rank", "2", "--overwrite"])
     assert snapshot(output) == before
