@@ -147,6 +147,7 @@ def apply_compression(
         # transformers' "initialised" flag, so initialize_weights() leaves the layer as built; on the meta device
         # there is nothing built yet: initialize_weights() after to_empty() gives the layer its init
         layer._is_hf_initialized = not any(t.is_meta for t in layer.state_dict().values())
+        layer.train(model.get_submodule(name).training)  # built in training mode: it takes the replaced module's
         model.set_submodule(name, layer)
     bind_layers(model, layers)
     specs = {name: layer.spec() for name, layer in layers.items()}
