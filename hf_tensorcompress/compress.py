@@ -101,6 +101,25 @@ def check_weights_loaded(model: nn.Module, config: CompressionConfig, names: lis
         )
 
 
+def check_finite(model: nn.Module, config: CompressionConfig, names: list[str]) -> None:
+    """A method that computes its layers from the dense weights needs finite ones: a NaN or infinity would stop a
+    decomposition without naming the module, or be stored and give NaN outputs. Checked before anything changes."""
+    if not method_for(config).reads_weights(config):
+        return
+    for name in names:
+        for key, tensor in model.get_submodule(name).named_parameters(recurse=False):
+            if tensor.is_meta or not tensor.is_floating_point() or bool(torch.isfinite(tensor).all()):
+                continue
+            nan, infinite = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
+            first = [int(i) for i in torch.nonzero(~torch.isfinite(tensor))[0]]
+            raise ValueError(
+                f"{name}.{key} holds {nan} NaN and {infinite} infinite value(s) (the first at index {first}); "
+                f"{config.method!r} computes its compressed layer from these weights, so nothing was compressed. "
+                "Compress the model before the values went bad (a diverged training, a broken conversion), or fix "
+                "them first"
+            )
+
+
 def own_config(model: nn.Module) -> None:
     """Give ``model`` its own copy of its config (and of the sub-configs its modules hold), so that recording the
     compression does not change another model built from the same config object."""
@@ -135,6 +154,7 @@ def apply_compression(
     linears = adopted_torchao(model, names)
     check_ranks(config, names)
     check_weights_loaded(model, config, names)
+    check_finite(model, config, names)
     options = method.model_options(model, config) if method.model_options else {}
     prepared = method.prepare(model, config, calibration) if method.prepare else None
     layers = {
@@ -147,6 +167,7 @@ def apply_compression(
         # transformers' "initialised" flag, so initialize_weights() leaves the layer as built; on the meta device
         # there is nothing built yet: initialize_weights() after to_empty() gives the layer its init
         layer._is_hf_initialized = not any(t.is_meta for t in layer.state_dict().values())
+        layer.train(model.get_submodule(name).training)  # built in training mode: it takes the replaced module's
         model.set_submodule(name, layer)
     bind_layers(model, layers)
     specs = {name: layer.spec() for name, layer in layers.items()}

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 #: package -> the extra that installs it
@@ -31,20 +32,42 @@ EXTRAS = {
 
 
 class MissingExtraError(ImportError):
-    """An optional dependency is not installed; the message says which extra installs it."""
+    """Optional dependencies are not installed; the message names every one of them and what installs them."""
+
+
+def missing_message(packages: list[str], purpose: str) -> str:
+    """What to say when ``packages`` (top-level names) are missing for ``purpose``: all of them in one line, with
+    the pip command that installs them and the extra of this repository that does."""
+    extras = sorted({EXTRAS.get(package, "all") for package in packages})
+    names = ", ".join(repr(package) for package in packages)
+    return (
+        f"{purpose} needs the optional package{'s' if len(packages) > 1 else ''} {names}, not installed here; "
+        f"install {'them' if len(packages) > 1 else 'it'} with: pip install {' '.join(packages)} (in a clone of "
+        f'hf_tensorcompress: pip install -e ".[{",".join(extras)}]", or [all])'
+    )
+
+
+def check_installed(packages: tuple[str, ...] | list[str], purpose: str) -> None:
+    """``MissingExtraError`` naming every one of ``packages`` that is not installed (found without importing any:
+    the command line checks its flags before torch loads)."""
+    missing = [package for package in packages if importlib.util.find_spec(package.split(".")[0]) is None]
+    if missing:
+        raise MissingExtraError(missing_message(missing, purpose))
 
 
 def require(package: str, purpose: str) -> ModuleType:
     """Import ``package`` (a module path such as ``aeon.datasets`` works too), or raise ``MissingExtraError``
-    saying what it is needed for and which ``pip install "hf_tensorcompress[<extra>]"`` provides it."""
+    saying what it is needed for and what installs it."""
     top = package.split(".")[0]
     try:
         return importlib.import_module(package)
     except ImportError as error:
         if error.name is not None and error.name.split(".")[0] != top:
             raise  # the package is there but something inside it is broken: show the real error
-        extra = EXTRAS.get(top, "all")
-        raise MissingExtraError(
-            f"{purpose} needs the optional package {top!r}, which is not installed; "
-            f'install it with: pip install "hf_tensorcompress[{extra}]" (or [all])'
-        ) from error
+        raise MissingExtraError(missing_message([top], purpose)) from error
+
+
+def require_all(packages: tuple[str, ...] | list[str], purpose: str) -> list[ModuleType]:
+    """``require`` for several packages, every missing one named in one error (not the first, then the next)."""
+    check_installed(packages, purpose)
+    return [require(package, purpose) for package in packages]

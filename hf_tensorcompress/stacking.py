@@ -90,7 +90,10 @@ def quantize_linears(model: nn.Module, config: TorchAoConfig | BitsAndBytesConfi
         raise ValueError(f"{type(model).__name__} has no nn.Linear weight to quantize beside its compressed layers")
     copies = nn.ModuleDict({str(index): _copy(model.get_submodule(name)) for index, name in enumerate(names)})
     if isinstance(config, BitsAndBytesConfig):
-        copies = nn.ModuleDict({index: packed_linear(linear, config) for index, linear in copies.items()})
+        # a new module is built in training mode: it keeps the replaced one's (bitsandbytes' eval path is another)
+        copies = nn.ModuleDict(
+            {index: packed_linear(linear, config).train(linear.training) for index, linear in copies.items()}
+        )
     else:
         from torchao.quantization import quantize_  # check_torchao_config made sure it is installed
 

@@ -100,3 +100,30 @@ def test_bad_calibration_ids_are_refused_before_anything_changes(apply, options,
     with pytest.raises(ValueError, match=f"{apply}: .*{message}"):
         function(model, CompressionConfig(**options), ids, **extra)
     assert_untouched(model, before)
+
+
+@pytest.mark.parametrize(
+    "method, options, family",
+    [
+        ("cp", {"rank": 0.5, "cp_iterations": 2}, "patchtst"),
+        ("svd", {"rank": 0.5}, "patchtst"),
+        ("tt", {"tt_ranks": 2, "tt_order": 3}, "llama"),
+        ("tiered", {"tier_tokens": [40], "tier_bits": [8, 3], "tier_group_size": 8}, "llama"),
+    ],
+)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_nan_or_infinite_weights_are_refused_naming_the_module_before_anything_changes(method, options, family, bad):
+    """cp, svd and tt stopped in a decomposition with a raw LinAlgError naming no module; tiered stored the value and
+    saved a checkpoint its own loader refused."""
+    model = patchtst() if family == "patchtst" else tiny_causal_lm("llama")
+    name = "model.encoder.layers.1.self_attn.k_proj" if family == "patchtst" else "model.embed_tokens"
+    with torch.no_grad():
+        model.get_submodule(name).weight[3, 5] = bad
+    kind, state, config = snapshot(model)
+    with pytest.raises(ValueError, match=rf"{name}\.weight holds .*\(the first at index \[3, 5\]\).*nothing was"):
+        apply_compression(model, CompressionConfig(method=method, **options))
+    assert type(model) is kind and model.config.to_json_string() == config
+    after = model.state_dict()
+    assert after.keys() == state.keys()
+    for key in state:
+        torch.testing.assert_close(after[key], state[key], rtol=0, atol=0, equal_nan=True)

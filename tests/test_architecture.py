@@ -22,7 +22,7 @@ LAYERS = (
     ("methods",),
     (),
     ("data", "evaluation", "training", "baselines", "search", "assets"),
-    ("cli", "cli_messages", "cli_noise", "__main__", ""),
+    ("cli", "__main__", ""),
 )
 APPLICATION = 4
 

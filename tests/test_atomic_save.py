@@ -148,7 +148,7 @@ def test_the_cli_writes_model_and_tokenizer_together(dense, tmp_path, monkeypatc
         assert (Path(folder) / "model.safetensors").is_file()
         raise Killed("killed while copying the tokenizer")
 
-    monkeypatch.setattr("hf_tensorcompress.cli._save_tokenizer", dies)
+    monkeypatch.setattr("hf_tensorcompress.cli.compress.save_beside", dies)
     with pytest.raises(Killed):
         main(["compress", str(dense), str(output), "--method", "svd", "--rank", "2", "--overwrite"])
     assert snapshot(output) == before
@@ -282,3 +282,61 @@ def test_old_weight_files_do_not_outlive_a_new_save(previous, monkeypatch, in_pl
     names = {p.name for p in previous.iterdir()}
     assert {"model.safetensors", "tokenizer.json"} <= names
     assert not {"model-00001-of-00002.safetensors", "model.safetensors.index.json"} & names
+
+
+#: A save that another PID namespace (another container on a shared volume) runs: its staging names carry a process
+#: id that means nothing here. It writes, waits for the test to load and save the same folder, then finishes.
+OTHER_NAMESPACE_WRITER = """
+import os, sys
+from hf_tensorcompress.runtime import atomic
+os.getpid = lambda: {pid}  # the process id it records: no process here has it
+with atomic.atomic_folder(sys.argv[1]) as staging:
+    (staging / "config.json").write_text('{{"writer": "other namespace"}}')
+    print("staging", flush=True)
+    sys.stdin.readline()
+    (staging / "weights.bin").write_bytes(b"written after the other save")
+print("saved", flush=True)
+"""
+
+
+def test_a_save_of_another_pid_namespace_survives_the_loads_and_saves_made_here(tmp_path):
+    """The writer's lock, not its process id, says it is alive: a load here (``recover``) and a save here leave its
+    staging folder, and it finishes; nothing is left behind."""
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "config.json").write_text('{"writer": "first"}')
+    writer = subprocess.Popen(
+        [sys.executable, "-c", OTHER_NAMESPACE_WRITER.format(pid=dead_pid()), str(target)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert writer.stdout.readline().strip() == "staging", writer.stderr.read()
+        atomic.recover(target)  # what every load of the folder runs first
+        with atomic_folder(target) as staging:  # and a save here meanwhile
+            (staging / "config.json").write_text('{"writer": "here"}')
+        assert json.loads((target / "config.json").read_text()) == {"writer": "here"}
+        writer.stdin.write("\n")
+        writer.stdin.flush()
+        out, err = writer.communicate(timeout=60)
+    finally:
+        writer.kill()
+    assert writer.returncode == 0 and out.strip() == "saved", err[-2000:]
+    assert json.loads((target / "config.json").read_text()) == {"writer": "other namespace"}
+    assert (target / "weights.bin").read_bytes() == b"written after the other save"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model"]  # no staging folder, no lock left
+
+
+def test_a_killed_writers_lock_and_folders_are_removed_by_the_next_save(tmp_path):
+    """A lock file nobody holds (its writer was killed) is the writer gone, whatever its process id says."""
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    token = f"{os.getpid()}.0a0a0a0a"  # a live process id: only the lock tells
+    (tmp_path / f".model.{token}.partial").mkdir()
+    (tmp_path / f".model.{token}.lock").touch()
+    with atomic_folder(target) as staging:
+        (staging / "config.json").write_text('{"saved": true}')
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model"]

@@ -10,8 +10,9 @@ import pytest
 from helpers import save_word_level_lm
 from test_hub_push import small_patchtst
 
-from hf_tensorcompress.cli import build_parser, config_classes, main
-from hf_tensorcompress.cli_messages import flag, in_flag_terms
+from hf_tensorcompress.cli import build_parser, main
+from hf_tensorcompress.cli.messages import flag, in_flag_terms
+from hf_tensorcompress.config import config_classes
 
 TIERED_FIELDS = ("tier_tokens", "tier_bits", "tier_group_size", "rounding", "low_rank", "low_rank_bits")
 

@@ -101,7 +101,9 @@ def test_an_option_of_another_method_is_an_error_naming_its_config():
 
 def test_missing_extra_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "aeon", None)  # import aeon now fails as if it were not installed
-    with pytest.raises(MissingExtraError, match=r'pip install "hf_tensorcompress\[sbt\]"'):
+    with pytest.raises(
+        MissingExtraError, match=r'pip install aeon \(in a clone of hf_tensorcompress: pip install -e "\.\[sbt\]"'
+    ):
         require("aeon.datasets", "the UEA classification data")
     assert exit_code(MissingExtraError("x")) == 1
     monkeypatch.setitem(sys.modules, "matplotlib", None)

@@ -217,9 +217,10 @@ def shipped_files_table() -> str:
     rows = ["| checkpoint | files it ships (besides `config.json`, the weights and the card) |", "|---|---|"]
     rows.append(f"| every one | {listed(common)} |")
     rows += [f"| method `{name}` | {listed(own - common)} |" for name, own in files.items()]
-    rows.append("| a layer stores packed codes (`LowBitTensor`, `CodebookTensor`) | `lowbit_kernel.py` |")
-    rows.append(
-        "| the other Linears quantized with torchao or bitsandbytes (`quantize_linears`) | `torchao_linears.py`, "
-        "`bnb_linears.py` |"
-    )
+    everywhere = set(shipped_files([]).values())
+    for when, optional in (
+        ("a layer stores packed codes (`LowBitTensor`, `CodebookTensor`)", "lowbit_kernel"),
+        ("the other Linears quantized with torchao or bitsandbytes (`quantize_linears`)", "torchao_linears"),
+    ):
+        rows.append(f"| {when} | {listed(set(shipped_files([], (optional,)).values()) - everywhere)} |")
     return "\n".join(rows)

@@ -1,44 +1,34 @@
 """Forecasting data: load (Appliances Energy by default, or the user's), read its layout, split 7:1:2,
 standardise, window; classification data (UEA names, .ts/.arff, CSV, datasets folders) padded with masks."""
 
-from .layout import Layout
-from .prepare import SPLITS, prepare_forecasting, split_sizes
-from .sources import (
-    APPLIANCES_NOISE_COLUMNS,
-    BUILTIN_SOURCES,
-    describe_source,
-    load_appliances_energy,
-    load_electricity,
-    load_forecasting_csv,
-    load_forecasting_dataset,
-)
-from .standardize import Standardization, standardization_of
-from .summary import describe_forecasting
-from .tables import read_table
-from .time_features import NUM_TIME_FEATURES, TIME_FEATURES, time_features
-from .windows import ForecastingWindows, WindowShape, forecasting_windows, window_shape
+from ..lazy import lazy_exports
 
-__all__ = [
-    "SPLITS",
-    "APPLIANCES_NOISE_COLUMNS",
-    "NUM_TIME_FEATURES",
-    "TIME_FEATURES",
-    "ForecastingWindows",
-    "Layout",
-    "Standardization",
-    "WindowShape",
-    "describe_forecasting",
-    "forecasting_windows",
-    "load_appliances_energy",
-    "load_electricity",
-    "BUILTIN_SOURCES",
-    "describe_source",
-    "load_forecasting_csv",
-    "load_forecasting_dataset",
-    "prepare_forecasting",
-    "read_table",
-    "split_sizes",
-    "standardization_of",
-    "time_features",
-    "window_shape",
-]
+#: public name -> the module (relative to this package) defining it; imported on first use, so the command line's
+#: data flags (``arguments.py``) are read without pandas or datasets
+_EXPORTS = {
+    "Layout": ".layout",
+    "SPLITS": ".prepare",
+    "prepare_forecasting": ".prepare",
+    "split_sizes": ".prepare",
+    "APPLIANCES_NOISE_COLUMNS": ".sources",
+    "BUILTIN_SOURCES": ".sources",
+    "describe_source": ".sources",
+    "load_appliances_energy": ".sources",
+    "load_electricity": ".sources",
+    "load_forecasting_csv": ".sources",
+    "load_forecasting_dataset": ".sources",
+    "Standardization": ".standardize",
+    "standardization_of": ".standardize",
+    "covariate_note": ".summary",
+    "describe_forecasting": ".summary",
+    "read_table": ".tables",
+    "NUM_TIME_FEATURES": ".time_features",
+    "TIME_FEATURES": ".time_features",
+    "time_features": ".time_features",
+    "ForecastingWindows": ".windows",
+    "WindowShape": ".windows",
+    "forecasting_windows": ".windows",
+    "window_shape": ".windows",
+}
+__getattr__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

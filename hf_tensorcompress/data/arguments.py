@@ -1,14 +1,15 @@
 """The data flags every recipe shares, so a user's file is read the same way by each (and by the library API):
-``--dataset`` plus the ``Layout`` of a forecasting table, or the columns of a classification table."""
+``--dataset`` plus the ``Layout`` of a forecasting table, or the columns of a classification table. Defining the flags
+imports neither pandas nor datasets (the command line's ``--help``); reading the data does.
+"""
 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-import datasets
-
-from .classification import SeriesColumns, load_classification_dataset
-from .sources import load_forecasting_dataset
+if TYPE_CHECKING:
+    import datasets
 
 
 def add_forecasting_arguments(parser: argparse.ArgumentParser) -> None:
@@ -77,6 +78,8 @@ def forecasting_options(args: argparse.Namespace) -> dict:
 
 
 def load_forecasting_from_args(args: argparse.Namespace) -> datasets.DatasetDict:
+    from .sources import load_forecasting_dataset
+
     return load_forecasting_dataset(args.dataset, **forecasting_options(args))
 
 
@@ -111,6 +114,8 @@ def add_classification_arguments(
 
 
 def load_classification_from_args(args: argparse.Namespace) -> datasets.DatasetDict:
+    from .classification import SeriesColumns, load_classification_dataset
+
     columns = SeriesColumns(args.label_column, args.id_column, args.time_column)
     return load_classification_dataset(
         args.dataset, test_source=args.test_dataset, columns=columns, validation=args.validation

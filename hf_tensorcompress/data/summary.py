@@ -25,8 +25,25 @@ def _names(names: list[str] | tuple[str, ...], limit: int = 8) -> str:
     return shown + (f", … ({len(names)} in all)" if len(names) > limit else "")
 
 
-def describe_forecasting(data: datasets.DatasetDict, source: str) -> str:
-    """Rows per split, channels (targets / covariates), time range, frequency and share of missing values."""
+#: Model types whose forecast of a channel is computed from that channel's history alone (PatchTST shares weights
+#: across channels but never mixes them), so covariates cannot change the targets' forecast.
+CHANNEL_INDEPENDENT = ("patchtst",)
+
+
+def covariate_note(model_type: str, covariates: list[str]) -> str | None:
+    """The line to print when ``covariates`` cannot influence the targets' forecast of a ``model_type`` model."""
+    if model_type not in CHANNEL_INDEPENDENT or not covariates:
+        return None
+    return (
+        f"note: {model_type} is channel-independent: each channel is forecast from its own history only, so the "
+        f"{len(covariates)} covariate(s) do not influence the targets' forecast (they are forecast too, and not "
+        "scored); autoformer or informer mixes channels and does use them"
+    )
+
+
+def describe_forecasting(data: datasets.DatasetDict, source: str, model_type: str | None = None) -> str:
+    """Rows per split, channels (targets / covariates), time range, frequency and share of missing values; with
+    ``model_type`` (the model the data is for), the note that a channel-independent model ignores covariates."""
     stats = standardization_of(data)
     frames = {name: split.with_format(None).to_pandas() for name, split in data.items()}
     values = np.concatenate([frame[list(stats.columns)].to_numpy(dtype=np.float64) for frame in frames.values()])
@@ -61,4 +78,5 @@ def describe_forecasting(data: datasets.DatasetDict, source: str) -> str:
             else ""
         )
     )
-    return "\n".join(lines)
+    note = covariate_note(model_type, covariates) if model_type else None
+    return "\n".join(lines + ([note] if note else []))

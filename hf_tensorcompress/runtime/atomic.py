@@ -3,9 +3,13 @@ place in one step, so the target always holds the previous or the new complete c
 
 Where the target cannot be renamed (a mount point, the working directory, a folder holding it) the new files are
 staged inside it and renamed into place one by one, ``config.json`` last after the old one is removed: a partial
-state has no config and cannot load as a mix. Every staging name carries the writer's process id, so the next
-save or load of that path (``recover``) finishes or removes what a killed process left, and never touches a live
-save's files. Kept files (a tokenizer saved there first) are hard-linked, not copied: a re-save needs no second copy.
+state has no config and cannot load as a mix. Every staging name carries the writer's token (its process id and a
+random part), and the writer holds a lock (``flock``) on ``<prefix>.<token>.lock`` beside its staging folders for as
+long as they exist, so the next save or load of that path (``recover``) finishes or removes what a killed process
+left, and never touches a live save's files, even one of another PID namespace (another container on a shared
+volume), where the process id means nothing. Only staging folders without a lock file (an earlier version's) are
+judged by their process id. Kept files (a tokenizer saved there first) are hard-linked, not copied: a re-save needs no
+second copy.
 
 Ships inside saved checkpoints (``save_pretrained`` of the shipped ``Compressed<Base>`` uses it): standard library only.
 """
@@ -21,6 +25,11 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; staging folders are judged by their process id there
+    fcntl = None
 
 #: Name of the staging folder an in-place save makes inside its target.
 IN_PLACE = ".tensorcompress"
@@ -50,18 +59,45 @@ def atomic_folder(target: str | os.PathLike) -> Iterator[Path]:
     target.parent.mkdir(parents=True, exist_ok=True)
     recover(target)
     in_place = target.is_dir() and _unmovable(target)
-    staging = _staging(target / IN_PLACE if in_place else target.parent / f".{target.name}", "partial")
-    if target.is_dir():
-        shutil.copymode(target, staging)
+    prefix = target / IN_PLACE if in_place else target.parent / f".{target.name}"
+    with _writer_lock(prefix) as token:
+        staging = Path(f"{prefix}.{token}.partial")
+        staging.mkdir()
+        if target.is_dir():
+            shutil.copymode(target, staging)
+        try:
+            yield staging
+            if in_place:
+                _move_in(staging.rename(staging.with_suffix(f".{READY}")), target)
+            else:
+                _swap(staging, target, token)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+
+@contextmanager
+def _writer_lock(prefix: Path) -> Iterator[str]:
+    """This writer's token ``<pid>.<random>`` for its staging names, with ``<prefix>.<token>.lock`` locked until the
+    block ends (then removed): the proof, to any process that can read the folder, that the writer is alive. The
+    file is locked under a temporary name and renamed into place, so no one sees it unlocked while its writer lives."""
+    while True:
+        token = f"{os.getpid()}.{secrets.token_hex(4)}"
+        pending, lock = Path(f"{prefix}.{token}.locking"), Path(f"{prefix}.{token}.lock")
+        try:
+            descriptor = os.open(pending, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), 0o600)
+            break
+        except FileExistsError:
+            continue
     try:
-        yield staging
-        if in_place:
-            _move_in(staging.rename(staging.with_suffix(f".{READY}")), target)
-        else:
-            _swap(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        if fcntl is not None:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        os.rename(pending, lock)
+        yield token
+    finally:
+        for path in (pending, lock):
+            path.unlink(missing_ok=True)
+        os.close(descriptor)
 
 
 def recover(target: str | os.PathLike) -> None:
@@ -70,6 +106,7 @@ def recover(target: str | os.PathLike) -> None:
     Leftovers of live processes are left alone."""
     target = Path(os.path.realpath(target))
     aside = sorted(_dead(target.parent, f".{target.name}"), key=lambda path: path.stat().st_mtime)
+    aside = [path for path in aside if path.suffix != ".lock"]
     if not target.exists():
         old = [path for path in aside if path.suffix == ".old"]
         if old:
@@ -81,23 +118,22 @@ def recover(target: str | os.PathLike) -> None:
         for path in _dead(target, IN_PLACE):
             if path.suffix == f".{READY}":
                 _move_in(path, target)
-            else:
+            elif path.suffix != ".lock":
                 shutil.rmtree(path, ignore_errors=True)
+    for folder, prefix in ((target.parent, f".{target.name}"), (target, IN_PLACE)):
+        for lock in [path for path in _dead(folder, prefix) if path.suffix == ".lock"]:
+            lock.unlink(missing_ok=True)  # its writer's folders are handled above
 
 
-def _staging(prefix: Path, kind: str) -> Path:
-    """A new folder ``<prefix>.<pid>.<random>.<kind>`` (mode from the umask, like any new folder)."""
-    while True:
-        path = Path(f"{prefix}.{os.getpid()}.{secrets.token_hex(4)}.{kind}")
-        try:
-            path.mkdir()
-            return path
-        except FileExistsError:
-            continue
+#: What a staging name ends in: a folder being written, the old folder renamed aside, an in-place folder written in
+#: full, the writer's lock.
+KINDS = ("partial", "old", READY, "lock")
 
 
 def _dead(folder: Path, prefix: str) -> list[Path]:
-    """Staging folders named ``<prefix>.<pid>.<random>.<kind>`` in ``folder`` whose process has ended."""
+    """Staging folders (and lock files) named ``<prefix>.<pid>.<random>.<kind>`` in ``folder`` whose writer is gone:
+    nothing holds the writer's lock (``_writer_lock``); where there is no lock file (an earlier version's save, or a
+    system without ``flock``), its process has ended."""
     try:
         names = os.listdir(folder)
     except OSError:
@@ -105,10 +141,33 @@ def _dead(folder: Path, prefix: str) -> list[Path]:
     found = []
     for name in names:
         parts = name[len(prefix) + 1 :].split(".") if name.startswith(prefix + ".") else []
-        if len(parts) == 3 and parts[0].isdigit() and parts[2] in ("partial", "old", READY):
-            if not _alive(int(parts[0])) and (folder / name).is_dir():
-                found.append(folder / name)
+        if len(parts) == 3 and parts[0].isdigit() and parts[2] in KINDS:
+            path = folder / name
+            if (path.is_dir() or parts[2] == "lock") and _writer_gone(folder / f"{prefix}.{parts[0]}.{parts[1]}.lock"):
+                found.append(path)
     return found
+
+
+def _writer_gone(lock: Path) -> bool:
+    """Whether the writer whose lock file is ``lock`` has ended: no process holds the lock (a process of any PID
+    namespace that can reach the file holds it while it writes); without a lock file, its process id is no longer
+    alive here."""
+    pid = int(lock.name.split(".")[-3])
+    if fcntl is None:
+        return not _alive(pid)
+    try:
+        descriptor = os.open(lock, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return not _alive(pid)
+    except OSError:
+        return False  # cannot tell: leave it
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: the writer is alive
+    finally:
+        os.close(descriptor)
+    return True
 
 
 def _alive(pid: int) -> bool:
@@ -130,7 +189,7 @@ def _unmovable(target: Path) -> bool:
     return os.path.ismount(target) or cwd == target or target in cwd.parents or not os.access(target.parent, os.W_OK)
 
 
-def _swap(staging: Path, target: Path) -> None:
+def _swap(staging: Path, target: Path, token: str) -> None:
     """Put ``staging`` at ``target``, carrying over (hard-linked) the old files it does not replace; the old folder
     is exchanged with the new in one step where the system can (Linux), else renamed aside first. Either way a
     killed process leaves the old or the new folder at ``target``, or the old one aside for ``recover``."""
@@ -141,8 +200,7 @@ def _swap(staging: Path, target: Path) -> None:
     if _exchange(staging, target):
         shutil.rmtree(staging, ignore_errors=True)  # now the old folder
         return
-    aside = _staging(target.parent / f".{target.name}", "old")
-    aside.rmdir()
+    aside = target.parent / f".{target.name}.{token}.old"  # this writer's name: its lock covers it
     target.rename(aside)
     try:
         staging.rename(target)
@@ -158,6 +216,8 @@ def _carry_over(old: Path, new: Path) -> None:
     for entry in os.scandir(old):
         source, destination = Path(entry.path), new / entry.name
         if destination.exists() or destination.is_symlink() or (weights and WEIGHTS.fullmatch(entry.name)):
+            continue
+        if entry.name.startswith(IN_PLACE + "."):  # another writer's in-place staging: not part of the checkpoint
             continue
         if entry.is_symlink():
             os.symlink(os.readlink(source), destination)

@@ -15,11 +15,9 @@ from transformers import (
 )
 
 from hf_tensorcompress.data import NUM_TIME_FEATURES
+from hf_tensorcompress.data.summary import covariate_note  # noqa: F401  (the recipes' covariate line)
 
 FAMILIES = ("autoformer", "patchtst", "informer")
-#: Families whose forecast of a channel is computed from that channel's history alone (PatchTST shares weights across
-#: channels but never mixes them), so covariates cannot change the targets' forecast.
-CHANNEL_INDEPENDENT = ("patchtst",)
 CLASSES = {"autoformer": AutoformerForPrediction, "patchtst": PatchTSTForPrediction, "informer": InformerForPrediction}
 
 
@@ -88,14 +86,3 @@ def build_model(family: str, channels: int, context: int, horizon: int, size: Si
     if family == "autoformer":
         return AutoformerForPrediction(AutoformerConfig(label_length=context // 2, **common))
     return InformerForPrediction(InformerConfig(attention_type="full", num_parallel_samples=20, **common))
-
-
-def covariate_note(family: str, covariates: list[str]) -> str | None:
-    """The line a recipe prints when ``covariates`` cannot influence the targets' forecast with ``family``."""
-    if family not in CHANNEL_INDEPENDENT or not covariates:
-        return None
-    return (
-        f"note: --model {family} is channel-independent: each channel is forecast from its own history only, so the "
-        f"{len(covariates)} covariate(s) do not influence the targets' forecast (they are forecast too, and not "
-        "scored); --model autoformer or informer mixes channels and does use them"
-    )

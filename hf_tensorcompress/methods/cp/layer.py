@@ -155,13 +155,14 @@ class CPLinear(CompressedLinear):
             )
         return [self.factor_heads, self.factor_head_dim, self.factor_out]
 
-    def used_factors(self) -> list[torch.Tensor]:
-        """The factors the forward computes with: fp32, rounded as stored (``factor_bits``), or decoded codes."""
+    def used_factors(self, dtype: torch.dtype | None = None) -> list[torch.Tensor]:
+        """The factors the forward computes with: fp32, rounded as stored (``factor_bits``), or decoded codes. The
+        codes hold no float dtype of their own, so they decode to ``dtype``: the forward passes its input's (a bf16
+        model without biases, as Llama's projections are, computes in bf16), else the bias's, else fp32."""
         if self.stored:
-            return [
-                getattr(self, name).dequantize(self.bias.dtype if self.bias is not None else torch.float32)
-                for name in STORED_NAMES
-            ]
+            if dtype is None:
+                dtype = self.bias.dtype if self.bias is not None else torch.float32
+            return [getattr(self, name).dequantize(dtype) for name in STORED_NAMES]
         if self.factor_bits is None:
             return self.factors
         return [rounded(f, self.factor_bits, self.factor_group_size) for f in self.factors]
@@ -280,7 +281,7 @@ class CPLinear(CompressedLinear):
         cached = not torch.is_grad_enabled()
         _, path = self.multiply_adds(tokens, cached=cached)
         if path == "factorized":
-            heads, head_dim, out = self.used_factors()
+            heads, head_dim, out = self.used_factors(x.dtype)
             return F.linear(x @ khatri_rao(heads, head_dim), out, self.bias)
         weight = self._cached_weight() if cached else self.weight
         return F.linear(x, weight, self.bias)
