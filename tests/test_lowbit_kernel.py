@@ -236,3 +236,30 @@ def test_the_codebook_kernel_checks_its_buffers_before_the_call(name):
         lowbit_kernel.fused_codebook_matmul_t(
             buffers["low"], buffers["high"], 2, buffers["scale"], buffers["codebook"], torch.randn(1, 64)
         )
+
+
+@pytest.mark.skipif(not RUNS_HERE, reason="needs a C compiler and an AVX2 x86 CPU")
+def test_rows_decoded_in_c_by_index_equal_the_torch_decode():
+    """What a product with many hidden states decodes: rows ``index`` into rows ``places`` of a block, for every
+    code width and a codebook with high index bits; out-of-range indices are left to the torch path."""
+    generator = torch.Generator().manual_seed(0)
+    index, places = torch.randperm(1001, generator=generator)[:300], torch.randperm(400, generator=generator)[:300]
+    for bits in (2, 3, 4, 8):
+        stored = LowBitTensor.quantize(torch.randn(1001, 192, generator=generator), bits, 64)
+        block, reference = torch.zeros(400, 192), torch.zeros(400, 192)
+        reference[places] = stored.rows(index)
+        assert lowbit_kernel.decode_lowbit_rows(
+            stored.codes, stored.scale, stored.minimum, bits, 64, 192, index, block, places
+        )
+        assert torch.equal(block, reference)
+    stored = CodebookTensor((1001, 192), 4, 1024)
+    stored.reset_parameters()
+    block, reference = torch.zeros(400, 192), torch.zeros(400, 192)
+    reference[places] = stored.rows(index)
+    stored.decode_into(index, block, places)
+    assert torch.equal(block, reference)
+    outside = index.clone()
+    outside[0] = 1001
+    assert not lowbit_kernel.decode_codebook_rows(
+        stored.codes, stored.high, stored.high_bits, stored.scale, stored.codebook, outside, block, places
+    )

@@ -10,7 +10,7 @@ from helpers import run_without_library, tiny_causal_lm
 from transformers import AutoModelForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression, apply_tiered
-from hf_tensorcompress.methods.tiered.layer import TieredEmbedding, TieredTiedHead
+from hf_tensorcompress.methods.tiered.layer import GEMM_POSITIONS, GEMM_TOKENS, TieredEmbedding, TieredTiedHead
 from hf_tensorcompress.methods.tiered.rounding import output_aware_codes
 from hf_tensorcompress.runtime.lowbit import LowBitTensor
 
@@ -162,3 +162,24 @@ def test_calibrated_options_without_calibration_say_how_to_calibrate():
         apply_compression(tiny_causal_lm("llama"), CompressionConfig(method="tiered", rounding="output"))
     with pytest.raises(ValueError, match="dividing the 24 columns"):
         apply_compression(tiny_causal_lm("llama"), CompressionConfig(method="tiered", tier_group_size=7))
+
+
+@pytest.mark.parametrize("rank", [0, 8])
+def test_the_head_over_many_positions_decodes_in_token_order_to_the_same_logits(rank):
+    """From ``GEMM_POSITIONS`` hidden states the head decodes chunks of tokens' rows for a GEMM: the logits of each
+    position are the ones the per-tier products give it alone, and ``hidden @ weight.T``."""
+    vocab = GEMM_TOKENS + 900  # a partial last chunk
+    tiers = [
+        {"rows": 300, "bits": 8, "group_size": 32},
+        {"rows": 2000, "bits": "codebook", "codebook_dim": 4, "codebook_size": 1024},
+        {"rows": vocab - 2300, "bits": 3 if rank == 0 else 0, "group_size": 32},
+    ]
+    torch.manual_seed(rank)
+    layer = TieredEmbedding(vocab, 64, tiers, rank)
+    layer.reset_parameters()
+    layer.slot.copy_(torch.randperm(vocab).int())
+    hidden = torch.randn(2, GEMM_POSITIONS, 64)
+    together = layer.logits(hidden)
+    alone = torch.cat([layer.logits(hidden[:, i : i + 1]) for i in range(GEMM_POSITIONS)], 1)
+    torch.testing.assert_close(together, alone, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(together, hidden @ layer.weight.T, rtol=1e-5, atol=1e-5)

@@ -97,6 +97,12 @@ class CodebookTensor(StoredMatrix):
         scale = self._take(self.scale, rows).to(dtype)
         return torch.mul(values, scale, out=out)
 
+    def _decode_in_kernel(self, kernel, ids: torch.Tensor, out: torch.Tensor, places: torch.Tensor) -> bool:
+        high = self.high if self.high_bits else None
+        return kernel.decode_codebook_rows(
+            self.codes, high, self.high_bits, self.scale, self.codebook, ids, out, places
+        )
+
     def matmul_t(self, hidden: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
         """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``): on the CPU through the fused kernel (a lookup table
         for up to four hidden vectors, a C decode of 1,024 rows at a time for a GEMM beyond), else decoding ``chunk``

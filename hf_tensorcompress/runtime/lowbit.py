@@ -157,6 +157,16 @@ class StoredMatrix(nn.Module):
         """The whole float matrix (for analysis and tests; layers use ``rows`` and ``matmul_t``)."""
         return self.rows(None, dtype)
 
+    def decode_into(self, ids: torch.Tensor, out: torch.Tensor, places: torch.Tensor) -> None:
+        """``out[places] = rows(ids)`` in ``out``'s dtype: in C where the checkpoint carries the kernel and it covers
+        the layout (one pass over the codes, no float temporaries), else decoded with torch."""
+        kernel = sibling("lowbit_kernel")
+        if kernel is None or not self._decode_in_kernel(kernel, ids, out, places):
+            out[places] = self._decode(ids.to(self.codes.device), out.dtype)
+
+    def _decode_in_kernel(self, kernel, ids: torch.Tensor, out: torch.Tensor, places: torch.Tensor) -> bool:
+        return False
+
     def chunk_rows(self, hidden: torch.Tensor) -> int:
         """Rows a product decodes per step: ``CPU_CHUNK_ROWS`` on the CPU, as many as ``ACCELERATOR_CHUNK_BYTES``
         of ``hidden``'s dtype hold elsewhere (on a GPU the launches of a step, not its size, cost the time)."""
@@ -304,6 +314,13 @@ class LowBitTensor(StoredMatrix):
             )
             grouped.mul_(scale).add_(minimum)  # in place (4x faster here than an addcmul writing into its input)
         return out
+
+    def _decode_in_kernel(self, kernel, ids: torch.Tensor, out: torch.Tensor, places: torch.Tensor) -> bool:
+        if self.bits == 16:
+            return False
+        return kernel.decode_lowbit_rows(
+            self.codes, self.scale, self.minimum, self.bits, self.group_size, self.shape[1], ids, out, places
+        )
 
     def matmul_t(self, hidden: torch.Tensor, chunk: int | None = None) -> torch.Tensor:
         """``hidden @ Wᵀ`` (``(..., columns) → (..., rows)``). A few hidden vectors (a decoding step) go through the

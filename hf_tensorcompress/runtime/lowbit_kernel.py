@@ -68,9 +68,11 @@ def load_kernel() -> ctypes.CDLL | None:
         ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
     library.codebook_table.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_int64] * 3 + [ctypes.c_int,
         ctypes.c_void_p, ctypes.c_void_p]  # fmt: skip
-    library.codebook_decode.restype = None
-    library.codebook_decode.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int64] * 4 + [ctypes.c_int,
+    library.codebook_decode.restype = library.lowbit_decode.restype = None
+    library.codebook_decode.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 4 + [ctypes.c_int,
         ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
+    library.lowbit_decode.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int, ctypes.c_int64,
+        ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
     library.built_with_openmp.restype = ctypes.c_int
     return library
 
@@ -222,10 +224,85 @@ def _decoded_codebook_product(
     for first in range(0, rows, chunk):
         count = min(chunk, rows - first)
         threads = _workers(count, per_thread=DECODE_CHUNK_ROWS // 2)
-        library.codebook_decode(low.data_ptr(), high.data_ptr(), scale.data_ptr(), first, count, vectors,
+        library.codebook_decode(low.data_ptr(), high.data_ptr(), scale.data_ptr(), None, None, first, count, vectors,
             high.shape[1], high_bits, codebook.data_ptr(), dim, decoded.data_ptr(), threads)  # fmt: skip
         torch.mm(decoded[:count], flat.T, out=out[first : first + count])
     return out.T
+
+
+def _rows_and_places(index: torch.Tensor, dest: torch.Tensor, rows: int, out: torch.Tensor, width: int) -> bool:
+    """Whether a decode of rows ``index`` into rows ``dest`` of ``out`` can run in C: fp32 ``out`` of ``width``
+    columns, contiguous, on the CPU; indices in range (the C code reads and writes where they point)."""
+    if out.dtype != torch.float32 or out.dim() != 2 or out.shape[1] != width or not out.is_contiguous():
+        return False
+    if index.shape != dest.shape or index.dim() != 1 or not len(index):
+        return False
+    return 0 <= int(index.min()) and int(index.max()) < rows and 0 <= int(dest.min()) and int(dest.max()) < len(out)
+
+
+def decode_lowbit_rows(
+    codes: torch.Tensor,
+    scale: torch.Tensor,
+    minimum: torch.Tensor,
+    bits: int,
+    group: int,
+    columns: int,
+    index: torch.Tensor,
+    out: torch.Tensor,
+    dest: torch.Tensor,
+) -> bool:
+    """``out[dest] = rows index`` of the packed matrix, decoded in C; False (nothing written) where the kernel does
+    not cover it, and the caller decodes with torch."""
+    rows = codes.shape[0]
+    if not covered(codes, bits, columns, group, 1) or not _rows_and_places(index, dest, rows, out, columns):
+        return False
+    _expect(codes, "codes", torch.uint8, (rows, -(-columns // 8) * bits))
+    _expect(scale, "scale", torch.float16, (rows, columns // group))
+    _expect(minimum, "minimum", torch.float16, (rows, columns // group))
+    library = load_kernel()
+    if library is None:
+        return False
+    codes, scale, minimum = codes.contiguous(), scale.contiguous(), minimum.contiguous()
+    index, dest = index.long().contiguous(), dest.long().contiguous()
+    library.lowbit_decode(codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), index.data_ptr(), dest.data_ptr(),
+        len(index), rows, codes.shape[1], bits, columns, group, out.data_ptr(),
+        _workers(len(index), per_thread=DECODE_CHUNK_ROWS // 2))  # fmt: skip
+    return True
+
+
+def decode_codebook_rows(
+    low: torch.Tensor,
+    high: torch.Tensor | None,
+    high_bits: int,
+    scale: torch.Tensor,
+    codebook: torch.Tensor,
+    index: torch.Tensor,
+    out: torch.Tensor,
+    dest: torch.Tensor,
+) -> bool:
+    """``out[dest] = rows index`` of a ``CodebookTensor``'s matrix, decoded in C; False (nothing written) where the
+    kernel does not cover it, and the caller decodes with torch."""
+    rows, vectors = low.shape[0], low.shape[-1]
+    dim = codebook.shape[-1]
+    if high_bits not in (0, 2, 3, 4) or not _enabled(low, 1, None):
+        return False
+    if not _rows_and_places(index, dest, rows, out, vectors * dim):
+        return False
+    _expect(low, "low", torch.uint8, (rows, vectors))
+    _expect(scale, "scale", torch.float16, (rows, 1))
+    _expect(codebook, "codebook", torch.float16, (256 << high_bits, dim))
+    if high_bits:
+        _expect(high, "high", torch.uint8, (rows, -(-vectors // 8) * high_bits))
+    library = load_kernel()
+    if library is None:
+        return False
+    low, scale, table = low.contiguous(), scale.contiguous(), codebook.float().contiguous()
+    high = low if high is None else high.contiguous()  # not read when high_bits == 0
+    index, dest = index.long().contiguous(), dest.long().contiguous()
+    library.codebook_decode(low.data_ptr(), high.data_ptr(), scale.data_ptr(), index.data_ptr(), dest.data_ptr(), 0,
+        len(index), vectors, high.shape[1], high_bits, table.data_ptr(), dim, out.data_ptr(),
+        _workers(len(index), per_thread=DECODE_CHUNK_ROWS // 2))  # fmt: skip
+    return True
 
 
 def _workers(rows: int, per_thread: int = MIN_ROWS_PER_THREAD) -> int:

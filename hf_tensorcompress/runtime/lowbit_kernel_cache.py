@@ -37,7 +37,14 @@ from .lowbit_kernel_source import SOURCE
 FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-shared", "-fPIC", "-fopenmp")
 
 #: The functions a loaded library must export (a foreign file under the kernel's name has other ones).
-SYMBOLS = ("lowbit_matmul_t", "codebook_matmul_t", "codebook_table", "codebook_decode", "built_with_openmp")
+SYMBOLS = (
+    "lowbit_matmul_t",
+    "lowbit_decode",
+    "codebook_matmul_t",
+    "codebook_table",
+    "codebook_decode",
+    "built_with_openmp",
+)
 
 #: Largest file read as a kernel (the real one is about 100 KB) and as its checksum: a link to ``/dev/zero`` or a
 #: huge planted file is refused after this many bytes, not read without end.

@@ -2,7 +2,7 @@
 
 One AVX2 routine per stored form: ``lowbit_matmul_t`` (packed 2/3/4/8-bit codes with fp16 group scales and minima),
 ``codebook_table`` + ``codebook_matmul_t`` (codebook rows summed from a lookup table of hidden-state dot products),
-``codebook_decode`` (codebook rows decoded a chunk at a time for a GEMM), each splitting its rows over the process's
+``codebook_decode`` and ``lowbit_decode`` (rows decoded to fp32, a chunk or a set of rows at a time, for a GEMM), each splitting its rows over the process's
 OpenMP threads where it was built with ``-fopenmp``. Kept as text: the cache key hashes it, so any edit builds a new
 file.
 
@@ -234,18 +234,62 @@ static void codebook_rows(const uint8_t *low, const uint8_t *high, const uint16_
     }
 }
 
-/* Rows first .. first + rows of a codebook matrix decoded to fp32, out[r - first, k*dim : (k+1)*dim] = scale[r] *
-   codebook[index(r, k)] (codebook as fp32, (entries, dim)): for products with more hidden states than the lookup
-   table pays for, since its gathers grow with every hidden state while one decoded chunk serves them all in a GEMM. */
-static inline __attribute__((always_inline)) void codebook_decode_kernel(
-    const uint8_t *low, const uint8_t *high, const uint16_t *scale, int64_t row_begin, int64_t row_end,
-    int64_t vectors, int64_t high_bytes, int high_bits, const float *codebook, const int64_t dim, int64_t first,
+/* Low-bit rows decoded to fp32, out[dest[i], :] = code * scale + minimum (per group) of row index[i], for i in
+   [begin, end): a product with many hidden states (a prompt, a scored text, a batch) decodes the rows of a chunk of
+   tokens, which lie in several tiers, once for all of them and hands the block to a GEMM. */
+static inline __attribute__((always_inline)) void lowbit_decode_kernel(
+    const uint8_t *codes, const uint16_t *scale, const uint16_t *minimum, const int64_t *index, const int64_t *dest,
+    int64_t begin, int64_t end, int64_t row_count, int64_t row_bytes, const int bits, int64_t columns, int64_t group,
     float *out) {
+    const int64_t groups = columns / group, blocks = group / 8;
+    const __m256i shifts = _mm256_setr_epi32(0, bits, 2 * bits, 3 * bits, 4 * bits, 5 * bits, 6 * bits, 7 * bits);
+    const __m256i mask = _mm256_set1_epi32((1 << bits) - 1);
+    for (int64_t i = begin; i < end; i++) {
+        const int64_t r = index[i];
+        const uint8_t *p = codes + r * row_bytes;
+        const int whole_words = r + 1 < row_count;
+        float *o = out + dest[i] * columns;
+        for (int64_t g = 0; g < groups; g++) {
+            const __m256 s = _mm256_set1_ps(_cvtsh_ss(scale[r * groups + g]));
+            const __m256 m = _mm256_set1_ps(_cvtsh_ss(minimum[r * groups + g]));
+            for (int64_t k = 0; k < blocks; k++, p += bits, o += 8)
+                _mm256_storeu_ps(o, _mm256_fmadd_ps(decode8(p, bits, whole_words, shifts, mask), s, m));
+        }
+    }
+}
+
+static void lowbit_decode_rows(const uint8_t *codes, const uint16_t *scale, const uint16_t *minimum,
+                               const int64_t *index, const int64_t *dest, int64_t begin, int64_t end,
+                               int64_t row_count, int64_t row_bytes, int bits, int64_t columns, int64_t group,
+                               float *out) {
+#define LOWBIT_DECODE(B) lowbit_decode_kernel(codes, scale, minimum, index, dest, begin, end, row_count, row_bytes, \
+                                              B, columns, group, out)
+    switch (bits) { case 2: LOWBIT_DECODE(2); break; case 3: LOWBIT_DECODE(3); break;
+                    case 4: LOWBIT_DECODE(4); break; default: LOWBIT_DECODE(8); }
+#undef LOWBIT_DECODE
+}
+
+void lowbit_decode(const uint8_t *codes, const uint16_t *scale, const uint16_t *minimum, const int64_t *index,
+                   const int64_t *dest, int64_t rows, int64_t row_count, int64_t row_bytes, int bits, int64_t columns,
+                   int64_t group, float *out, int threads) {
+    OVER_ROWS(lowbit_decode_rows(codes, scale, minimum, index, dest, begin, end, row_count, row_bytes, bits, columns,
+                                 group, out))
+}
+
+/* Codebook rows decoded to fp32, out[dest, k*dim : (k+1)*dim] = scale[r] * codebook[index(r, k)] (codebook as fp32,
+   (entries, dim)) for rows r = index[i], i in [row_begin, row_end) (index NULL: r = i and dest = i - first): for
+   products with more hidden states than the lookup table pays for, since its gathers grow with every hidden state
+   while one decoded chunk serves them all in a GEMM. */
+static inline __attribute__((always_inline)) void codebook_decode_kernel(
+    const uint8_t *low, const uint8_t *high, const uint16_t *scale, const int64_t *index, const int64_t *dest,
+    int64_t row_begin, int64_t row_end, int64_t vectors, int64_t high_bytes, int high_bits, const float *codebook,
+    const int64_t dim, int64_t first, float *out) {
     const uint32_t mask = high_bits ? (1u << high_bits) - 1 : 0;
-    for (int64_t r = row_begin; r < row_end; r++) {
+    for (int64_t i = row_begin; i < row_end; i++) {
+        const int64_t r = index ? index[i] : i;
         const uint8_t *lo = low + r * vectors, *hi = high + r * high_bytes;
         const float s = _cvtsh_ss(scale[r]);
-        float *o = out + (r - first) * vectors * dim;
+        float *o = out + (index ? dest[i] : i - first) * vectors * dim;
         for (int64_t k0 = 0; k0 < vectors; k0 += 8) {
             const uint32_t word = high_word(hi, k0, high_bits);
             const int64_t k_end = k0 + 8 < vectors ? k0 + 8 : vectors;
@@ -257,20 +301,23 @@ static inline __attribute__((always_inline)) void codebook_decode_kernel(
     }
 }
 
-static void codebook_decode_rows(const uint8_t *low, const uint8_t *high, const uint16_t *scale, int64_t row_begin,
-                                 int64_t row_end, int64_t vectors, int64_t high_bytes, int high_bits,
-                                 const float *codebook, int64_t dim, int64_t first, float *out) {
-#define DECODE(DIM) codebook_decode_kernel(low, high, scale, row_begin, row_end, vectors, high_bytes, high_bits, \
-                                           codebook, DIM, first, out)
+static void codebook_decode_rows(const uint8_t *low, const uint8_t *high, const uint16_t *scale, const int64_t *index,
+                                 const int64_t *dest, int64_t row_begin, int64_t row_end, int64_t vectors,
+                                 int64_t high_bytes, int high_bits, const float *codebook, int64_t dim, int64_t first,
+                                 float *out) {
+#define DECODE(DIM) codebook_decode_kernel(low, high, scale, index, dest, row_begin, row_end, vectors, high_bytes, \
+                                           high_bits, codebook, DIM, first, out)
     switch (dim) { case 4: DECODE(4); break; case 8: DECODE(8); break; default: DECODE(dim); }
 #undef DECODE
 }
 
-void codebook_decode(const uint8_t *low, const uint8_t *high, const uint16_t *scale, int64_t first, int64_t rows,
-                     int64_t vectors, int64_t high_bytes, int high_bits, const float *codebook, int64_t dim,
-                     float *out, int threads) {
-    OVER_ROWS(codebook_decode_rows(low, high, scale, first + begin, first + end, vectors, high_bytes, high_bits,
-                                   codebook, dim, first, out))
+/* Rows first .. first + rows (index NULL), or rows index[0 .. rows) into out[dest[i]]. */
+void codebook_decode(const uint8_t *low, const uint8_t *high, const uint16_t *scale, const int64_t *index,
+                     const int64_t *dest, int64_t first, int64_t rows, int64_t vectors, int64_t high_bytes,
+                     int high_bits, const float *codebook, int64_t dim, float *out, int threads) {
+    OVER_ROWS(codebook_decode_rows(low, high, scale, index, dest, index ? begin : first + begin,
+                                   index ? end : first + end, vectors, high_bytes, high_bits, codebook, dim, first,
+                                   out))
 }
 
 void codebook_matmul_t(const uint8_t *low, const uint8_t *high, const uint16_t *scale, int64_t rows, int64_t vectors,

@@ -161,18 +161,14 @@ class TieredEmbedding(CompressedLayer):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.lookup(input_ids)
 
-    def lookup(self, input_ids: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        """The stored rows of ``input_ids`` (what the replaced ``nn.Embedding`` looked up); ``out``
-        (``(len, embedding_dim)``, flat ids only) receives them in place."""
+    def lookup(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The stored rows of ``input_ids`` (what the replaced ``nn.Embedding`` looked up)."""
         slot = self.slot[input_ids.reshape(-1)].long()
-        dtype = self.dtype_probe.dtype if out is None else out.dtype
+        dtype = self.dtype_probe.dtype
         if slot.device.type != "cpu":
             vectors = self._lookup_every_tier(slot, dtype)
-            return vectors.reshape(*input_ids.shape, self.embedding_dim) if out is None else out.copy_(vectors)
-        if out is None:
-            vectors = torch.zeros(len(slot), self.embedding_dim, dtype=dtype, device=slot.device)
-        else:
-            vectors = out.zero_() if any(tier["bits"] == 0 for tier in self.tier_specs) else out  # rows of no tier
+            return vectors.reshape(*input_ids.shape, self.embedding_dim)
+        vectors = torch.zeros(len(slot), self.embedding_dim, dtype=dtype, device=slot.device)
         for stored, (start, end) in zip(self.tiers, self._ranges()):
             hit = ((slot >= start) & (slot < end)).nonzero().squeeze(1)
             if len(hit):
@@ -215,16 +211,38 @@ class TieredEmbedding(CompressedLayer):
         return scores.index_select(-1, self.slot.long())
 
     def _logits_by_token(self, hidden: torch.Tensor) -> torch.Tensor:
-        """``logits`` for many hidden states: each chunk of tokens' rows decoded into one reused block, multiplied
-        into that chunk's columns of the result."""
+        """``logits`` for many hidden states: each chunk of tokens' rows decoded into one reused block
+        (``decode_tokens``), multiplied into that chunk's columns of the result."""
         flat = hidden.reshape(-1, hidden.shape[-1])
         scores = flat.new_empty(len(flat), self.num_embeddings)
-        block = flat.new_empty(min(GEMM_TOKENS, self.num_embeddings), self.embedding_dim)
-        tokens = torch.arange(self.num_embeddings, device=self.slot.device)
+        decoded = torch.float32 if flat.device.type == "cpu" else flat.dtype  # the C decode writes fp32
+        block = flat.new_empty(min(GEMM_TOKENS, self.num_embeddings), self.embedding_dim, dtype=decoded)
         for start in range(0, self.num_embeddings, GEMM_TOKENS):
-            rows = self.lookup(tokens[start : start + GEMM_TOKENS], out=block[: min(GEMM_TOKENS, len(tokens) - start)])
-            scores[:, start : start + len(rows)] = flat @ rows.T
+            rows = self.decode_tokens(start, min(start + GEMM_TOKENS, self.num_embeddings), block)
+            scores[:, start : start + len(rows)] = flat @ rows.to(flat.dtype).T
         return scores.reshape(*hidden.shape[:-1], self.num_embeddings)
+
+    def decode_tokens(self, start: int, end: int, block: torch.Tensor) -> torch.Tensor:
+        """The rows of tokens ``start`` … ``end - 1``, in token order, decoded into ``block`` (in its dtype) tier by
+        tier (``decode_into``: in C where the kernel covers the tier)."""
+        rows = block[: end - start]
+        slot = self.slot[start:end].long()
+        if slot.device.type != "cpu":
+            return rows.copy_(self._lookup_every_tier(slot, rows.dtype))
+        if any(tier["bits"] == 0 for tier in self.tier_specs):
+            rows.zero_()  # those rows are the low-rank part alone
+        for stored, (first, last) in zip(self.tiers, self._ranges()):
+            hit = ((slot >= first) & (slot < last)).nonzero().squeeze(1)
+            if len(hit):
+                stored.decode_into(slot[hit] - first, rows, hit)
+        if self.rank:
+            hit = (slot >= self.low_rank_start).nonzero().squeeze(1)
+            if len(hit):
+                low_rank = self.left.rows(slot[hit] - self.low_rank_start, rows.dtype) @ self.right.dequantize(
+                    rows.dtype
+                )
+                rows[hit] += low_rank
+        return rows
 
     @property
     def weight(self) -> torch.Tensor:
