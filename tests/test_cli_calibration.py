@@ -153,3 +153,26 @@ def test_a_byte_budget_from_the_command_line(lm_folder, tmp_path, capsys):
     assert config["size_ratio"] == 3
     tiers = config["modules"]["model.embed_tokens"]["tiers"]
     assert sum(tier["rows"] for tier in tiers) == VOCAB and len(tiers) > 1
+
+
+def test_a_byte_budget_keeps_the_chat_templates_tokens_wide_and_names_the_rows_served_worst(tmp_path, capsys):
+    """``--size-ratio``: the tokenizer's special tokens and those its chat template writes keep int8 rows (the
+    calibration text never uses them); the short-calibration guard fires, so the rows served worst are printed."""
+    folder = save_word_level_lm(tmp_path / "chat", VOCAB, HIDDEN)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer.chat_template = "{% for m in messages %}w62 {{ m['content'] }} w63 {% endfor %}"
+    tokenizer.save_pretrained(folder)
+    (tmp_path / "calibration.txt").write_text(" ".join(f"w{1 + i % 40}" for i in range(600)), encoding="utf-8")
+    output = tmp_path / "out"
+    code, _, err = cli(
+        capsys, "compress", str(folder), str(output), "--method", "tiered", "--size-ratio", "2.5",
+        "--rounding", "output", "--tier-group-size", "16", "--model-text-tokens", "0", "--calibration",
+        str(tmp_path / "calibration.txt"),
+    )  # fmt: skip
+    assert code == 0 and "tokens kept at int8 or wider" in err
+    assert "warning: size_ratio: 525 calibration tokens is short for a 64-token vocabulary" in err
+    assert "the rows served worst on held-back text" in err and "'w" in err
+    spec = json.loads((output / "config.json").read_text())["compression_config"]["modules"]["model.embed_tokens"]
+    layer = LlamaForCausalLM.from_pretrained(output).get_input_embeddings()
+    widths = [tier["bits"] for tier in spec["tiers"] for _ in range(tier["rows"])]
+    assert all(widths[int(layer.slot[token])] in (8, 16) for token in (0, 62, 63))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+import warnings
 from pathlib import Path
 
 from ..core import registry
@@ -189,6 +190,40 @@ def calibration_token_ids(source: Path, args: argparse.Namespace):
     return ids
 
 
+def protect_template_tokens(config, tokenizer) -> None:
+    """A ``size_ratio`` build keeps the tokenizer's special tokens and its chat template's at int8 or wider, unless
+    ``--protected-tokens`` names them."""
+    if tokenizer is None or config.protected_tokens is not None:
+        return
+    from ..methods.tiered.guard import template_tokens
+
+    config.protected_tokens = template_tokens(tokenizer)
+    print(
+        f"size_ratio: {len(config.protected_tokens)} tokens kept at int8 or wider (the tokenizer's special tokens and "
+        "those its chat template writes; --protected-tokens to choose them)",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def report_guards(model, tokenizer, caught: list) -> None:
+    """Show the warnings the build raised; where a ``size_ratio`` guard fired, the rows it served worst on
+    held-back text, as the tokenizer spells them."""
+    from ..methods.tiered.guard import BudgetCheckWarning
+
+    fired = False
+    for warning in caught:
+        fired |= issubclass(warning.category, BudgetCheckWarning)
+        print(f"warning: {warning.message}", file=sys.stderr)
+    check = getattr(model.get_input_embeddings(), "budget_check", None)
+    if not fired or check is None or not check.worst_served:
+        return
+    print("size_ratio: the rows served worst on held-back text (token, uses there, stored width):", file=sys.stderr)
+    for token, uses, width in check.worst_served:
+        shown = repr(tokenizer.convert_ids_to_tokens(token)) if tokenizer is not None else "?"
+        print(f"  {token} {shown}: {uses} uses, {width}", file=sys.stderr)
+
+
 def save_beside(source: Path, output: Path) -> None:
     """Copy the source's tokenizer and data statistics next to the compressed model (evaluation, pushing and the
     ONNX export take them from there)."""
@@ -208,6 +243,7 @@ def run(args: argparse.Namespace) -> int:
     from ..checkpoint_size import DTYPES, size_line, source_dtype
     from ..hub import CardInfo, set_card_info
     from ..loading import gguf_provenance, load_model
+    from ..methods.tiered.guard import BudgetCheckWarning
     from ..runtime.atomic import atomic_folder
 
     compress = calibrated_compression(config, args.calibration)
@@ -215,10 +251,15 @@ def run(args: argparse.Namespace) -> int:
     print(f"loading {source}", file=sys.stderr, flush=True)
     model = load_model(source)
     dtype = source_dtype(source) if args.dtype == "auto" else DTYPES[args.dtype]
-    if args.calibration:
-        compress(model, config, calibration_token_ids(source, args))
-    else:
-        compress(model, config)
+    tokenizer = tokenizer_of(source) if getattr(config, "size_ratio", None) is not None else None
+    protect_template_tokens(config, tokenizer)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", BudgetCheckWarning)
+        if args.calibration:
+            compress(model, config, calibration_token_ids(source, args))
+        else:
+            compress(model, config)
+    report_guards(model, tokenizer, caught)
     if linears is not None:  # quantized from the float weights; the cast leaves packed codes as they are
         from ..stacking import quantize_linears
 

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-#: Calibration tokens below which ``size_ratio`` warns: its rows are weighed by how often the text uses each token,
-#: and a short text leaves most of a large vocabulary unweighed (the command line's default calibration length).
+#: Calibration tokens below which ``size_ratio`` warns (fewer for a vocabulary under 4,096 tokens: 16 a token): its
+#: rows are weighed by how often the text uses each token, and a short text leaves most of a large vocabulary
+#: unweighed (the command line's default calibration length).
 ENOUGH_CALIBRATION = 65_536
 
 #: Tokens held back at the end of the calibration text for the check (at most an eighth of the text).
@@ -27,6 +28,9 @@ HELD_BACK_TOKENS = 1024
 
 #: Sequences the model samples for the check, besides the ones its text is weighed by.
 CHECK_SEQUENCES = 8
+
+#: Positions scored per forward pass of the check (their logits over a 262,144-token vocabulary: 134 MB).
+CHECK_WINDOW = 128
 
 #: ln-perplexity margin by which the rows weighed alike must win on held-back text before the build keeps them.
 MARGIN = 0.01
@@ -80,8 +84,8 @@ def template_tokens(tokenizer) -> list[int]:
             {"role": "user", "content": "d"},
         ]
         for prompt in (False, True):
-            rendered = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=prompt)
-            ids.update(rendered["input_ids"] if isinstance(rendered, dict) else rendered)
+            rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=prompt, return_dict=True)
+            ids.update(rendered["input_ids"])
     return sorted(int(token) for token in ids)
 
 
@@ -99,13 +103,19 @@ def protected_rows(model: nn.Module, vocab: int, extra: Iterable[int] | None) ->
     return rows
 
 
+def enough_calibration(vocab: int) -> int:
+    """Calibration tokens a ``size_ratio`` build wants: ``ENOUGH_CALIBRATION``, or 16 a token of a small vocabulary."""
+    return min(ENOUGH_CALIBRATION, 16 * vocab)
+
+
 def warn_if_short(tokens: int, vocab: int) -> None:
-    """A ``BudgetCheckWarning`` where the calibration text has fewer than ``ENOUGH_CALIBRATION`` tokens."""
-    if tokens < ENOUGH_CALIBRATION:
+    """A ``BudgetCheckWarning`` where the calibration text has fewer tokens than ``enough_calibration``."""
+    enough = enough_calibration(vocab)
+    if tokens < enough:
         warnings.warn(
             f"size_ratio: {tokens:,} calibration tokens is short for a {vocab:,}-token vocabulary: rows are weighed by "
-            f"how often the text uses each token, so give at least {ENOUGH_CALIBRATION:,} tokens of text of the kind "
-            "the model will serve (--calibration-tokens on the command line) and keep model_text_tokens > 0",
+            f"how often the text uses each token, so give at least {enough:,} tokens of text of the kind the model "
+            "will serve (--calibration-tokens on the command line) and keep model_text_tokens > 0",
             BudgetCheckWarning,
             stacklevel=2,
         )
@@ -121,7 +131,8 @@ def held_back(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 @torch.no_grad()
 def ln_perplexity(model: nn.Module, embedding: nn.Module, layer: nn.Module | None, ids: torch.Tensor) -> float:
     """Mean next-token ln-loss of ``ids`` (``(sequences, length)``) through ``model`` with ``layer`` in place of
-    ``embedding`` (and of the tied output layer it serves), by forward hooks: the model itself is not touched."""
+    ``embedding`` (and of the tied output layer it serves), by forward hooks: the model itself is not touched. Each
+    sequence runs in windows of ``CHECK_WINDOW`` predictions, so the logits held at once stay small."""
     hooks = []
     if layer is not None:
         hooks.append(embedding.register_forward_hook(lambda module, inputs, output: layer(inputs[0]).to(output.dtype)))
@@ -132,7 +143,13 @@ def ln_perplexity(model: nn.Module, embedding: nn.Module, layer: nn.Module | Non
     model.eval()
     try:
         device = next(model.parameters()).device
-        return float(model(input_ids=ids.to(device), labels=ids.to(device)).loss)
+        total, count = 0.0, 0
+        for sequence in ids:
+            for start in range(0, len(sequence) - 1, CHECK_WINDOW):
+                window = sequence[start : start + CHECK_WINDOW + 1].to(device)[None]
+                total += float(model(input_ids=window, labels=window).loss) * (window.shape[1] - 1)
+                count += window.shape[1] - 1
+        return total / max(count, 1)
     finally:
         for hook in hooks:
             hook.remove()

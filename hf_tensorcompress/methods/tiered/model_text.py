@@ -30,6 +30,9 @@ from ...progress import progress
 #: positions end sooner).
 SEQUENCES, LENGTH = 64, 128
 
+#: Sequences whose next-token probabilities are drawn from at a time (float64: 2 MB each at 262,144 tokens).
+SEQUENCES_AT_ONCE = 8
+
 
 @dataclass
 class ModelText:
@@ -62,15 +65,28 @@ class RowOrderSampler(LogitsProcessor):
         self.bar = bar
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        probabilities = scores[:, : self.vocab].double().softmax(-1).cpu()
-        self.expected += probabilities[: self.counted].sum(0)
-        cumulative = probabilities[:, self.by_row].cumsum(1)
-        draw = torch.rand(len(cumulative), 1, generator=self.generator, dtype=torch.float64) * cumulative[:, -1:]
-        pick = torch.searchsorted(cumulative, draw, right=True).clamp(max=self.vocab - 1)
-        chosen = self.by_row[pick].to(scores.device)
-        self.bar.update(len(cumulative))
+        draws = torch.rand(len(scores), 1, generator=self.generator, dtype=torch.float64)
+        chosen = torch.cat(
+            [self._draw(part, draws[first : first + len(part)], first) for first, part in self._parts(scores)]
+        )
+        self.bar.update(len(scores))
         picked = torch.full_like(scores, -math.inf)
-        return picked.scatter_(1, chosen, 0.0)
+        return picked.scatter_(1, chosen.to(scores.device), 0.0)
+
+    def _parts(self, scores: torch.Tensor):
+        """``(first row, rows)`` of ``scores`` a few sequences at a time: float64 probabilities of a 262,144-token
+        vocabulary take 2 MB a sequence, and a step's whole batch in float64 would take hundreds of MB."""
+        return (
+            (first, scores[first : first + SEQUENCES_AT_ONCE]) for first in range(0, len(scores), SEQUENCES_AT_ONCE)
+        )
+
+    def _draw(self, scores: torch.Tensor, draws: torch.Tensor, first: int) -> torch.Tensor:
+        probabilities = scores[:, : self.vocab].double().softmax(-1).cpu()
+        counted = max(0, min(len(probabilities), (self.counted if self.counted is not None else 1 << 62) - first))
+        self.expected += probabilities[:counted].sum(0)
+        cumulative = probabilities[:, self.by_row].cumsum(1)
+        pick = torch.searchsorted(cumulative, draws * cumulative[:, -1:], right=True).clamp(max=self.vocab - 1)
+        return self.by_row[pick]
 
 
 class HeadInputs:
