@@ -159,6 +159,30 @@ def test_an_options_table_takes_defaults_choices_and_text_from_the_config_class(
         options_table(Undocumented, own_fields(Undocumented))
 
 
+def pyproject_extras() -> dict[str, list[str]]:
+    """``[project.optional-dependencies]`` of pyproject.toml: extra -> the requirements it lists (read as text)."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    section = text[text.index("[project.optional-dependencies]\n") :].split("\n[", 1)[0]
+    return {
+        name: re.findall(r'"([^"]+)"', value) for name, value in re.findall(r"^([\w-]+) = (\[.*\])$", section, re.M)
+    }
+
+
+def test_the_install_page_names_every_extra_and_what_it_installs():
+    text = (DOCS / "install.md").read_text(encoding="utf-8")
+    table = text[text.index("| extra | installs | needed for |") :].split("\n\n")[0].splitlines()[2:]
+    rows = {cells[0].strip("` "): cells[1] for cells in (line.strip("|").split("|") for line in table)}
+    extras = pyproject_extras()
+    assert {"lm", "quant", "onnx", "all", "dev"} <= set(extras)
+    assert set(rows) == set(extras), "the install page's extras table and pyproject.toml name different extras"
+    for extra, requirements in extras.items():
+        for requirement in requirements:
+            package, included = re.match(r"([\w.-]+)(?:\[([\w,]+)\])?", requirement).groups(default="")
+            names = [f"`{name}`" for name in included.split(",")] if package == "hf_tensorcompress" else [package]
+            for name in names:
+                assert name in rows[extra], f"extra {extra!r}: the install page does not say it installs {name}"
+
+
 def test_a_method_page_missing_from_the_nav_is_added_under_its_heading(tmp_path):
     from mkdocs_hooks import method_pages
 
