@@ -56,9 +56,11 @@ class CompressionConfig(JsonConfig):
             Not given: the registry's default method.
         target_modules: module names (a module matches if its full name equals or ends with ``.<name>``) or one
             regular expression matched against full names. ``None`` takes the method's default for the model
-            family (attention projections for cp/svd/biprop, the input embedding for tt).
+            family (attention projections for cp/svd/biprop, the input embedding for tt and tiered).
         modules: filled by ``apply_compression``: the resolved spec of every replaced module (type, shapes, rank).
             A saved checkpoint is rebuilt from it; leave it empty when writing a config by hand.
+        version: the format of the saved config, set by the library: 2 writes each method's own fields; a version-1
+            dict (one flat config of every method's fields) still loads.
     """
 
     method: str = ""
