@@ -1,7 +1,9 @@
 """``method="tiered"``: the token embedding (and a tied output layer) as tiers of low-bit rows, training-free.
 
 ``config.py`` ``TieredConfig`` · ``layer.py`` ``TieredEmbedding`` / ``TieredTiedHead`` (shipped in checkpoints) ·
-``rounding.py`` (output-aware GPTQ rounding, low-rank fit) · ``apply.py`` (``apply_tiered``).
+``rounding.py`` (output-aware GPTQ rounding, low-rank fit) · ``budget.py`` / ``budget_tiers.py`` (``size_ratio``) ·
+``model_text.py`` (the model's own text) · ``guard.py`` (protected tokens, the held-back check) · ``apply.py``
+(``apply_tiered``).
 """
 
 from ...core.registry import MethodRecord, register_method
@@ -11,6 +13,8 @@ _EXPORTS = {
     "TieredConfig": ".config",
     "TieredEmbedding": ".layer",
     "TieredTiedHead": ".layer",
+    "template_tokens": ".guard",
+    "BudgetCheckWarning": ".guard",
 }
 __all__ = list(_EXPORTS)
 __getattr__ = lazy_exports(__name__, _EXPORTS)
