@@ -78,8 +78,8 @@ class TieredConfig(CompressionConfig):
         protected_tokens: with ``size_ratio``, token ids whose rows are never stored narrower than int8, beside the
             ones always protected: the start, end and padding tokens of the model's config and generation config.
             Chat models read tokens prose never contains (``<|im_start|>``, role names, the template's separators):
-            ``hf_tensorcompress.template_tokens(tokenizer)`` lists the special tokens and those a chat template writes, and the
-            command line adds them from the model's tokenizer.
+            ``hf_tensorcompress.template_tokens(tokenizer)`` lists the special tokens and those a chat template
+            writes, and the command line adds them from the model's tokenizer.
     """
 
     method: str = "tiered"
