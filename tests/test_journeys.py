@@ -136,7 +136,9 @@ DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 @pytest.mark.parametrize(
     "path",
     [
-        pytest.param(path, id=str(path.relative_to(ROOT)), marks=[pytest.mark.slow] if slow else [])
+        pytest.param(
+            path, id=str(path.relative_to(ROOT)), marks=[pytest.mark.slow, pytest.mark.timeout(3600)] if slow else []
+        )
         for path in DOC_FILES
         for slow in (False, True)
         if any(slow == any("slow" in b.flags for b in group) for group in chains(python_blocks(path)))
