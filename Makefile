@@ -36,12 +36,12 @@ test: install
 	$(PYTEST) -q -m "not slow and not journey"
 
 # The journey tier: the documented flows as users run them, every step in a new process, in the full environment,
-# a minimal one (no extras) and a bare one (torch + transformers only), which the tests build once and cache under
-# ~/.cache/hf_tensorcompress/journey-envs; the docs' python blocks as scripts.
+# a minimal one (no extras) and a bare one (torch + transformers only), whose packages the tests cache under
+# ~/.cache/hf_tensorcompress/journey-envs (the library itself is installed per run); the docs' python blocks as scripts.
 test-journeys: install
 	$(PYTEST) -q -m "journey and not slow" --durations=10
 
-# The slow tier: real-model checks (SmolLM2), full recipes, the slow README and docs examples.
+# The slow tier: real-model checks (SmolLM2), full recipes, the slow README and docs examples (as scripts).
 test-slow: install
 	$(PYTEST) -q -m slow --durations=15
 
