@@ -14,10 +14,18 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
-install: $(BIN)/python
+# Packages are installed where the venv is new or pyproject.toml changed since its last install (the stamp file).
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
 	$(BIN)/python -m hf_tensorcompress.assets
+
+# The test tiers run on every core (pytest-xdist; tests/conftest.py keeps that safe). PYTEST_WORKERS=0: one process.
+PYTEST_WORKERS ?= auto
+PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist worksteal
 
 demo: install
 	$(BIN)/accelerate launch recipes/smartformer.py --output-dir $(OUTPUT) \
@@ -25,20 +33,20 @@ demo: install
 
 # The fast tier: every method and family, the command line, checkpoints, the fast README and docs examples.
 test: install
-	$(BIN)/python -m pytest -q -m "not slow and not journey"
+	$(PYTEST) -q -m "not slow and not journey"
 
 # The journey tier: the documented flows as users run them, every step in a new process, in the full environment,
-# a minimal one (no extras) and a bare one (torch + transformers only), which the tests build once and cache under
-# ~/.cache/hf_tensorcompress/journey-envs; the docs' python blocks as scripts.
+# a minimal one (no extras) and a bare one (torch + transformers only), whose packages the tests cache under
+# ~/.cache/hf_tensorcompress/journey-envs (the library itself is installed per run); the docs' python blocks as scripts.
 test-journeys: install
-	$(BIN)/python -m pytest -q -m "journey and not slow" --durations=10
+	$(PYTEST) -q -m "journey and not slow" --durations=10
 
-# The slow tier: real-model checks (SmolLM2), full recipes, the slow README and docs examples.
+# The slow tier: real-model checks (SmolLM2), full recipes, the slow README and docs examples (as scripts).
 test-slow: install
-	$(BIN)/python -m pytest -q -m slow --durations=15
+	$(PYTEST) -q -m slow --durations=15
 
 test-all: install
-	$(BIN)/python -m pytest -q
+	$(PYTEST) -q
 
 bench: install
 	$(BIN)/python benchmarks/cp_layer.py

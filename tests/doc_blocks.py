@@ -6,7 +6,8 @@ prefix is ``docs-test:`` or, the same, ``readme-test:``:
 
 - ``<!-- docs-test: continues -->``: runs after the previous python block of the same ``##`` section of the same
   file, in its namespace (the two are one test);
-- ``<!-- docs-test: slow -->``: the block is in the slow tier (real models, long training): ``make test-slow``;
+- ``<!-- docs-test: slow -->``: the block is in the slow tier (real models, long training): ``make test-slow``, which
+  runs it only as a script in reading order (``test_journeys.py``), not also with ``exec`` here;
 - ``<!-- docs-test: hub -->``: the block talks to the Hub: it runs against the Hub emulator (``tests/hub_emulator.py``)
   with the user ``me`` standing for the emulator's user.
 
@@ -82,19 +83,15 @@ def _slug(text: str) -> str:
 
 
 def params(paths: list[Path]) -> list:
-    """One pytest param per chain of blocks of ``paths``; chains with a ``slow`` block are marked slow."""
+    """One pytest param per chain of blocks of ``paths`` without a ``slow`` block (slow chains run as scripts only:
+    ``test_journeys.py``)."""
     result = []
     for path in paths:
         for group in chains(python_blocks(path)):
+            if any("slow" in block.flags for block in group):
+                continue
             name = _slug(str(path.relative_to(ROOT).with_suffix("")))
-            slow = any("slow" in block.flags for block in group)
-            result.append(
-                pytest.param(
-                    group,
-                    id=f"{name}-{_slug(group[0].section) or 'top'}-line{group[0].line}",
-                    marks=[pytest.mark.slow, pytest.mark.timeout(3600)] if slow else [],
-                )
-            )
+            result.append(pytest.param(group, id=f"{name}-{_slug(group[0].section) or 'top'}-line{group[0].line}"))
     return result
 
 

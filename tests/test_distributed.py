@@ -24,6 +24,8 @@ def test_two_processes_hold_the_same_ranks_and_keep_gradients_in_sync(tmp_path):
         "2",
         "--num_machines",
         "1",
+        "--main_process_port",
+        "0",  # a free port: other runs (xdist workers, other checkouts) may launch at the same time
         "--mixed_precision",
         "no",
         "--dynamo_backend",
@@ -60,8 +62,8 @@ def test_two_processes_hold_the_same_ranks_and_widths_in_the_byte_search(tmp_pat
     """The byte search under DDP: both processes apply the same rank and factor-width changes and stay in sync."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPT.parent.parent))
     command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(SCRIPT), str(tmp_path),
-               "bytes"]  # fmt: skip
+               "--num_machines", "1", "--main_process_port", "0", "--mixed_precision", "no", "--dynamo_backend", "no",
+               str(SCRIPT), str(tmp_path), "bytes"]  # fmt: skip
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
     first, second = (json.loads((tmp_path / f"process-{i}.json").read_text()) for i in (0, 1))

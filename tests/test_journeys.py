@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 from doc_blocks import ROOT, chains, python_blocks
-from journey_envs import build_environments
 from journey_steps import CASES
+from run_once import once
 
 pytestmark = pytest.mark.journey
 
@@ -32,19 +32,18 @@ NEEDS_TORCHAO = "pip install torchao"
 
 
 @pytest.fixture(scope="session")
-def envs() -> dict[str, Path]:
-    return build_environments()
+def saved(run_folder):
+    """``saved(case)``: the folder where one full-environment process saved every case (at the first call of the
+    run, whichever xdist worker makes it)."""
+    root = run_folder / "journeys"
 
-
-@pytest.fixture(scope="session")
-def saved(tmp_path_factory):
-    """``saved(case)``: the folder where one full-environment process saved every case (at the first call)."""
-    root = tmp_path_factory.mktemp("journeys")
+    def save() -> str:
+        root.mkdir(exist_ok=True)
+        step(Path(sys.executable), "save", ",".join(sorted(CASES)), root)
+        return str(root)
 
     def folder(name: str) -> Path:
-        if not (root / name / "reference.pt").exists():
-            step(Path(sys.executable), "save", ",".join(sorted(CASES)), root)
-        return root / name
+        return Path(once(run_folder, "journey-checkpoints", save)) / name
 
     return folder
 
@@ -78,36 +77,36 @@ def loaded_lines(output: str) -> list[str]:
 
 @pytest.mark.parametrize("environment", ["full", "minimal"])
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_saved_checkpoint_loads_natively_in_a_new_process(case, environment, envs, saved):
+def test_a_saved_checkpoint_loads_natively_in_a_new_process(case, environment, journey_envs, saved):
     folder = saved(case)
     if case in TORCHAO and environment == "minimal":  # the library without its quant extra
-        step(envs[environment], "native", case, folder, expect_error=NEEDS_TORCHAO)
+        step(journey_envs[environment], "native", case, folder, expect_error=NEEDS_TORCHAO)
         return
-    lines = loaded_lines(step(envs[environment], "native", case, folder))
+    lines = loaded_lines(step(journey_envs[environment], "native", case, folder))
     classes = 2 if CASES[case]["family"] == "patchtst" or case in TORCHAO else 3
     assert len(lines) == classes and all(line.endswith("equal") for line in lines), lines
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_a_saved_checkpoint_loads_with_remote_code_where_only_torch_and_transformers_are(case, envs, saved):
+def test_a_saved_checkpoint_loads_with_remote_code_where_only_torch_and_transformers_are(case, journey_envs, saved):
     folder = saved(case)
     if case in TORCHAO:
-        step(envs["bare"], "remote", case, folder, expect_error=NEEDS_TORCHAO)
-        lines = loaded_lines(step(envs["bare_torchao"], "remote", case, folder))
+        step(journey_envs["bare"], "remote", case, folder, expect_error=NEEDS_TORCHAO)
+        lines = loaded_lines(step(journey_envs["bare_torchao"], "remote", case, folder))
     else:
-        lines = loaded_lines(step(envs["bare"], "remote", case, folder))
+        lines = loaded_lines(step(journey_envs["bare"], "remote", case, folder))
     assert lines and all("trust_remote_code=True" in line and line.endswith("equal") for line in lines), lines
 
 
 @pytest.mark.parametrize("case", sorted(set(CASES) - TORCHAO))
-def test_compress_on_load_gives_the_saved_model(case, envs, saved):
-    lines = loaded_lines(step(envs["full"], "compress-on-load", case, saved(case)))
+def test_compress_on_load_gives_the_saved_model(case, journey_envs, saved):
+    lines = loaded_lines(step(journey_envs["full"], "compress-on-load", case, saved(case)))
     assert len(lines) == 1 and lines[0].endswith("equal"), lines
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_the_cli_reports_a_saved_checkpoint(case, envs, saved):
-    cli = envs["full"].with_name("hf-tensorcompress")
+def test_the_cli_reports_a_saved_checkpoint(case, journey_envs, saved):
+    cli = journey_envs["full"].with_name("hf-tensorcompress")
     result = subprocess.run(
         [str(cli), "report", str(saved(case) / "compressed")], capture_output=True, text=True, timeout=300
     )
@@ -117,16 +116,16 @@ def test_the_cli_reports_a_saved_checkpoint(case, envs, saved):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_pushed_with_the_cli_then_loaded_from_the_hub_where_only_torch_and_transformers_are(
-    case, envs, saved, hub, repo_id
+    case, journey_envs, saved, hub, repo_id
 ):
     """The Hub checks the imports of every shipped file (a local folder: only the entry point's)."""
-    cli = envs["full"].with_name("hf-tensorcompress")
+    cli = journey_envs["full"].with_name("hf-tensorcompress")
     pushed = subprocess.run(
         [str(cli), "push", str(saved(case) / "compressed"), repo_id], capture_output=True, text=True, timeout=300
     )
     assert pushed.returncode == 0, pushed.stderr[-3000:]
     hub_env = {"HF_HUB_OFFLINE": "0", "HF_MODULES_CACHE": str(saved(case) / "modules")}
-    python = envs["bare_torchao" if case in TORCHAO else "bare"]
+    python = journey_envs["bare_torchao" if case in TORCHAO else "bare"]
     lines = loaded_lines(step(python, "remote", case, saved(case), repo_id, env=hub_env))
     assert lines and all(line.endswith("equal") for line in lines), lines
 
@@ -137,7 +136,9 @@ DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 @pytest.mark.parametrize(
     "path",
     [
-        pytest.param(path, id=str(path.relative_to(ROOT)), marks=[pytest.mark.slow] if slow else [])
+        pytest.param(
+            path, id=str(path.relative_to(ROOT)), marks=[pytest.mark.slow, pytest.mark.timeout(3600)] if slow else []
+        )
         for path in DOC_FILES
         for slow in (False, True)
         if any(slow == any("slow" in b.flags for b in group) for group in chains(python_blocks(path)))

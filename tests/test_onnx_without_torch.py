@@ -5,7 +5,6 @@ import subprocess
 
 import numpy as np
 import pytest
-from journey_envs import build_onnx_runtime_env
 from onnx_cases import (
     FORECAST_CASES,
     LM_CASES,
@@ -41,14 +40,21 @@ print(json.dumps({
     ("forecaster", "lm"),
     [("svd-int2", "tiered-codebook-lowrank"), ("biprop", "dense"), ("cp-int4-ortops", "tiered-ortops")],
 )
-def test_runner_without_torch(tmp_path, forecaster, lm):
-    python = build_onnx_runtime_env()
+def test_runner_without_torch(tmp_path, forecaster, lm, onnx_runtime_python):
     patchtst = saved_forecaster(tmp_path / "patchtst", FORECAST_CASES[forecaster])
     llama = saved_lm(tmp_path / "llama", LM_CASES[lm], **({"hidden": 32} if lm in WIDE_LMS else {}))
     past = np.random.default_rng(1).standard_normal((3, 32, 3)).astype(np.float32)
     np.save(tmp_path / "past.npy", past)
     result = subprocess.run(
-        [python, "-c", SCRIPT, exported(patchtst), exported(llama), tmp_path / "past.npy", json.dumps(PROMPT)],
+        [
+            onnx_runtime_python,
+            "-c",
+            SCRIPT,
+            exported(patchtst),
+            exported(llama),
+            tmp_path / "past.npy",
+            json.dumps(PROMPT),
+        ],
         capture_output=True,
         text=True,
         timeout=300,
@@ -76,9 +82,8 @@ print(json.dumps({
 
 
 @pytest.mark.slow  # builds (once) and uses a venv of its own
-def test_time_series_runner_without_torch(tmp_path):
+def test_time_series_runner_without_torch(tmp_path, onnx_runtime_python):
     """Autoformer's one-pass forecast and Informer's mean-feedback loop, run with numpy and onnxruntime only."""
-    python = build_onnx_runtime_env()
     folders = {
         "autoformer": saved_seq2seq(tmp_path / "autoformer", "autoformer", SEQ2SEQ_CASES["cp-int4"]),
         "informer": saved_seq2seq(tmp_path / "informer", "informer", SEQ2SEQ_CASES["svd-int4"]),
@@ -87,7 +92,10 @@ def test_time_series_runner_without_torch(tmp_path):
     np.savez(tmp_path / "inputs.npz", **inputs)
     files = [exported(folders[name]) for name in ("autoformer", "informer")]
     result = subprocess.run(
-        [python, "-c", TIME_SERIES_SCRIPT, *files, tmp_path / "inputs.npz"], capture_output=True, text=True, timeout=300
+        [onnx_runtime_python, "-c", TIME_SERIES_SCRIPT, *files, tmp_path / "inputs.npz"],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     output = json.loads(result.stdout.strip().splitlines()[-1])

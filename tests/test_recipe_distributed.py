@@ -30,6 +30,8 @@ def launch(output_dir: Path, *extra: str) -> dict:
         "2",
         "--num_machines",
         "1",
+        "--main_process_port",
+        "0",  # a free port: other runs (xdist workers, other checkouts) may launch at the same time
         "--mixed_precision",
         "no",
         "--dynamo_backend",

@@ -37,9 +37,33 @@ def budget(ratio: float) -> CompressionConfig:
     return CompressionConfig(method="tiered", size_ratio=ratio, rounding="output", codebook_size=256)
 
 
+def spy(calls: list[bool]):
+    """``measure_widths`` that records its ``narrow`` flag in ``calls``."""
+
+    def measure(*args, narrow):
+        calls.append(narrow)
+        return measure_widths(*args, narrow=narrow)
+
+    return measure
+
+
 @pytest.fixture(scope="module")
-def compressed() -> dict[int, torch.nn.Module]:
-    return {ratio: apply_tiered(tiny(), budget(ratio), CALIBRATION, 256) for ratio in (8, 10)}
+def budgets() -> dict[int, tuple[torch.nn.Module, list[bool]]]:
+    """The 8× and 10× models, each with the ``narrow`` flags of the width measurements its budget made."""
+    from hf_tensorcompress.methods.tiered import apply
+
+    built = {}
+    with pytest.MonkeyPatch.context() as patch:
+        for ratio in (8, 10):
+            calls: list[bool] = []
+            patch.setattr(apply, "measure_widths", spy(calls))
+            built[ratio] = (apply_tiered(tiny(), budget(ratio), CALIBRATION, 256), calls)
+    return built
+
+
+@pytest.fixture(scope="module")
+def compressed(budgets) -> dict[int, torch.nn.Module]:
+    return {ratio: model for ratio, (model, _) in budgets.items()}
 
 
 @pytest.mark.parametrize("ratio", [8, 10])
@@ -71,23 +95,16 @@ def test_a_codebook_whose_table_outweighs_its_indices_is_not_offered():
     assert offered(49152, 576, 4, 1024) == {(4, 1024), (4, 256), (8, 4096), (8, 256)}
 
 
-def test_codebooks_below_2_5_bits_are_fitted_only_where_the_budget_needs_them(monkeypatch):
+def test_codebooks_below_2_5_bits_are_fitted_only_where_the_budget_needs_them(budgets, monkeypatch):
     from hf_tensorcompress.methods.tiered import apply
 
-    calls = []
-
-    def spy(*args, narrow):
-        calls.append(narrow)
-        return measure_widths(*args, narrow=narrow)
-
-    monkeypatch.setattr(apply, "measure_widths", spy)
+    calls: list[bool] = []
+    monkeypatch.setattr(apply, "measure_widths", spy(calls))
     config = CompressionConfig(method="tiered", size_ratio=4, rounding="output")
     layer = apply_tiered(tiny(), config, CALIBRATION, 256).get_input_embeddings()
     assert calls == [False]  # 4x is met with int2-int16 and the 2.5-bit codebook: nothing narrower is fitted
     assert all(tier["bits"] != "codebook" or tier["codebook_size"] == 1024 for tier in layer.tier_specs)
-    calls.clear()
-    apply_tiered(tiny(), budget(8), CALIBRATION, 256)
-    assert calls == [False, True]
+    assert budgets[8][1] == [False, True]  # 8x is not: the narrower codebooks are fitted too
 
 
 @pytest.mark.slow  # child process; the journey tier runs the same flows on every push

@@ -5,6 +5,10 @@ loss; the allocation is saved and reloads."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import io
+
 import pytest
 import torch
 import transformers as T
@@ -51,10 +55,24 @@ def budget(ratio: float, **options) -> CompressionConfig:
     return CompressionConfig(method="tiered", size_ratio=ratio, rounding="output", codebook_size=256, **options)
 
 
+@pytest.fixture(scope="module")
+def budgeted():
+    """``budgeted(ratio)``: the tiny model compressed to that byte budget and what compressing it printed (each
+    ratio built once; the tests only read the model)."""
+
+    @functools.cache
+    def build(ratio: float) -> tuple[torch.nn.Module, str]:
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed):
+            model = apply_tiered(tiny(), budget(ratio), CALIBRATION, 256)
+        return model, printed.getvalue()
+
+    return build
+
+
 @pytest.mark.parametrize("ratio", [4, 5])
-def test_the_budget_is_met_and_renumbering_the_vocabulary_changes_nothing(ratio, capsys):
-    original = apply_tiered(tiny(), budget(ratio), CALIBRATION, 256)
-    printed = capsys.readouterr().out
+def test_the_budget_is_met_and_renumbering_the_vocabulary_changes_nothing(ratio, budgeted):
+    original, printed = budgeted(ratio)
     permuted = apply_tiered(tiny(permuted=True), budget(ratio), RENUMBER[CALIBRATION], 256)
     a, b = original.get_input_embeddings(), permuted.get_input_embeddings()
     stored = a.storage_bits() / 8
@@ -75,16 +93,16 @@ def test_the_fixed_token_id_order_does_depend_on_the_numbering():
     assert not torch.allclose(permuted.get_input_embeddings().weight, rows)
 
 
-def test_frequent_tokens_get_the_wider_rows():
-    layer = apply_tiered(tiny(), budget(4), CALIBRATION, 256).get_input_embeddings()
+def test_frequent_tokens_get_the_wider_rows(budgeted):
+    layer = budgeted(4)[0].get_input_embeddings()
     counts = torch.bincount(CALIBRATION, minlength=VOCAB).float()
     widest, narrowest = layer.tier_specs[0], layer.tier_specs[-1]
     order = torch.argsort(layer.slot.long())  # row -> token
     assert counts[order[: widest["rows"]]].mean() > 3 * counts[order[-narrowest["rows"] :]].mean()
 
 
-def test_the_allocation_is_saved_and_reloads_to_the_same_logits(tmp_path):
-    model = apply_tiered(tiny(), budget(4), CALIBRATION, 256)
+def test_the_allocation_is_saved_and_reloads_to_the_same_logits(budgeted, tmp_path):
+    model = budgeted(4)[0]
     model.save_pretrained(tmp_path)
     recorded = model.config.compression_config
     assert recorded["size_ratio"] == 4 and recorded["modules"]["model.embed_tokens"]["tiers"]
