@@ -10,13 +10,17 @@ not quality (quality is in ``recipes/tensorslm_domains.py``'s results). Calibrat
 ``--calibration-tokens`` tokens of Moby Dick's build split in SmolLM2's tokenizer (spread over the larger
 vocabularies by a fixed multiplier, so the counts touch the whole table).
 
-Each shape runs in a new process, so peak RSS (``VmHWM``) is that shape's alone:
+Each shape runs in a new process, so its memory figures are that shape's alone:
 
 - ``forward_s``: one forward pass of the dense model over the calibration tokens (512-token windows, full logits): the
   unit of the build's cost;
 - ``build_s``: ``apply_tiered(model, CompressionConfig(method="tiered", size_ratio=…, rounding="output"), ids)``
-  with every default (the model's own text, the held-back check), and ``build_over_forward``;
-- ``peak_rss_mb`` and ``over_fp32_model``: the process's peak against the model's fp32 bytes (parameters, buffers);
+  with every default (the model's own text, the held-back check), and ``build_over_forward``; the steps apart:
+  the calibration pass, the model's own text, every row at every width, storing the chosen rows (the allocation
+  and the one weighed alike) and the held-back check;
+- ``build_peak_rss_mb``: the process's peak resident memory during the build (``VmHWM`` reset before it), against
+  the model's fp32 bytes (parameters, buffers) as ``build_peak_over_fp32_model``; ``build_added_over_fp32_model`` is
+  what the build added to the resident size it started from (the loaded model, the imported libraries);
 - ``head_speed``: dense fp32 ``F.linear`` time / tiered ``logits`` time for ``--positions`` hidden states at batch 1
   and at batch 8 (8 × positions/8), and for one hidden state (a decoding step); ``lookup_speed`` the same for the
   embedding lookup of those positions. Above 1: the tiered layer is faster. Pairs run alternately, best of
@@ -92,8 +96,16 @@ def forward_seconds(model: torch.nn.Module, ids: torch.Tensor) -> float:
     return time.perf_counter() - start
 
 
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def status_mb(field: str) -> float:
+    """``VmRSS`` or ``VmHWM`` (the peak since the last reset) of this process, in MB."""
+    line = next(line for line in Path("/proc/self/status").read_text().splitlines() if line.startswith(field))
+    return int(line.split()[1]) / 1024
+
+
+def reset_peak() -> None:
+    """Start ``VmHWM`` over from the current resident size (Linux: ``/proc/self/clear_refs``), so the build's own
+    peak is measured apart from loading and the forward pass before it."""
+    Path("/proc/self/clear_refs").write_text("5")
 
 
 @torch.no_grad()
@@ -116,6 +128,37 @@ def speeds(layer, dense: torch.Tensor, positions: int, device: torch.device, rep
     return result
 
 
+#: The build's steps timed apart (``module:function`` → name in the JSON).
+PHASES = {
+    "hf_tensorcompress.methods.tt.calibration:hidden_covariance": "calibration_pass_s",
+    "hf_tensorcompress.methods.tiered.apply:sample_model_text": "model_text_s",
+    "hf_tensorcompress.methods.tiered.budget_tiers:measure_widths": "measure_widths_s",
+    "hf_tensorcompress.methods.tiered.budget_tiers:allocation_layer": "store_rows_s",
+    "hf_tensorcompress.methods.tiered.budget_tiers:compare": "held_back_check_s",
+}
+
+
+def time_phases() -> dict[str, float]:
+    """Wrap each of ``PHASES`` so its calls add their seconds to the returned dict."""
+    import importlib
+
+    seconds = dict.fromkeys(PHASES.values(), 0.0)
+    for path, name in PHASES.items():
+        module_name, function_name = path.split(":")
+        module = importlib.import_module(module_name)
+        function = getattr(module, function_name)
+
+        def timed(*args, _function=function, _name=name, **kwargs):
+            start = time.perf_counter()
+            try:
+                return _function(*args, **kwargs)
+            finally:
+                seconds[_name] += time.perf_counter() - start
+
+        setattr(module, function_name, timed)
+    return seconds
+
+
 def run_shape(args: argparse.Namespace) -> dict:
     """One shape, in this process: forward, build, peak RSS, speeds."""
     from hf_tensorcompress import CompressionConfig, apply_tiered
@@ -130,12 +173,16 @@ def run_shape(args: argparse.Namespace) -> dict:
     dense = model.get_input_embeddings().weight.detach().clone()
     print(f"{args.shape}: one forward over {len(ids):,} tokens {forward_s:.1f} s", file=sys.stderr, flush=True)
     config = CompressionConfig(method="tiered", size_ratio=args.size_ratio, rounding="output")
+    process_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    phases = time_phases()
+    reset_peak()
+    before = status_mb("VmRSS")
     start = time.perf_counter()
     apply_tiered(model, config, ids.to(device))
     build_s = time.perf_counter() - start
     layer = model.get_input_embeddings()
     check = getattr(layer, "budget_check", None)
-    peak = peak_rss_mb()
+    peak = status_mb("VmHWM")
     return {
         "shape": args.shape,
         "vocab": vocab,
@@ -146,11 +193,15 @@ def run_shape(args: argparse.Namespace) -> dict:
         "forward_s": forward_s,
         "build_s": build_s,
         "build_over_forward": build_s / forward_s,
+        **phases,
         "target_minutes": TARGET_MINUTES[args.shape],
         "model_mb": model_bytes / 2**20,
         "fp32_model_mb": fp32_bytes / 2**20,
-        "peak_rss_mb": peak,
-        "over_fp32_model": peak * 2**20 / fp32_bytes,
+        "rss_before_build_mb": before,
+        "build_peak_rss_mb": peak,
+        "build_peak_over_fp32_model": peak * 2**20 / fp32_bytes,
+        "build_added_over_fp32_model": (peak - before) * 2**20 / fp32_bytes,
+        "peak_before_build_mb": process_peak,
         "stored_bytes": layer.storage_bits() // 8,
         "kept": check.kept if check else None,
         **speeds(layer, dense.to(dtype), args.positions, device, args.repeats),

@@ -50,13 +50,13 @@ def spy(calls: list[bool]):
 @pytest.fixture(scope="module")
 def budgets() -> dict[int, tuple[torch.nn.Module, list[bool]]]:
     """The 8× and 10× models, each with the ``narrow`` flags of the width measurements its budget made."""
-    from hf_tensorcompress.methods.tiered import apply
+    from hf_tensorcompress.methods.tiered import budget_tiers
 
     built = {}
     with pytest.MonkeyPatch.context() as patch:
         for ratio in (8, 10):
             calls: list[bool] = []
-            patch.setattr(apply, "measure_widths", spy(calls))
+            patch.setattr(budget_tiers, "measure_widths", spy(calls))
             built[ratio] = (apply_tiered(tiny(), budget(ratio), CALIBRATION, 256), calls)
     return built
 
@@ -96,10 +96,10 @@ def test_a_codebook_whose_table_outweighs_its_indices_is_not_offered():
 
 
 def test_codebooks_below_2_5_bits_are_fitted_only_where_the_budget_needs_them(budgets, monkeypatch):
-    from hf_tensorcompress.methods.tiered import apply
+    from hf_tensorcompress.methods.tiered import budget_tiers
 
     calls: list[bool] = []
-    monkeypatch.setattr(apply, "measure_widths", spy(calls))
+    monkeypatch.setattr(budget_tiers, "measure_widths", spy(calls))
     config = CompressionConfig(method="tiered", size_ratio=4, rounding="output")
     layer = apply_tiered(tiny(), config, CALIBRATION, 256).get_input_embeddings()
     assert calls == [False]  # 4x is met with int2-int16 and the 2.5-bit codebook: nothing narrower is fitted

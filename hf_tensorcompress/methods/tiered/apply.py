@@ -78,12 +78,12 @@ def build(
     model: nn.Module, name: str, embedding: nn.Embedding, config: TieredConfig, calibration: TTCalibration | None
 ) -> TieredEmbedding:
     scale = embedding_scale(name, embedding, "tiered")
-    weight = embedding.weight.detach().float()
+    weight = embedding.weight.detach()
     tied = tied_output_name(model, embedding)
     if config.size_ratio is not None:
         text = sample_model_text(model, config.model_text_tokens, calibration.counts, held=CHECK_SEQUENCES)
         return budget_tiers(model, embedding, weight, config, calibration, scale, tied, text)
-    layer = fixed_tiers(weight, config, calibration, scale)
+    layer = fixed_tiers(weight.float(), config, calibration, scale)
     if scale is not None:
         layer.embed_scale = scale
     layer.tied_output = tied

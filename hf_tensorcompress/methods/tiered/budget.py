@@ -39,6 +39,9 @@ WIDE_ENOUGH = (8, 16)
 STEPS = 80
 
 
+#: Vectors a codebook's k-means is fitted on (a seeded sample of every row's vectors).
+KMEANS_SAMPLE = 400_000
+
 #: Rows measured at once: each width's rounding of them is held as float64 work and errors (about 64 MB at any
 #: hidden size), so memory does not grow with the vocabulary.
 CHUNK_VALUES = 1 << 23
@@ -74,11 +77,25 @@ def fitted_group(columns: int, group: int) -> int:
     return max(size for size in range(1, min(group, columns) + 1) if columns % size == 0)
 
 
-def canonical(vectors: torch.Tensor) -> torch.Tensor:
-    """``vectors`` in an order set by their values alone (a seeded projection), so k-means' seeded sampling does
-    not depend on the order rows come in."""
-    direction = torch.randn(vectors.shape[1], generator=torch.Generator().manual_seed(0), dtype=torch.float64)
-    return vectors[(vectors.double() @ direction).argsort(stable=True)]
+def codebook_vectors(weight: torch.Tensor, scale: torch.Tensor, dim: int, most: int = KMEANS_SAMPLE) -> torch.Tensor:
+    """The ``dim``-vectors of ``weight / scale`` a codebook is fitted on: at most ``most`` of them, drawn by a seeded
+    permutation of the vectors in an order set by their rows' values alone (a seeded projection), so the sample does
+    not depend on the order rows come in. Read a chunk of rows at a time: no scaled copy of the whole matrix."""
+    rows, columns = weight.shape
+    direction = torch.randn(columns, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    chunk = max(1, CHUNK_VALUES // columns)
+    keys = torch.cat(
+        [
+            (weight[start : start + chunk].double() / scale[start : start + chunk]).cpu() @ direction
+            for start in range(0, rows, chunk)
+        ]
+    )
+    order, per_row = keys.argsort(stable=True), columns // dim
+    total = rows * per_row
+    pick = torch.randperm(total, generator=torch.Generator().manual_seed(0))[:most].sort().values
+    at_rows = order[pick // per_row].to(weight.device)
+    vectors = (weight[at_rows].float() / scale[at_rows]).reshape(len(pick), per_row, dim)
+    return vectors[torch.arange(len(pick)), (pick % per_row).to(weight.device)]
 
 
 def tier_spec(width: int | str, group: int, dim: int, entries: int) -> dict:
@@ -122,17 +139,18 @@ def measure_widths(
     rows, columns = weight.shape
     group = fitted_group(columns, group)
     covariance = covariance.float().to(weight.device)
-    scale = weight.pow(2).mean(1, keepdim=True).sqrt().clamp(min=1e-8)
+    scale = torch.cat([part.float().pow(2).mean(1, keepdim=True) for part in weight.split(CHUNK_VALUES // columns)])
+    scale = scale.sqrt().clamp(min=1e-8)
     chunk = max(1, CHUNK_VALUES // columns)
     measured = []
     for width, size, count in progress(
         candidates(rows, columns, dim, entries, narrow), desc="size_ratio: rows at each width"
     ):
         tier = tier_spec(width, group, size, count)
-        book = kmeans(canonical(weight / scale).reshape(-1, size), count) if width == "codebook" else None
+        book = kmeans(codebook_vectors(weight, scale, size), count) if width == "codebook" else None
         errors = []
         for start in range(0, rows, chunk):
-            part = weight[start : start + chunk]
+            part = weight[start : start + chunk].float()
             error = part - store(part, tier, covariance if output_aware else None, book).dequantize().to(part.device)
             errors.append(((error @ covariance) * error).sum(1).cpu())
         measured.append(Width(tier, *_bytes(tier, columns), torch.cat(errors), book))

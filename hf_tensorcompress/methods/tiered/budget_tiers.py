@@ -11,7 +11,7 @@ from torch import nn
 
 from ..tt.calibration import TTCalibration
 from .assemble import layer_class, with_slots
-from .budget import Width, choose, describe, measure_widths, store, token_weights, width_name
+from .budget import CHUNK_VALUES, Width, choose, describe, measure_widths, store, token_weights, width_name
 from .config import TieredConfig
 from .guard import BudgetCheckWarning, compare, protected_rows, warn_if_short, worst_served
 from .layer import TieredEmbedding
@@ -19,6 +19,17 @@ from .model_text import ModelText
 
 #: Held-back calibration tokens below which that text is too short to score (the model's own sample still is).
 SHORTEST_CHECK = 64
+
+
+def fill_rows(stored: nn.Module, first: int, part: nn.Module) -> None:
+    """Rows ``first`` … of ``stored`` from ``part``, stored alike (rows are stored independently; a codebook's
+    shared table is the same for both and is copied whole)."""
+    for name, buffer in part.named_buffers():
+        target = stored.get_buffer(name)
+        if name == "codebook":
+            target.copy_(buffer)
+        else:
+            target[first : first + len(buffer)] = buffer
 
 
 def allocation_layer(
@@ -37,9 +48,12 @@ def allocation_layer(
     members = [(choice == index).nonzero().squeeze(1) for index in kept]
     tiers = [{"rows": len(ids), **widths[index].tier} for index, ids in zip(kept, members)]
     layer = layer_class(scale)(vocab, hidden, tiers).to(weight.device)
+    chunk = max(1, CHUNK_VALUES // hidden)
     for stored, index, ids in zip(layer.tiers, kept, members):
-        width = widths[index]
-        stored.load_state_dict(store(weight[ids.to(weight.device)], width.tier, rounding, width.codebook).state_dict())
+        width, ids = widths[index], ids.to(weight.device)
+        for first in range(0, len(ids), chunk):
+            part = store(weight[ids[first : first + chunk]].float(), width.tier, rounding, width.codebook)
+            fill_rows(stored, first, part)
     layer = with_slots(layer, torch.cat(members).to(weight.device))
     if scale is not None:
         layer.embed_scale = scale
