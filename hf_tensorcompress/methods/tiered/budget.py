@@ -93,9 +93,8 @@ def codebook_vectors(weight: torch.Tensor, scale: torch.Tensor, dim: int, most: 
     order, per_row = keys.argsort(stable=True), columns // dim
     total = rows * per_row
     pick = torch.randperm(total, generator=torch.Generator().manual_seed(0))[:most].sort().values
-    at_rows = order[pick // per_row].to(weight.device)
-    vectors = (weight[at_rows].float() / scale[at_rows]).reshape(len(pick), per_row, dim)
-    return vectors[torch.arange(len(pick)), (pick % per_row).to(weight.device)]
+    at_rows, at = order[pick // per_row].to(weight.device), (pick % per_row).to(weight.device)
+    return weight.reshape(rows, per_row, dim)[at_rows, at].float() / scale[at_rows]
 
 
 def tier_spec(width: int | str, group: int, dim: int, entries: int) -> dict:

@@ -1,9 +1,10 @@
 """How the tiers' codes and the low-rank factors are chosen (build time only; not shipped).
 
-``output_aware_codes`` is GPTQ's column-by-column rounding (Frantar et al. 2023) with the Hessian of a tied output
-layer, the covariance ``C = E[h hᵀ]`` of the hidden states it sees: each column's rounding error is pushed onto the
-columns not yet rounded so that ``E (h·(w − ŵ))²``, the expected logit error, stays small. Rows are independent,
-so each tier is rounded on its own at its own width. Round-to-nearest is ``LowBitTensor.quantize``.
+``output_aware_codes`` is GPTQ's column-by-column rounding (Frantar et al. 2023; in float32 as their code, the
+inverse Hessian's factor computed in float64) with the Hessian of a tied output layer, the covariance ``C = E[h hᵀ]``
+of the hidden states it sees: each column's rounding error is pushed onto the columns not yet rounded so that
+``E (h·(w − ŵ))²``, the expected logit error, stays small. Rows are independent, so each tier is rounded on its own
+at its own width. Round-to-nearest is ``LowBitTensor.quantize``.
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ def output_aware_codes(
     rows, columns = weight.shape
     group = check_lowbit(bits, group_size, columns)
     block = group if group <= 128 or group % 64 else 64  # a group always starts at a block start
-    factor = _inverse_hessian_factor(covariance.to(weight.device), damping)
-    work = weight.detach().double().clone()
+    factor = _inverse_hessian_factor(covariance.to(weight.device), damping).float()
+    work = weight.detach().float().clone()
     codes = torch.empty(rows, columns, dtype=torch.uint8, device=weight.device)
     scales, minima = [], []
     top = 2**bits - 1
@@ -44,8 +45,8 @@ def output_aware_codes(
             scale, minimum = group_params(work[:, start : start + group], bits, group)
             scales.append(scale)
             minima.append(minimum)
-        step, low = scales[-1].double()[:, 0], minima[-1].double()[:, 0]
-        errors = torch.empty(rows, end - start, dtype=torch.float64, device=weight.device)
+        step, low = scales[-1].float()[:, 0], minima[-1].float()[:, 0]
+        errors = torch.empty(rows, end - start, device=weight.device)
         for column in range(start, end):
             values = work[:, column]
             code = torch.round((values - low) / step).clamp(0, top)
