@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from typing import NamedTuple
 
 import torch
@@ -32,6 +33,9 @@ from .structure import CompressedCheckpointError, build_recorded
 
 WEIGHTS_NAME = "model.safetensors"
 WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+#: Largest shard index read (a real one names a few thousand tensors: well under a megabyte).
+MAX_INDEX_BYTES = 64 << 20
+RESTORE_INDEX = f"restore {WEIGHTS_INDEX_NAME} and the shards from the saved checkpoint"
 SAVE_AGAIN = "save the compressed model again with save_pretrained (or restore the file from the saved checkpoint)"
 
 #: safetensors' dtype names (the header's), as torch dtypes.
@@ -58,12 +62,41 @@ class StoredTensor(NamedTuple):
 
 
 def _weight_files(folder: str) -> list[str]:
-    """The safetensors files of a local checkpoint (one, or those its index names)."""
+    """The safetensors files of a local checkpoint (one, or those its index names, each checked by ``_shard``)."""
     index = os.path.join(folder, WEIGHTS_INDEX_NAME)
-    if os.path.isfile(index):
-        with open(index, encoding="utf-8") as handle:
-            return sorted(set(json.load(handle).get("weight_map", {}).values()))
-    return [WEIGHTS_NAME] if os.path.isfile(os.path.join(folder, WEIGHTS_NAME)) else []
+    if not os.path.isfile(index):
+        return [WEIGHTS_NAME] if os.path.isfile(os.path.join(folder, WEIGHTS_NAME)) else []
+    if os.path.getsize(index) > MAX_INDEX_BYTES:
+        raise CompressedCheckpointError(f"{index} is larger than an index of shards can be; {RESTORE_INDEX}")
+    with open(index, encoding="utf-8") as handle:
+        try:
+            weight_map = json.load(handle).get("weight_map")
+        except (ValueError, AttributeError):
+            weight_map = None
+    if not isinstance(weight_map, dict) or not all(isinstance(name, str) for name in weight_map.values()):
+        raise CompressedCheckpointError(f"{index} holds no weight_map of file names; {RESTORE_INDEX}")
+    return [_shard(folder, name) for name in sorted(set(weight_map.values()))]
+
+
+def _shard(folder: str, name: str) -> str:
+    """``name``, a shard an index names, where it is a regular file inside ``folder``: a path that leaves the folder
+    (``..``, an absolute path) is refused, as is a FIFO or a device, which would hang or never end the header read."""
+    parts = name.replace("\\", "/").split("/")
+    if not name or os.path.isabs(name) or any(part in ("", ".", "..") for part in parts):
+        raise CompressedCheckpointError(
+            f"{WEIGHTS_INDEX_NAME} names the shard {name!r}, a path outside the checkpoint's folder; every shard "
+            f"must be a file inside it: {RESTORE_INDEX}"
+        )
+    try:
+        status = os.stat(os.path.join(folder, name))
+    except FileNotFoundError:
+        raise CompressedCheckpointError(f"{WEIGHTS_INDEX_NAME} names the shard {name!r}, which is missing") from None
+    if not stat.S_ISREG(status.st_mode):
+        raise CompressedCheckpointError(
+            f"{WEIGHTS_INDEX_NAME} names the shard {name!r}, which is not a regular file (a FIFO, a device or a "
+            f"folder): {RESTORE_INDEX}"
+        )
+    return name
 
 
 def stored_tensors(folder: str | os.PathLike | None) -> dict[str, StoredTensor]:
