@@ -30,6 +30,7 @@ from .ortops import ACCURACY_LEVELS
 from .ortops import TRANSLATIONS as CONTRIB_TRANSLATIONS
 from .tidy import tidy_graph
 from .transposes import fold_weight_transposes
+from .units import in_user_units, read_statistics
 from .unpack import TRANSLATIONS as UNPACK_TRANSLATIONS
 from .unpack import GraphLowBit
 
@@ -62,6 +63,7 @@ def export_onnx(
     opset: int = 21,
     ort_ops: bool = True,
     accuracy_level: int = 0,
+    standardization: object = None,
 ) -> Path:
     """Export a PatchTST forecaster/classifier/regressor, an Autoformer or Informer forecaster or a causal LM (dense,
     or compressed by this library) to the single ONNX file ``path``; the compressed layers keep their stored
@@ -75,10 +77,16 @@ def export_onnx(
     does; 4 quantizes their activations to int8 per block, which ONNX Runtime's CPU kernel runs 2-4× faster, at
     outputs that differ from PyTorch's by that rounding (greedy tokens may differ).
 
+    ``standardization`` (a forecaster's training statistics: a ``Standardization``, its dict, or the path of its
+    JSON; default: ``standardization.json`` beside a model folder): the graph takes and returns values in the user's
+    units, standardising them inside (``units.py``); without statistics, in the units the model was trained on.
+
     The file carries what the runner needs in its metadata (``hf_tensorcompress.kind``: ``forecast`` or
-    ``causal_lm``, and the model's input/output names), so ``runner.forecast`` / ``runner.generate`` take only it.
+    ``causal_lm``, the model's input/output names, and for forecasters the ``units``), so ``runner.forecast`` /
+    ``runner.generate`` take only it.
     """
     _check_accuracy_level(accuracy_level, ort_ops)
+    statistics = read_statistics(model_or_folder, standardization)
     model = _model(model_or_folder)
     graph = graph_for(model)
     if graph is None:
@@ -93,6 +101,7 @@ def export_onnx(
             f"layer types {sorted(left)} have no ONNX export form (cp, svd, biprop, tiered_embedding and tt_embedding have one)"
         )
     wrapper, inputs, dynamic, metadata = graph(model)
+    wrapper, dynamic, metadata = in_user_units(wrapper, model, metadata, dynamic, statistics)
     wrapper.eval()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,7 +120,8 @@ def export_onnx(
             custom_translation_table={**CONTRIB_TRANSLATIONS, **UNPACK_TRANSLATIONS},
         )
     program.save(str(path), external_data=False)
-    fold_weight_transposes(path, keep=tuple(f"model.{name}." for name in replaced))
+    where = next(name for name, module in wrapper.named_modules() if module is model)  # the model inside the graph
+    fold_weight_transposes(path, keep=tuple(f"{where}.{name}." for name in replaced))
     tidy_graph(path)
     write_metadata(
         path, {**metadata, "compressed_modules": replaced, "ort_ops": ort_ops, "accuracy_level": accuracy_level}
