@@ -21,6 +21,7 @@ from torch import nn
 
 from ...loading import load_model
 from ...runtime.contract import CompressedLayer
+from ...runtime.torchao_linears import dense_linears, linears_config
 from .embeddings import swap_embeddings
 from .errors import OnnxExportError
 from .graphs import GRAPHS, graph_for
@@ -51,10 +52,22 @@ def swap_layers(model: nn.Module, ort_ops: bool = False, accuracy_level: int = 0
     return replaced
 
 
-def _model(model_or_folder: nn.Module | str | Path) -> nn.Module:
-    if isinstance(model_or_folder, nn.Module):
-        return copy.deepcopy(model_or_folder).float().eval()
-    return load_model(model_or_folder).float().eval()
+def _model(model_or_folder: nn.Module | str | Path) -> tuple[nn.Module, str | None]:
+    """The model to trace (a copy, or loaded), in fp32, with its torchao / bitsandbytes Linears as the float weights
+    they stand for: ONNX has no operator for NF4 codes nor torchao's tensors, and transformers refuses ``.float()``
+    while they are there. The compressed layers keep their stored form; the note (None without quantized Linears)
+    says what the Linears became."""
+    model = copy.deepcopy(model_or_folder) if isinstance(model_or_folder, nn.Module) else load_model(model_or_folder)
+    linears = linears_config(getattr(model.config, "quantization_config", None))
+    if linears is None:
+        return model.float().eval(), None
+    dense_linears(model)
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        quantizer.remove_quantization_config(model)
+    kind = "bitsandbytes 4-bit" if linears.get("quant_method") == "bitsandbytes" else "torchao"
+    note = f"the {kind} Linears are stored as the float weights they stand for (ONNX has no operator for their codes)"
+    return model.float().eval(), note
 
 
 def export_onnx(
@@ -87,7 +100,7 @@ def export_onnx(
     """
     _check_accuracy_level(accuracy_level, ort_ops)
     statistics = read_statistics(model_or_folder, standardization)
-    model = _model(model_or_folder)
+    model, linears = _model(model_or_folder)
     graph = graph_for(model)
     if graph is None:
         supported = ", ".join(GRAPHS)
@@ -123,8 +136,10 @@ def export_onnx(
     where = next(name for name, module in wrapper.named_modules() if module is model)  # the model inside the graph
     fold_weight_transposes(path, keep=tuple(f"{where}.{name}." for name in replaced))
     tidy_graph(path)
+    extra = {} if linears is None else {"linears": linears}
     write_metadata(
-        path, {**metadata, "compressed_modules": replaced, "ort_ops": ort_ops, "accuracy_level": accuracy_level}
+        path,
+        {**metadata, "compressed_modules": replaced, "ort_ops": ort_ops, "accuracy_level": accuracy_level, **extra},
     )
     return path
 
