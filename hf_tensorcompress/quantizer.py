@@ -117,7 +117,8 @@ class TensorCompressQuantizer(HfQuantizer):
 
     def _process_model_before_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
         from .runtime import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
-        from .runtime.checks import check_before_loading, local_folder
+        from .runtime.checkpoint_files import local_folder
+        from .runtime.checks import check_before_loading
         from .saving import save_extras
 
         if self.pre_quantized:
@@ -139,7 +140,8 @@ class TensorCompressQuantizer(HfQuantizer):
 
     def _process_model_after_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
         from .runtime import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
-        from .runtime.checks import check_loaded, local_folder
+        from .runtime.checkpoint_files import local_folder
+        from .runtime.checks import check_loaded
         from .runtime.structure import CompressedCheckpointError
 
         if self.pre_quantized:

@@ -10,6 +10,7 @@ from onnx_cases import (
     PROMPT,
     WIDE_LMS,
     contrib_ops,
+    decisive,
     exported,
     saved_forecaster,
     saved_lm,
@@ -229,26 +230,11 @@ def test_token_map_is_narrowed_where_the_rows_fit(exports):
 def saved_stacked_lm(folder, linears: str):
     """A tiny tiered Llama whose other Linears are quantized (``--quantize-linears``): 64 wide, as bitsandbytes'
     CPU kernel needs, with weights large enough for greedy decoding to change tokens."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from helpers import WIDE_LLAMA, tiny_causal_lm
 
     from hf_tensorcompress.cli import linear_quantization
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=120,
-        hidden_size=64,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=True,
-    )
-    model = LlamaForCausalLM(config).eval()
-    with torch.no_grad():
-        model.model.embed_tokens.weight.normal_(0.0, 1.0)
-        for name, module in model.named_modules():
-            if isinstance(module, torch.nn.Linear) and name != "lm_head":
-                module.weight.normal_(0.0, 0.5)
+    model = decisive(tiny_causal_lm("llama", **WIDE_LLAMA))
     apply_compression(model, CompressionConfig(method="tiered", tier_tokens=[40], tier_bits=[8, 4], tier_group_size=8))
     quantize_linears(model, linear_quantization(linears))
     model.save_pretrained(folder)

@@ -36,12 +36,12 @@ def test_results_table_averages_seeds_and_reads_both_recipe_layouts():
 
 def stacked_bf16_llama():
     """A bf16 Llama with a tiered embedding and NF4 Linears: the smallest model, as the command line writes it."""
-    from test_dtype_matrix import dense
+    from helpers import WIDE_LLAMA, tiny_causal_lm
 
     from hf_tensorcompress.cli import linear_quantization
     from hf_tensorcompress.stacking import quantize_linears
 
-    model = dense("llama-64", torch.bfloat16)
+    model = tiny_causal_lm("llama", **WIDE_LLAMA).to(torch.bfloat16)
     config = CompressionConfig(method="tiered", tier_tokens=[40], tier_bits=[8, 4], tier_group_size=8)
     return quantize_linears(apply_compression(model, config), linear_quantization("bnb-nf4"))
 

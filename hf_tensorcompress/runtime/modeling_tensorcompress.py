@@ -26,7 +26,8 @@ from torch import nn
 from transformers.quantizers.auto import AUTO_QUANTIZER_MAPPING
 
 from .atomic import atomic_folder, recover
-from .checks import check_before_loading, check_loaded, check_shapes, local_folder
+from .checkpoint_files import local_folder
+from .checks import check_before_loading, check_loaded, check_shapes
 from .contract import QUANT_METHOD, SIGNPOST_KEYS, TOMBSTONE_KEY, CompressedLayer, tombstones
 from .marker import marker_version_problem
 from .optional import sibling
