@@ -19,7 +19,10 @@ import pkgutil
 
 from .core.registry import add_method_package
 from .lazy import lazy_exports
+from .noise import silence_third_party_noise
 from .registration import register_with_transformers
+
+silence_third_party_noise()  # before transformers imports torchao with its quantizers
 
 #: public name -> module (relative to this package) that defines it; the methods' names are added below
 _EXPORTS = {

@@ -37,22 +37,47 @@ def weight_bytes(path: str | Path) -> int:
 
 
 def bytes_by_part(folder: str | Path) -> dict[str, int]:
-    """Bytes of a saved checkpoint's tensors: the compressed modules' in one entry, the rest by dtype (from the
-    safetensors headers, nothing loaded)."""
+    """Bytes of a saved checkpoint's tensors: the compressed modules' in one entry, the quantized Linears' (their
+    packed codes and scales) in another, the rest by dtype (from the safetensors headers, nothing loaded)."""
     from safetensors import safe_open
+
+    from .runtime.checkpoint_files import stored_metadata
+    from .runtime.checks import torchao_weights
 
     folder = Path(folder)
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     compressed = tuple(f"{name}." for name in (config.get("compression_config") or {}).get("modules", {}))
+    linears = (config.get("quantization_config") or {}).get("linears") or {}
+    torchao = {key for weight in torchao_weights(stored_metadata(folder)).values() for key in weight.parts.values()}
     parts: dict[str, int] = {}
     for file in sorted(folder.glob("*.safetensors")):
         with safe_open(str(file), framework="pt") as handle:
-            for key in handle.keys():
+            keys = list(handle.keys())
+            packed = tuple(key.split(BNB_STATE)[0] + ".weight" for key in keys if BNB_STATE in key)
+            for key in keys:
                 view = handle.get_slice(key)
                 size = torch.Size(view.get_shape()).numel() * _element_size(view.get_dtype())
-                part = "compressed modules" if key.startswith(compressed) else f"uncompressed {view.get_dtype()}"
+                if key.startswith(compressed):
+                    part = "compressed modules"
+                elif key in torchao or key.startswith(packed):
+                    part = f"quantized Linears ({_linears_name(linears)}: packed codes and scales)"
+                else:
+                    part = f"uncompressed {view.get_dtype()}"
                 parts[part] = parts.get(part, 0) + size
     return parts
+
+
+#: What a bitsandbytes 4-bit Linear's packed quant state is saved under, after its module name.
+BNB_STATE = ".weight.quant_state.bitsandbytes__"
+
+
+def _linears_name(linears: dict) -> str:
+    """The quantization of a checkpoint's Linears as a reader knows it: bitsandbytes NF4 / FP4, torchao's config."""
+    if linears.get("quant_method") == "bitsandbytes":
+        return f"bitsandbytes {str(linears.get('bnb_4bit_quant_type', '4-bit')).upper()}"
+    quant_type = linears.get("quant_type")
+    name = quant_type.get("default", {}).get("_type") if isinstance(quant_type, dict) else None
+    return f"torchao {name}" if name else "torchao"
 
 
 def _element_size(safetensors_dtype: str) -> int:

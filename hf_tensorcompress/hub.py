@@ -21,7 +21,7 @@ from torch import nn
 
 from .core.metrics import compression_report
 from .core.registry import record
-from .reporting import markdown_table, metric_names, results_table, summary_rows
+from .reporting import markdown_table, metric_names, results_table, summary_headers, summary_rows
 from .runtime.modeling_tensorcompress import CLASS_PREFIX, CompressedModelMixin
 
 TEMPLATE = Path(__file__).parent / "model_cards" / "compressed_model.md"
@@ -131,7 +131,7 @@ def model_card(model: nn.Module, info: CardInfo | None = None, repo_id: str | No
         method_description=record(method).description,
         settings=settings,
         module_count=len(modules),
-        cost_table=markdown_table(["", "dense", "compressed", "compressed / dense"], summary_rows(report)),
+        cost_table=markdown_table(summary_headers(report), summary_rows(report)),
         metrics_table=markdown_table(headers, rows) if rows else "",
         dense_note=any(row[0] == "dense" for row in rows),
         dataset_description=info.dataset_note or ", ".join(datasets) or "the data in `results.json`",

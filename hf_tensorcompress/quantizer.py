@@ -37,7 +37,8 @@ from transformers.utils.quantization_config import QuantizationConfigMixin
 from .config import CompressionConfig
 from .core.registry import default_name, get_method, method_for
 from .runtime.bnb_linears import BnbLinears
-from .runtime.contract import QUANT_METHOD, STACKED_VERSION, quantization_marker
+from .runtime.contract import QUANT_METHOD, quantization_marker
+from .runtime.marker import marker_version_problem
 from .runtime.torchao_linears import TorchAoLinears, keep_saveable, linear_quantizer
 
 
@@ -48,13 +49,11 @@ class CompressedCheckpointConfig(QuantizationConfigMixin):
     def __init__(
         self, quant_method: str = QUANT_METHOD, version: int = 1, linears: dict | None = None, **_: Any
     ) -> None:
-        if version > STACKED_VERSION:
+        problem = marker_version_problem(version)
+        if problem is not None:
             from .runtime.structure import CompressedCheckpointError  # registration may run while structure imports
 
-            raise CompressedCheckpointError(
-                f"the checkpoint's quantization_config version {version} is newer than this hf_tensorcompress "
-                f"understands ({STACKED_VERSION}); upgrade hf_tensorcompress"
-            )
+            raise CompressedCheckpointError(problem)
         self.quant_method = quant_method
         self.version = version
         self.linears = linears
@@ -118,7 +117,8 @@ class TensorCompressQuantizer(HfQuantizer):
 
     def _process_model_before_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
         from .runtime import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
-        from .runtime.checks import check_before_loading, local_folder
+        from .runtime.checkpoint_files import local_folder
+        from .runtime.checks import check_before_loading
         from .saving import save_extras
 
         if self.pre_quantized:
@@ -140,7 +140,8 @@ class TensorCompressQuantizer(HfQuantizer):
 
     def _process_model_after_weight_loading(self, model: nn.Module, **kwargs: Any) -> nn.Module:
         from .runtime import modeling_tensorcompress as modeling  # not at import: registration may run mid-import
-        from .runtime.checks import check_loaded, local_folder
+        from .runtime.checkpoint_files import local_folder
+        from .runtime.checks import check_loaded
         from .runtime.structure import CompressedCheckpointError
 
         if self.pre_quantized:

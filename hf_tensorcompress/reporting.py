@@ -54,8 +54,14 @@ def human_bytes(bits: float) -> str:
     return f"{value:.0f} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
+def summary_headers(report: dict) -> list[str]:
+    """The columns of ``summary_rows``: every "dense" figure is the dense model in one precision, named here."""
+    return ["", f"dense ({report.get('dense_dtype', 'float32')})", "compressed", "compressed / dense"]
+
+
 def summary_rows(report: dict) -> list[tuple[str, str, str, str]]:
-    """(quantity, dense, compressed, compressed/dense) for the totals: the table a model card shows."""
+    """(quantity, dense, compressed, compressed/dense) for the totals: the table a model card shows (one baseline,
+    ``summary_headers``, on every line)."""
     total = cost_rows(report)[-1]
     model = report["model"]
     return [
@@ -185,3 +191,18 @@ def metric_names(results: dict) -> list[str]:
     """Names of the metrics a ``results.json`` reports (for the card's ``metrics`` metadata)."""
     names = {key for run in results.get("runs", []) for key in (run.get("metrics") or {})}
     return sorted(names)
+
+
+BYTES_ROWS = (("compressed modules", "targets"), ("every Linear layer", "linear"), ("whole model", "model"))
+
+
+def bytes_table(report: dict) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of a report's bytes on disk and in RAM, against the dense model in ``dense_dtype``."""
+    dense = f"dense ({report.get('dense_dtype', 'float32')})"
+    headers = ["bytes", dense, "on disk", "in RAM", "disk / dense", "RAM / dense"]
+    rows = [
+        [label, *(f"{report['bytes'][key][k]:,}" for k in ("dense", "disk", "ram")),
+         *(f"{report['bytes'][key][k]:.3f}" for k in ("disk_ratio", "ram_ratio"))]
+        for label, key in BYTES_ROWS
+    ]  # fmt: skip
+    return headers, rows

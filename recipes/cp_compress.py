@@ -175,9 +175,9 @@ def main(argv: list[str] | None = None) -> dict:
     with user_errors("cp_compress.py"):
         data = load_forecasting_from_args(args)
         stats = standardization_of(data)
-        if state.is_main_process:
-            print(describe_forecasting(data, describe_source(args.dataset)))
         model = build_model(args, channels=len(stats.columns))
+        if state.is_main_process:  # with the model's family: a PatchTST ignores covariates, and the summary says so
+            print(describe_forecasting(data, describe_source(args.dataset), model.config.model_type))
         train_windows = forecasting_windows(data["train"], model.config, stride=args.train_stride, future_mask=True)
         validation_windows = forecasting_windows(data["validation"], model.config, stride=args.eval_stride)
         test_windows = forecasting_windows(data["test"], model.config, stride=args.eval_stride)

@@ -105,9 +105,14 @@ def tiny_time_series(family: str, informer_attention: str = "prob") -> torch.nn.
 LM_VOCAB, LM_HIDDEN = 120, 24
 
 
-def tiny_causal_lm(kind: str, tie: bool = True, hidden: int = LM_HIDDEN) -> torch.nn.Module:
-    """A small seeded causal LM (llama, gpt2, opt) with tied embeddings by default, in eval mode (``hidden``: the
-    Llama's width)."""
+#: A Llama whose every Linear is a multiple of 32 wide and 64 deep: bitsandbytes' packed CPU kernel, which its 4-bit
+#: Linears run in eval mode without gradients, takes no narrower ones.
+WIDE_LLAMA = dict(hidden=64, intermediate=64)
+
+
+def tiny_causal_lm(kind: str, tie: bool = True, hidden: int = LM_HIDDEN, intermediate: int = 32) -> torch.nn.Module:
+    """A small seeded causal LM (llama, gpt2, opt) with tied embeddings by default, in eval mode (``hidden``,
+    ``intermediate``: the Llama's widths)."""
     torch.manual_seed(0)
     common = dict(vocab_size=LM_VOCAB, bos_token_id=0, eos_token_id=1, tie_word_embeddings=tie)
     if kind == "gpt2":
@@ -129,7 +134,7 @@ def tiny_causal_lm(kind: str, tie: bool = True, hidden: int = LM_HIDDEN) -> torc
         model = LlamaForCausalLM(
             LlamaConfig(
                 hidden_size=hidden,
-                intermediate_size=32,
+                intermediate_size=intermediate,
                 num_hidden_layers=2,
                 num_attention_heads=2,
                 num_key_value_heads=1,

@@ -107,15 +107,20 @@ def torch_seq2seq_forecast(folder: Path, inputs: dict[str, np.ndarray]) -> np.nd
         return mean_feedback_forecast(model, **tensors).numpy()
 
 
-def saved_lm(folder: Path, options: dict | None, hidden: int = LM_HIDDEN) -> Path:
-    """A tiny tied Llama with weights large enough for greedy decoding to change tokens (at the default init of
+def decisive(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` (a tied Llama) with weights large enough for greedy decoding to change tokens (at the default init of
     std 0.02 it repeats one token)."""
-    model = tiny_causal_lm("llama", hidden=hidden)
     with torch.no_grad():
         model.model.embed_tokens.weight.normal_(0.0, 1.0)
         for name, module in model.named_modules():
             if isinstance(module, torch.nn.Linear) and name != "lm_head":
                 module.weight.normal_(0.0, 0.5)
+    return model
+
+
+def saved_lm(folder: Path, options: dict | None, hidden: int = LM_HIDDEN) -> Path:
+    """A tiny tied Llama whose greedy tokens change (``decisive``)."""
+    model = decisive(tiny_causal_lm("llama", hidden=hidden))
     if options is not None:
         apply_compression(model, CompressionConfig(**options))
     model.save_pretrained(folder)

@@ -228,3 +228,12 @@ def test_training_builds_on_evaluation_never_the_reverse():
 def test_reaches_follows_imports_through_other_modules():
     edges = {"pkg.a.x": {"pkg.c"}, "pkg.c": {"pkg.b.y"}, "pkg.b.y": set()}
     assert reaches(edges, "pkg.a", "pkg.b") and not reaches(edges, "pkg.b", "pkg.a")
+
+
+def test_no_package_file_is_longer_than_500_lines():
+    """Small modules with one job: a file past 500 lines holds more than one."""
+    lengths = {
+        str(path.relative_to(PACKAGE)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in PACKAGE.rglob("*.py")
+    }
+    assert not {name: length for name, length in lengths.items() if length > 500}

@@ -4,7 +4,10 @@ load path (the base class, load_model, trust_remote_code); where the library is 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -156,3 +159,116 @@ def test_without_the_library_the_load_report_names_the_fix(folders):
     assert "refused:" in result.stdout
     assert SIGNPOST_KEY in result.stderr and "trust_remote_code=True" in SIGNPOST_KEY
     assert "import hf_tensorcompress first" in SIGNPOST_KEY  # installed but not imported: the same report
+
+
+@pytest.fixture(scope="module")
+def sharded(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sharded") / "cp"
+    model = apply_compression(patchtst(), CompressionConfig(method="cp", rank=2, cp_iterations=2))
+    model.save_pretrained(folder, max_shard_size="20KB")
+    return folder
+
+
+def unreadable_shard(sharded, tmp_path, how: str):
+    """A copy of ``sharded`` whose index names its first shard outside the folder, or where a FIFO replaced it."""
+    root = tmp_path / "root"
+    folder = root / "cp"
+    shutil.copytree(sharded, folder)
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    first = sorted(set(index["weight_map"].values()))[0]
+    if how == "fifo":
+        (folder / first).unlink()
+        os.mkfifo(folder / first)
+        return folder
+    (folder / first).rename(root / first)
+    outside = f"../{first}" if how == "parent" else str(root / first)
+    index["weight_map"] = {key: outside if name == first else name for key, name in index["weight_map"].items()}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    return folder
+
+
+@pytest.mark.parametrize("how", ["parent", "absolute"])
+@pytest.mark.parametrize("load", list(LOADS))
+def test_a_shard_outside_the_folder_is_refused(sharded, tmp_path, load, how):
+    """transformers follows an index's ``../`` and absolute shard names."""
+    folder = unreadable_shard(sharded, tmp_path, how)
+    with refused(r"model.safetensors.index.json names the shard .*a path outside the checkpoint's folder"):
+        LOADS[load](folder, PatchTSTForPrediction)
+
+
+FIFO_LOADS = """
+import json, sys
+from transformers import AutoModel, PatchTSTForPrediction
+from hf_tensorcompress.loading import load_model
+found = {}
+for name, load in (("base class", PatchTSTForPrediction.from_pretrained), ("load_model", load_model),
+                   ("trust_remote_code", lambda folder: AutoModel.from_pretrained(folder, trust_remote_code=True))):
+    try:
+        load(sys.argv[1])
+        found[name] = "loaded"
+    except ValueError as error:
+        found[name] = type(error).__name__ + ": " + str(error)
+print(json.dumps(found))
+"""
+
+
+def test_a_fifo_shard_is_refused_not_read_forever(sharded, tmp_path):
+    """The library's own header check opened a FIFO and waited forever (in a child process: a hang is a failure)."""
+    folder = unreadable_shard(sharded, tmp_path, "fifo")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    run = subprocess.run(
+        [sys.executable, "-c", FIFO_LOADS, str(folder)], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    for load, outcome in json.loads(run.stdout.strip().splitlines()[-1]).items():
+        assert outcome.startswith("CompressedCheckpointError") and "not a regular file" in outcome, (load, outcome)
+
+
+def test_the_sharded_checkpoint_loads(sharded):
+    for load in LOADS.values():
+        assert type(load(sharded, PatchTSTForPrediction)).__name__ == "CompressedPatchTSTForPrediction"
+
+
+#: Each edited ``quantization_config["version"]``: a string and null raised a raw TypeError; a future version loaded
+#: where the library is not installed.
+VERSIONS = {"text": ("1", "not a version this library writes"), "null": (None, "not a version this library writes"),
+            "future": (7, "newer than this hf_tensorcompress reads")}  # fmt: skip
+
+
+def with_version(folders, tmp_path, version) -> str:
+    folder = tmp_path / f"version-{version}"
+    shutil.copytree(folders / "cp", folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["quantization_config"]["version"] = version
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+@pytest.mark.parametrize("edit", list(VERSIONS))
+@pytest.mark.parametrize("load", list(LOADS))
+def test_an_edited_marker_version_is_refused_naming_it(folders, tmp_path, load, edit):
+    version, pattern = VERSIONS[edit]
+    with refused(rf"quantization_config\['version'\] is .*{pattern}"):
+        LOADS[load](with_version(folders, tmp_path, version), PatchTSTForPrediction)
+
+
+def test_an_edited_marker_version_is_refused_where_the_library_is_not_installed(folders, tmp_path):
+    edits = {edit: str(with_version(folders, tmp_path, version)) for edit, (version, _) in VERSIONS.items()}
+    result = run_without_library(
+        f"""
+        import json
+        from transformers import AutoModel
+        found = {{}}
+        for edit, folder in {edits!r}.items():
+            try:
+                AutoModel.from_pretrained(folder, trust_remote_code=True)
+                found[edit] = "loaded"
+            except ValueError as error:
+                found[edit] = type(error).__name__ + ": " + str(error)
+        print(json.dumps(found))
+        """,
+        cwd=tmp_path,
+    )
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    for edit, (_, pattern) in VERSIONS.items():
+        assert found[edit].startswith("CompressedCheckpointError") and pattern in found[edit], found[edit]

@@ -1,5 +1,6 @@
-"""The command line's stderr carries its own lines and real problems, not third-party noise: torchao's kernels it
-cannot load and torch's pytree deprecation notes are dropped there (and only there), anything else still shows."""
+"""stderr carries the library's own lines and real problems, not third-party noise: torchao's kernels a CPU install
+cannot load and torch's pytree deprecation notes are dropped once ``hf_tensorcompress`` is imported (a user's script
+and the command line alike); anything else those libraries log still shows."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from test_cli import ROOT, cli
 from transformers import LlamaForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.cli.noise import NOISE, DropMatching, silence_third_party_noise
+from hf_tensorcompress.noise import NOISE, DropMatching, silence_third_party_noise
 
 TORCHAO_LINE = "Failed to load /venv/site-packages/torchao/_C_mxfp8.cpython-310-x86_64-linux-gnu.so: Could not load"
 PYTREE_LINE = (
@@ -49,11 +50,21 @@ def test_the_filters_drop_only_the_known_lines(caplog, monkeypatch):
     ]
 
 
-def test_importing_the_library_installs_no_filter():
+def test_importing_the_library_quiets_the_model_loads_of_a_script(tmp_path):
+    """Every import printed torchao's ``Failed to load …_C_….so`` lines and torch's ``_pytree`` notes as soon as
+    transformers loaded a model (torchao is imported with transformers' quantizers)."""
+    model = LlamaForCausalLM.from_pretrained(save_word_level_lm(tmp_path / "lm", 64, 32))
+    apply_compression(model, CompressionConfig(method="svd", rank=4, target_modules=["q_proj"]))
+    model.save_pretrained(tmp_path / "svd")
     code = (
-        "import logging, hf_tensorcompress, hf_tensorcompress.cli\n"
-        "print([f for name in ('torchao', 'torch.utils._pytree') for f in logging.getLogger(name).filters])"
+        "import sys, hf_tensorcompress\n"
+        "from transformers import AutoModelForCausalLM\n"
+        "AutoModelForCausalLM.from_pretrained(sys.argv[1])\n"
+        "print('loaded')\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stderr[-2000:]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "svd")], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0 and result.stdout.strip() == "loaded", result.stderr[-2000:]
+    assert "Failed to load" not in result.stderr and "register_constant" not in result.stderr, result.stderr

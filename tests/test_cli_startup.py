@@ -3,6 +3,7 @@ written any of three ways, and optional extras that fail with a message naming t
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hf_tensorcompress.cli import build_parser, compression_config, exit_code
+from hf_tensorcompress.cli.common import UsageError
 from hf_tensorcompress.extras import MissingExtraError, require
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,3 +113,58 @@ def test_missing_extra_names_the_extra(monkeypatch):
 
     with pytest.raises(MissingExtraError, match=r"\[plots\]"):
         plot_trace([], "trace.png")
+
+
+def test_wrong_flag_values_are_refused_before_torch_loads(tmp_path):
+    """Each took 17-19 s to be refused, torch and the model code imported first: now one error line, exit 2, and
+    nothing heavy imported (so well under a second)."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases = [
+        ["compress", str(tmp_path / "missing"), str(tmp_path / "out"), "--rank", "0.5"],
+        ["compress", str(empty), str(tmp_path / "out"), "--method", "svd", "--rank", "2.5"],
+        ["compress", str(empty), str(tmp_path / "out")],  # no config.json, no .gguf
+        ["report", str(tmp_path / "missing")],
+        ["report", str(empty), "--tokens", "0"],
+        ["evaluate", str(empty), "--stride", "0"],
+        ["evaluate", str(empty), "--split", "testing"],
+        ["evaluate", str(tmp_path / "missing")],
+        ["export-onnx", str(empty), "o.onnx", "--accuracy-level", "9"],
+        ["export-onnx", str(empty), "o.onnx", "--standard-ops", "--accuracy-level", "4"],
+        ["push", str(tmp_path / "missing"), "me/model"],
+    ]
+    result = python(
+        "import json, sys\n"
+        "from hf_tensorcompress.cli import main\n"
+        "codes = []\n"
+        f"for argv in {cases!r}:\n"
+        "    try:\n"
+        "        codes.append(main(argv))\n"
+        "    except SystemExit as exit:\n"
+        "        codes.append(exit.code)\n"
+        f"print(json.dumps([codes, sorted(m for m in {HEAVY + ('pandas',)!r} if m in sys.modules)]))\n"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    codes, imported = json.loads(result.stdout.strip().splitlines()[-1])
+    assert codes == [2] * len(cases) and imported == [], (codes, imported, result.stderr[-3000:])
+    errors = [line for line in result.stderr.splitlines() if "error:" in line]
+    assert len(errors) == len(cases), result.stderr
+
+
+def test_an_unknown_flag_is_reported_with_the_subcommands_usage():
+    result = python("from hf_tensorcompress.cli import main\nmain(['report', 'folder', '--no-such-flag'])")
+    assert result.returncode == 2
+    assert "usage: hf-tensorcompress report [-h]" in result.stderr and "--tokens" in result.stderr
+    assert "hf-tensorcompress report: error: unrecognized arguments: --no-such-flag" in result.stderr
+
+
+def test_a_folder_holding_one_gguf_file_is_compressed_from_that_file(tmp_path, capsys):
+    """``fetch smollm2`` prints a folder holding one .gguf file; compress refused it without naming the file."""
+    from hf_tensorcompress.cli.compress import model_source
+
+    (tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf").write_bytes(b"GGUF")
+    assert model_source(str(tmp_path)) == tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert "compressing SmolLM2-135M-Instruct.Q4_1.gguf" in capsys.readouterr().err
+    (tmp_path / "other.gguf").write_bytes(b"GGUF")
+    with pytest.raises(UsageError, match=r"holds 2 GGUF files \(SmolLM2-135M-Instruct.Q4_1.gguf, other.gguf\)"):
+        model_source(str(tmp_path))

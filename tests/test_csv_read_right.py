@@ -4,6 +4,7 @@ name only flags the user passed, and tables say what their ± is."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -124,3 +125,62 @@ def test_tables_label_their_spread_as_sample_std():
     assert "2.0000 ± 1.0000" in table  # ddof=1: std of 1, 2, 3 is 1 (the population std would be 0.8165)
     assert "mean ± std over 3 seeds (sample standard deviation, ddof=1)" in table
     assert "±" not in runs_table(runs[:1], {"mse": "MSE"}, {})
+
+
+def test_a_wide_files_true_false_column_is_not_made_a_scored_target():
+    frame = wide().drop(columns=["kind"]).assign(holiday=[True, False, False] * 20)
+    with pytest.raises(
+        ValueError, match=r"\['holiday'\] hold True/False.*--covariates holiday.*--drop-columns holiday"
+    ):
+        prepare_forecasting(frame)
+    data = prepare_forecasting(frame, columns=["load"], covariates=["holiday"])
+    assert "targets (scored): load; covariates (inputs only): holiday" in describe_forecasting(data, "frame")
+
+
+def test_one_hot_columns_are_not_made_scored_targets_by_default():
+    with pytest.raises(ValueError, match=r"one_hot=\['kind'\].*\['kind=a', 'kind=b'\].*--covariates kind"):
+        prepare_forecasting(wide(), one_hot=["kind"])
+    data = prepare_forecasting(wide(), one_hot=["kind"], covariates=["kind"])
+    text = describe_forecasting(data, "frame")
+    assert "targets (scored): load, temp, wind; covariates (inputs only): kind=a, kind=b" in text
+
+
+def test_a_hint_naming_a_column_can_be_pasted_into_a_shell():
+    """``--drop-columns Unnamed: 0`` (a pandas index written to the CSV) split into two values when pasted."""
+    import argparse
+    import re
+    import shlex
+
+    from hf_tensorcompress.data.arguments import add_forecasting_arguments, forecasting_options
+
+    frame = wide().drop(columns=["kind"]).reset_index().rename(columns={"index": "Unnamed: 0"})
+    with pytest.raises(ValueError) as error:
+        prepare_forecasting(frame)
+    hint = re.search(r"\((--drop-columns [^)]*)\)", str(error.value)).group(1)
+    assert hint == "--drop-columns 'Unnamed: 0'"
+    parser = argparse.ArgumentParser()
+    add_forecasting_arguments(parser)
+    options = forecasting_options(parser.parse_args(shlex.split(hint)))
+    assert "Unnamed: 0" not in describe_forecasting(prepare_forecasting(frame, **options), "frame")
+
+
+def test_evaluate_reads_a_csv_with_the_flags_its_errors_name(tmp_path, capsys):
+    """``evaluate --dataset my.csv`` refused a text column and suggested --one-hot / --drop-columns, which it did not
+    take; it takes the recipes' data flags now and prints what it read (the JSON stays alone on stdout)."""
+    from hf_tensorcompress.cli import main
+
+    wide(200).to_csv(tmp_path / "mine.csv", index=False)
+    torch.manual_seed(0)
+    config = PatchTSTConfig(
+        num_input_channels=3, context_length=32, prediction_length=8, patch_length=8, patch_stride=8, d_model=16
+    )
+    PatchTSTForPrediction(config).save_pretrained(tmp_path / "model")
+    argv = ["evaluate", str(tmp_path / "model"), "--dataset", str(tmp_path / "mine.csv"), "--stride", "8"]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert "--one-hot kind" in error and "--drop-columns kind" in error
+    assert main([*argv, "--drop-columns", "kind", "--target", "load", "--covariates", "temp", "wind"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["runs"][0]["metrics"]["mse"] > 0
+    assert "targets (scored): load; covariates (inputs only): temp, wind" in err
+    assert "note: patchtst is channel-independent" in err

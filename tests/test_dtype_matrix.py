@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import LM_VOCAB, run_without_library, tiny_causal_lm, tiny_inputs, tiny_time_series
-from transformers import LlamaConfig, LlamaForCausalLM
+from helpers import WIDE_LLAMA, run_without_library, tiny_causal_lm, tiny_inputs, tiny_time_series
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.cli import main as cli_main
@@ -99,17 +98,7 @@ print(json.dumps(report))
 
 def dense(family: str, dtype: torch.dtype):
     if family == "llama-64":
-        torch.manual_seed(0)
-        config = LlamaConfig(
-            vocab_size=LM_VOCAB,
-            hidden_size=64,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            tie_word_embeddings=True,
-        )
-        return LlamaForCausalLM(config).eval().to(dtype)
+        return tiny_causal_lm("llama", **WIDE_LLAMA).to(dtype)
     model = tiny_causal_lm("llama") if family == "llama" else tiny_time_series("patchtst")
     return model.to(dtype)
 

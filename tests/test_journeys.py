@@ -163,3 +163,24 @@ def test_the_docs_python_blocks_run_as_scripts_in_reading_order(path, request, t
             [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=3600
         )
         assert result.returncode == 0, f"{group[0].where}:\n{result.stderr[-3000:]}"
+
+
+def test_a_4bit_checkpoint_names_every_package_the_bare_environment_lacks(envs, tmp_path):
+    """Where only torch and transformers are, a checkpoint with NF4 Linears asked for bitsandbytes, then (once
+    installed) for accelerate: one message names both."""
+    from test_stacked_bnb import stacked
+
+    stacked().save_pretrained(tmp_path / "nf4")
+    script = "import sys\nfrom transformers import AutoModelForCausalLM\n"
+    script += "AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True)\n"
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1"}
+    result = subprocess.run(
+        [str(envs["bare"]), "-c", script, str(tmp_path / "nf4")],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "pip install bitsandbytes accelerate" in result.stderr.strip().splitlines()[-1], result.stderr[-3000:]

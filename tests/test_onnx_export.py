@@ -10,6 +10,7 @@ from onnx_cases import (
     PROMPT,
     WIDE_LMS,
     contrib_ops,
+    decisive,
     exported,
     saved_forecaster,
     saved_lm,
@@ -18,10 +19,12 @@ from onnx_cases import (
     torch_greedy,
 )
 
+from hf_tensorcompress import CompressionConfig, apply_compression, load_model, quantize_linears
 from hf_tensorcompress.cli import main
 from hf_tensorcompress.deploy.onnx import OnnxExportError, export_onnx
 from hf_tensorcompress.deploy.onnx.embeddings import narrow_slot
 from hf_tensorcompress.deploy.onnx.runner import empty_cache, forecast, generate, load, metadata, step
+from hf_tensorcompress.runtime.torchao_linears import dense_linears
 
 FAST_FORECASTS = ("cp-int4", "cp-int4-ortops")
 FAST_LMS = ("tiered-int4-int2",)
@@ -222,3 +225,35 @@ def test_token_map_is_narrowed_where_the_rows_fit(exports):
     wide = torch.arange(65_537, dtype=torch.int32)
     kept, offset = narrow_slot(wide)
     assert kept is wide and offset == 0
+
+
+def saved_stacked_lm(folder, linears: str):
+    """A tiny tiered Llama whose other Linears are quantized (``--quantize-linears``): 64 wide, as bitsandbytes'
+    CPU kernel needs, with weights large enough for greedy decoding to change tokens."""
+    from helpers import WIDE_LLAMA, tiny_causal_lm
+
+    from hf_tensorcompress.cli import linear_quantization
+
+    model = decisive(tiny_causal_lm("llama", **WIDE_LLAMA))
+    apply_compression(model, CompressionConfig(method="tiered", tier_tokens=[40], tier_bits=[8, 4], tier_group_size=8))
+    quantize_linears(model, linear_quantization(linears))
+    model.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("linears", ["bnb-nf4", pytest.param("torchao-int8", marks=pytest.mark.slow)])
+def test_a_compressed_model_with_quantized_linears_exports(tmp_path, capsys, linears):
+    """The smallest model (tiered embedding + NF4 Linears) failed with transformers' "`.float()` is not supported for
+    quantized model": its Linears are exported as the float weights they stand for, the embedding as stored."""
+    folder = saved_stacked_lm(tmp_path / "lm", linears)
+    assert main(["export-onnx", str(folder), str(tmp_path / "lm.onnx")]) == 0
+    assert "Linears are stored as the float weights they stand for" in capsys.readouterr().out
+    assert stored_tensors_kept(folder, tmp_path / "lm.onnx") == []
+    # PyTorch on the same weights: bitsandbytes' packed CPU kernel (eval, no grad) rounds otherwise (bf16) than the
+    # dequantized product its own training path and the export compute
+    model = load_model(folder)
+    dense_linears(model)
+    with torch.no_grad():
+        out = model.eval().generate(torch.tensor([PROMPT]), max_new_tokens=12, do_sample=False, eos_token_id=None)
+    expected = out[0, len(PROMPT) :].tolist()
+    assert len(set(expected)) > 1 and generate(load(tmp_path / "lm.onnx", threads=1), PROMPT, 12) == expected

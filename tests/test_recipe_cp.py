@@ -88,7 +88,7 @@ def test_recipe_trains_compresses_evaluates_and_saves(tmp_path):
     assert abs(float(error.pow(2).mean()) - tuned["metrics"]["mse"]) < 1e-5
 
 
-def test_recipe_starts_from_a_pretrained_checkpoint(tmp_path):
+def test_recipe_starts_from_a_pretrained_checkpoint(tmp_path, capsys):
     """``--model DIR``: lengths come from the checkpoint, dense training can be skipped, SVD works too."""
     import importlib.util
 
@@ -117,6 +117,10 @@ def test_recipe_starts_from_a_pretrained_checkpoint(tmp_path):
             str(tmp_path / "pretrained"),
             "--dataset",
             str(csv),
+            "--target",
+            "Appliances",
+            "--covariates",
+            "T2",
             "--method",
             "svd",
             "--rank",
@@ -140,3 +144,6 @@ def test_recipe_starts_from_a_pretrained_checkpoint(tmp_path):
     assert tuned["attention_params"] <= 0.3 * dense["attention_params"]
     saved = json.loads((tmp_path / "out" / "config.json").read_text())
     assert saved["compression_config"]["method"] == "svd"
+    printed = capsys.readouterr().out  # what was read, and that the covariate cannot change a PatchTST forecast
+    assert "targets (scored): Appliances; covariates (inputs only): T2" in printed
+    assert "note: patchtst is channel-independent" in printed and "1 covariate(s) do not influence" in printed

@@ -166,3 +166,19 @@ def test_bad_inputs_name_the_fix(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "bitsandbytes", None)
     with pytest.raises(ImportError, match=r"4-bit bitsandbytes weights.*pip install bitsandbytes"):
         AutoModelForCausalLM.from_pretrained(tmp_path)
+
+
+def test_every_missing_package_of_4bit_linears_is_named_at_once(monkeypatch):
+    """A bare environment was told to install bitsandbytes, then, once it had, accelerate."""
+    import importlib.util
+
+    from hf_tensorcompress.runtime import bnb_linears
+
+    present = importlib.util.find_spec
+    monkeypatch.setattr(
+        bnb_linears.importlib.util, "find_spec", lambda name: None if name in bnb_linears.PACKAGES else present(name)
+    )
+    with pytest.raises(
+        ImportError, match="need bitsandbytes and accelerate, not installed here: pip install bitsandbytes accelerate"
+    ):
+        bnb_linears.bitsandbytes_module()

@@ -4,8 +4,8 @@ report its costs, export it to ONNX, push it.
 ``parser.py`` builds the flags, one module per subcommand (``fetch``, ``compress``, ``evaluate``, ``report``,
 ``export_onnx``, ``push``) adds its own and runs it, ``main.py`` turns a user's mistake into one ``error:`` line;
 ``config_flags.py`` makes every ``CompressionConfig`` field a flag, ``messages.py`` words the library's errors in
-flags, ``noise.py`` drops third-party log lines. Building the parser imports no torch: each command imports what it
-needs when it runs, after checking its flags.
+flags. Building the parser imports no torch: each command imports what it needs when it runs, after checking its
+flags.
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from .common import PROG, UsageError, existing_folder
 
@@ -19,6 +21,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("folder", help="a model folder (compressed or dense)")
     parser.add_argument("output", help="the .onnx file to write")
     parser.add_argument("--opset", type=int, default=21, help="ONNX opset (default: 21)")
+    parser.add_argument(
+        "--standardization",
+        metavar="PATH",
+        help="a forecaster's training statistics (standardization.json, as the recipes save it): the file then takes "
+        "and returns values in your units (default: FOLDER/standardization.json where it exists)",
+    )
     parser.add_argument(
         "--standard-ops",
         action="store_true",
@@ -42,14 +50,25 @@ def run(args: argparse.Namespace) -> int:
             "MatMulNBits: drop one of the two"
         )
     folder = existing_folder(args.folder)
+    if args.standardization and not Path(args.standardization).is_file():
+        raise UsageError(f"--standardization {args.standardization} does not exist; pass a standardization.json")
     from ..extras import require_all
 
     require_all(("onnx", "onnxscript"), "exporting to ONNX")
     from ..deploy.onnx.export import describe, export_onnx
+    from ..deploy.onnx.metadata import read_metadata
 
     path = export_onnx(
-        folder, args.output, opset=args.opset, ort_ops=not args.standard_ops, accuracy_level=args.accuracy_level
+        folder,
+        args.output,
+        opset=args.opset,
+        ort_ops=not args.standard_ops,
+        accuracy_level=args.accuracy_level,
+        standardization=args.standardization,
     )
     print(f"wrote {path} ({path.stat().st_size:,} bytes)")
+    units = read_metadata(path).get("units")
+    if units:
+        print(f"values in and out: {units}", file=sys.stderr)
     print(describe(path))
     return 0

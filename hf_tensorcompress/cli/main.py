@@ -11,7 +11,6 @@ from ..extras import MissingExtraError
 from .common import PROG, UsageError
 from .config_flags import config_flags, method_of
 from .messages import in_flag_terms
-from .noise import silence_third_party_noise
 from .parser import parse
 
 #: The library's top-level package (the modules defining error types are looked up there).
@@ -19,7 +18,6 @@ PACKAGE = __package__.rpartition(".")[0]
 
 
 def main(argv: list[str] | None = None) -> int:
-    silence_third_party_noise()  # before any command imports torchao
     args = parse(argv)
     try:
         return args.handler(args)

@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     folder = existing_folder(args.folder, "a compressed model folder")
     from ..core.metrics import compression_report
     from ..loading import load_model
-    from ..reporting import COST_HEADERS, cost_table_rows, summary_rows, text_table
+    from ..reporting import COST_HEADERS, bytes_table, cost_table_rows, summary_headers, summary_rows, text_table
 
     model = load_model(folder)
     if not getattr(model.config, "compression_config", None):
@@ -36,26 +36,7 @@ def run(args: argparse.Namespace) -> int:
     rows = [[*row[:2], path, *row[2:]] for row, path in zip(cost_table_rows(report), paths)]
     print(text_table(headers, rows))
     print()
-    print(text_table(["total", "dense", "compressed", "compressed / dense"], [list(r) for r in summary_rows(report)]))
+    print(text_table(["total", *summary_headers(report)[1:]], [list(r) for r in summary_rows(report)]))
     print()
-    print(
-        text_table(
-            ["bytes", "fp32", "on disk", "in RAM", "disk / fp32", "RAM / fp32"],
-            [
-                [
-                    label,
-                    f"{b['dense']:,}",
-                    f"{b['disk']:,}",
-                    f"{b['ram']:,}",
-                    f"{b['disk_ratio']:.3f}",
-                    f"{b['ram_ratio']:.3f}",
-                ]
-                for label, b in (
-                    ("compressed modules", report["bytes"]["targets"]),
-                    ("every Linear layer", report["bytes"]["linear"]),
-                    ("whole model", report["bytes"]["model"]),
-                )
-            ],
-        )
-    )
+    print(text_table(*bytes_table(report)))
     return 0

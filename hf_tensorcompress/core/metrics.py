@@ -32,16 +32,16 @@ class ModuleCost:
     flops: int
 
 
-def module_cost(name: str, layer: CompressedLayer, tokens: int) -> ModuleCost:
-    """Costs of a compressed layer against the dense module it replaced, through the layer contract."""
-    reference = next(t for t in [*layer.parameters(), *layer.buffers()] if t.is_floating_point())
+def module_cost(name: str, layer: CompressedLayer, tokens: int, dense_bits: int = 32) -> ModuleCost:
+    """Costs of a compressed layer against the dense module it replaced (``dense_bits`` a weight), through the layer
+    contract."""
     dense_params = layer.dense_parameters()
     return ModuleCost(
         name=name,
         type=layer.layer_type,
         dense_params=dense_params,
         params=layer.stored_parameters(),
-        dense_bits=dense_params * reference.element_size() * 8,
+        dense_bits=dense_params * dense_bits,
         bits=layer.storage_bits(),
         dense_flops=2 * layer.dense_multiply_adds(tokens),
         flops=2 * layer.multiply_adds(tokens, cached=True)[0],
@@ -75,14 +75,19 @@ def compression_report(model: nn.Module, tokens: int = 1) -> dict:
     dense matmul with its rebuilt weight cached, ``"reconstruct"``, so its FLOPs equal the dense ones). A tied output
     layer reading a compressed embedding is a row of its own (FLOPs only: it stores nothing). ``model``: parameters
     of the whole model (a compressed layer counts its stored values, whatever their width, buffers included);
-    ``bytes``: on disk and in RAM, of the compressed modules, of every Linear layer and of the whole model, against
-    fp32 (``dense``).
+    ``bytes``: on disk and in RAM, of the compressed modules, of every Linear layer and of the whole model.
+
+    Every "dense" figure (``dense_bits``, ``bytes[...]["dense"]``) is the dense model in one precision,
+    ``dense_dtype``: the one the model's uncompressed float tensors keep (bf16 for a model compressed in bf16, fp32
+    for one in fp32), so that no two lines of a report compare against different baselines.
     """
     compression = getattr(model.config, "compression_config", None) or {}
     layers = {name: model.get_submodule(name) for name in compression.get("modules", {})}
-    rows = [module_cost(name, layer, tokens) for name, layer in layers.items()]
-    rows += tied_head_costs(model, layers, tokens)
     inside = {id(t) for layer in layers.values() for t in [*layer.parameters(), *layer.buffers()]}
+    dtype = dense_dtype(model, inside)
+    width = torch.finfo(dtype).bits
+    rows = [module_cost(name, layer, tokens, width) for name, layer in layers.items()]
+    rows += tied_head_costs(model, layers, tokens)
     outside = sum(p.numel() for p in model.parameters() if id(p) not in inside)
     total = {
         key: sum(getattr(row, key) for row in rows)
@@ -92,17 +97,28 @@ def compression_report(model: nn.Module, tokens: int = 1) -> dict:
     return {
         "method": compression.get("method", "dense"),
         "tokens": tokens,
+        "dense_dtype": str(dtype).removeprefix("torch."),
         # "path": how each module computes its forward at inference (e.g. CP "factorized", or "reconstruct": one
         # dense matmul with the weight rebuilt once and cached, taken when that is cheaper for ``tokens`` rows)
         "modules": [asdict(row) | {"path": _path(layers.get(row.name), tokens)} for row in rows],
         "targets": total,
         "model": model_params,
         "bytes": {
-            "targets": _with_ratios(_layer_bytes(layers.values())),
-            "linear": _bytes_of(model),
-            "model": _with_ratios(_model_bytes(model, model_params["dense_params"])),
+            "targets": _with_ratios(_layer_bytes(layers.values(), width // 8)),
+            "linear": _bytes_of(model, width // 8),
+            "model": _with_ratios(_model_bytes(model, model_params["dense_params"], width // 8)),
         },
     }
+
+
+def dense_dtype(model: nn.Module, compressed: set[int]) -> torch.dtype:
+    """The precision of the dense model a report compares against: the one most of the model's float tensors outside
+    its compressed layers (ids in ``compressed``) keep; fp32 where there are none."""
+    counts: dict[torch.dtype, int] = {}
+    for tensor in [*model.parameters(), *model.buffers()]:
+        if id(tensor) not in compressed and tensor.is_floating_point():
+            counts[tensor.dtype] = counts.get(tensor.dtype, 0) + tensor.numel()
+    return max(counts, key=counts.get) if counts else torch.float32
 
 
 def _path(layer: CompressedLayer | None, tokens: int) -> str:
@@ -114,20 +130,20 @@ def _with_ratios(total: dict) -> dict:
     return total | {"disk_ratio": total["disk"] / dense, "ram_ratio": total["ram"] / dense}
 
 
-def _layer_bytes(layers) -> dict:
-    """Compressed layers: what they store (disk), hold (RAM) and replaced (dense, fp32)."""
+def _layer_bytes(layers, dense_bytes: int) -> dict:
+    """Compressed layers: what they store (disk), hold (RAM) and replaced (dense, ``dense_bytes`` a weight)."""
     layers = list(layers)
     return {
-        "dense": sum(layer.dense_parameters() * 4 for layer in layers),
+        "dense": sum(layer.dense_parameters() * dense_bytes for layer in layers),
         "disk": sum(layer.storage_bits() // 8 for layer in layers),
         "ram": sum(resident_bytes(layer) for layer in layers),
     }
 
 
-def _model_bytes(model: nn.Module, dense_params: int) -> dict:
+def _model_bytes(model: nn.Module, dense_params: int, dense_bytes: int) -> dict:
     """The whole model: what ``save_pretrained`` writes (a compressed layer as it stores itself, every other
     tensor of the state dict once; non-persistent buffers are not saved), what it holds in memory, and the dense
-    model in fp32."""
+    model (``dense_bytes`` a weight)."""
     layers = {f"{name}.": m for name, m in model.named_modules() if isinstance(m, CompressedLayer)}
     rest = {
         id(tensor): tensor
@@ -137,12 +153,13 @@ def _model_bytes(model: nn.Module, dense_params: int) -> dict:
     disk = sum(layer.storage_bits() // 8 for layer in layers.values())
     disk += sum(tensor_bytes(t)[0] for t in rest.values())
     ram = sum(resident_bytes(layer) for layer in layers.values()) + sum(tensor_bytes(t)[1] for t in rest.values())
-    return {"dense": dense_params * 4, "disk": disk, "ram": ram}
+    return {"dense": dense_params * dense_bytes, "disk": disk, "ram": ram}
 
 
-def _bytes_of(model: nn.Module) -> dict:
-    """``linear_bytes`` totals of every Linear layer, with ratios to fp32."""
-    return _with_ratios({key: linear_bytes(model)[key] for key in ("dense", "disk", "ram")})
+def _bytes_of(model: nn.Module, dense_bytes: int) -> dict:
+    """``linear_bytes`` totals of every Linear layer, the dense ones at ``dense_bytes`` a weight (not fp32's 4)."""
+    totals = linear_bytes(model)
+    return _with_ratios({"dense": totals["dense"] // 4 * dense_bytes, "disk": totals["disk"], "ram": totals["ram"]})
 
 
 # ---------------------------------------------------------------------- non-zero FLOPs of a whole forward

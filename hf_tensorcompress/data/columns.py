@@ -6,6 +6,7 @@ caller asks for it; anything ambiguous is an error that names the column and the
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 
 import pandas as pd
@@ -14,6 +15,11 @@ import pandas as pd
 CALENDAR_UNITS = ("year", "month", "day", "hour", "minute", "second")
 #: Name of the timestamp built from ``timestamp_columns``.
 COMBINED_TIMESTAMP = "timestamp"
+
+
+def typed(names: Sequence[object]) -> str:
+    """Column names as they are typed after a flag in a shell (``'Unnamed: 0'`` quoted), so a hint can be pasted."""
+    return " ".join(shlex.quote(str(name)) for name in names)
 
 
 def is_numeric(series: pd.Series) -> bool:
@@ -169,21 +175,21 @@ def suspicious_channels(frame: pd.DataFrame, candidates: Sequence[str], timestam
         raise not_numeric(
             frame,
             text,
-            f"encode them with one_hot={text} (--one-hot {' '.join(text)}) or leave them out with "
-            f"drop_columns={text} (--drop-columns {' '.join(text)})",
+            f"encode them with one_hot={text} (--one-hot {typed(text)}) or leave them out with "
+            f"drop_columns={text} (--drop-columns {typed(text)})",
         )
     for name in candidates:
         series = frame[name]
         if pd.api.types.is_integer_dtype(series) and len(series) > 2 and (series.diff().iloc[1:] == 1).all():
             raise ValueError(
                 f"column {name!r} counts rows ({', '.join(str(v) for v in series.iloc[:3])}, ...), it is not a series to "
-                f"forecast; leave it out with drop_columns=[{name!r}] (--drop-columns {name}) or name the channels "
+                f"forecast; leave it out with drop_columns=[{name!r}] (--drop-columns {typed([name])}) or name the channels "
                 f"with columns=[...] (--target ...)"
             )
     calendar = [name for name in candidates if str(name).lower() in CALENDAR_UNITS]
     if timestamp is None and len(calendar) >= 2:
         raise ValueError(
             f"no timestamp column, but {calendar} look like calendar fields; combine them into the time axis with "
-            f"timestamp_columns={calendar} (--timestamp-columns {' '.join(calendar)}), in the order "
+            f"timestamp_columns={calendar} (--timestamp-columns {typed(calendar)}), in the order "
             f"{' '.join(CALENDAR_UNITS)}"
         )

@@ -17,6 +17,7 @@ from .columns import (
     one_hot,
     pivot_long,
     suspicious_channels,
+    typed,
 )
 
 #: Column names taken as the timestamp when ``timestamp_column="auto"`` (case-insensitive).
@@ -96,10 +97,12 @@ def parse_timestamps(frame: pd.DataFrame, column: str) -> pd.DataFrame:
 
 
 def _value_columns(
-    frame: pd.DataFrame, layout: Layout, skip: set[str], timestamp: str | None
+    frame: pd.DataFrame, layout: Layout, skip: set[str], timestamp: str | None, encoded: dict[str, list[str]]
 ) -> tuple[list[str], list[str]]:
-    """(targets, covariates) as columns of ``frame`` (before any pivot); with an ``id_column`` a boolean column is
-    not taken as a target by default (it would become one scored 0/1 channel per series)."""
+    """(targets, covariates) as columns of ``frame`` (before any pivot). By default every numeric column not named
+    otherwise is a target, except where that would score what is no series of the user's: a True/False column and
+    the 0/1 columns ``encoded`` made (``{column: its new columns}``) are errors naming the flags that say what
+    they are."""
     named = [*(layout.columns or []), *layout.covariates, *layout.drop_columns]
     unknown = [name for name in named if name not in frame.columns]
     if unknown:
@@ -113,7 +116,7 @@ def _value_columns(
                 frame,
                 wrong,
                 f"forecasting channels must be numbers (encode categories with one_hot={wrong}, "
-                f"--one-hot {' '.join(wrong)})",
+                f"--one-hot {typed(wrong)})",
             )
         return targets, covariates
     rest = [name for name in frame.columns if name not in skip | set(covariates) | set(layout.drop_columns)]
@@ -123,15 +126,23 @@ def _value_columns(
             f"{list(layout.drop_columns)}); pass columns=[...] (--target ...) naming numeric columns"
         )
     suspicious_channels(frame, [*rest, *covariates], timestamp)
-    if layout.id_column is not None:
-        flags = [name for name in rest if pd.api.types.is_bool_dtype(frame[name])]
-        if flags:
-            raise ValueError(
-                f"column(s) {flags} hold True/False; with id_column={layout.id_column!r} each would become one scored "
-                f"target channel per series. Name the targets with columns=[...] (--target ...) and pass them as "
-                f"covariates={flags} (--covariates {' '.join(flags)}), or leave them out with drop_columns={flags} "
-                f"(--drop-columns {' '.join(flags)})"
-            )
+    flags = [name for name in rest if pd.api.types.is_bool_dtype(frame[name])]
+    if flags:
+        per_series = f"; with id_column={layout.id_column!r}, one per series" if layout.id_column else ""
+        raise ValueError(
+            f"column(s) {flags} hold True/False, and every column not named otherwise becomes a scored target "
+            f"channel{per_series}. Pass them as covariates={flags} (--covariates {typed(flags)}) and name the "
+            f"targets with columns=[...] (--target ...), or leave them out with drop_columns={flags} "
+            f"(--drop-columns {typed(flags)})"
+        )
+    sources = [source for source, new in encoded.items() if set(new) & set(rest)]
+    if sources:
+        made = [name for source in sources for name in encoded[source]]
+        raise ValueError(
+            f"one_hot={sources} (--one-hot {typed(sources)}) makes 0/1 columns {made[:4]}, and every column not "
+            f"named otherwise becomes a scored target channel. Pass them as covariates={sources} (--covariates "
+            f"{typed(sources)}), or name them among the targets with columns=[...] (--target ...)"
+        )
     return rest, covariates
 
 
@@ -145,7 +156,7 @@ def _check_one_hot(encoded: dict[str, list[str]], channels: list[str]) -> None:
     unused = [name for name, new in encoded.items() if not set(new) & set(channels)]
     if unused:
         raise ValueError(
-            f"one_hot={unused} (--one-hot {' '.join(unused)}) encodes column(s) that are neither targets nor "
+            f"one_hot={unused} (--one-hot {typed(unused)}) encodes column(s) that are neither targets nor "
             f"covariates; add them to columns (--target) or covariates (--covariates), or do not encode them"
         )
 
@@ -179,7 +190,7 @@ def tidy(frame: pd.DataFrame, layout: Layout) -> Tidy:
             raise ValueError(
                 f"id_column={layout.id_column!r} (--id-column) is not a column; columns are {list(frame.columns)}"
             )
-        targets, covariates = _value_columns(frame, layout, skip, timestamp)
+        targets, covariates = _value_columns(frame, layout, skip, timestamp, encoded)
         unused = _unused_columns(frame, skip | {*targets, *covariates, *layout.drop_columns})
         _check_one_hot(encoded, [*targets, *covariates])
         frame, names = pivot_long(frame, layout.id_column, timestamp, [*targets, *covariates])
@@ -188,7 +199,7 @@ def tidy(frame: pd.DataFrame, layout: Layout) -> Tidy:
     else:
         if timestamp:
             frame = check_timestamps(frame, timestamp, layout.sort_timestamps)
-        targets, covariates = _value_columns(frame, layout, skip, timestamp)
+        targets, covariates = _value_columns(frame, layout, skip, timestamp, encoded)
         unused = _unused_columns(frame, skip | {*targets, *covariates, *layout.drop_columns})
         _check_one_hot(encoded, [*targets, *covariates])
     if not targets:

@@ -15,6 +15,7 @@ statement outside a ``try`` block names a package that is not installed).
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import math
 from types import ModuleType
@@ -33,16 +34,28 @@ QUANT_STATE_PREFIX = "weight.quant_state.bitsandbytes__"
 SAVE_AGAIN = "save the compressed model again with save_pretrained (or restore the file from the saved checkpoint)"
 
 
+#: What 4-bit Linears need besides torch and transformers (transformers' bitsandbytes quantizer requires
+#: accelerate too): a missing one is named with the others, not after the first is installed.
+PACKAGES = ("bitsandbytes", "accelerate")
+
+
 def bitsandbytes_module(name: str = "bitsandbytes") -> ModuleType:
-    """The bitsandbytes module ``name``, or an ImportError naming the package to install (only a checkpoint with
-    bitsandbytes 4-bit Linear weights needs it)."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as error:
-        raise ImportError(
-            f"this checkpoint's Linear weights are 4-bit bitsandbytes weights (config.json: quantization_config"
-            f"[{LINEARS_KEY!r}]), and bitsandbytes is not installed here ({error}): pip install bitsandbytes"
-        ) from error
+    """The bitsandbytes module ``name``, or one ImportError naming every package of ``PACKAGES`` to install (only a
+    checkpoint with bitsandbytes 4-bit Linear weights needs them)."""
+    missing = [package for package in PACKAGES if importlib.util.find_spec(package) is None]
+    if not missing:
+        try:
+            return importlib.import_module(name)
+        except ImportError as error:
+            raise ImportError(_needs([PACKAGES[0]]) + f" ({error})") from error
+    raise ImportError(_needs(missing))
+
+
+def _needs(missing: list[str]) -> str:
+    return (
+        f"this checkpoint's Linear weights are 4-bit bitsandbytes weights (config.json: quantization_config"
+        f"[{LINEARS_KEY!r}]), which need {' and '.join(missing)}, not installed here: pip install {' '.join(missing)}"
+    )
 
 
 def is_bnb(linears: dict | None) -> bool:

@@ -3,7 +3,8 @@ key to fix. A checkpoint is executable input: the fused kernels read buffers by 
 so everything the library reads is checked before it is used, by this one implementation on the native path (the
 quantizer) and the ``trust_remote_code`` path (``Compressed<Base>.from_pretrained``) alike:
 
-- from the safetensors headers, before the weights load (``check_before_loading``; again after, for a Hub repo
+- from the safetensors headers (``checkpoint_files.py`` reads them, the shard index checked), before the weights
+  load (``check_before_loading``; again after, for a Hub repo
   whose weights were not on disk yet): shapes against the specs in ``config.json``, each compressed module's keys
   (none missing or extra) and dtypes, a spec for every tombstone, the torchao-quantized Linears complete, in their
   dtypes and block shapes, and read with their ``linears`` config; the bitsandbytes 4-bit Linears likewise
@@ -26,107 +27,20 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
+from .checkpoint_files import (
+    WEIGHTS_NAME,
+    StoredTensor,
+    file_of,
+    saved_compression,
+    saved_config,
+    stored_metadata,
+    stored_tensors,
+)
 from .contract import TOMBSTONE_KEY, TensorProblem
 from .optional import sibling
 from .structure import CompressedCheckpointError, build_recorded
 
-WEIGHTS_NAME = "model.safetensors"
-WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 SAVE_AGAIN = "save the compressed model again with save_pretrained (or restore the file from the saved checkpoint)"
-
-#: safetensors' dtype names (the header's), as torch dtypes.
-SAFETENSORS_DTYPES = {
-    "F64": torch.float64,
-    "F32": torch.float32,
-    "F16": torch.float16,
-    "BF16": torch.bfloat16,
-    "I64": torch.int64,
-    "I32": torch.int32,
-    "I16": torch.int16,
-    "I8": torch.int8,
-    "U8": torch.uint8,
-    "BOOL": torch.bool,
-}
-
-
-class StoredTensor(NamedTuple):
-    """One tensor as a safetensors header describes it (nothing else is read)."""
-
-    file: str
-    dtype: torch.dtype | str  # the header's name where torch has no such dtype
-    shape: tuple[int, ...]
-
-
-def _weight_files(folder: str) -> list[str]:
-    """The safetensors files of a local checkpoint (one, or those its index names)."""
-    index = os.path.join(folder, WEIGHTS_INDEX_NAME)
-    if os.path.isfile(index):
-        with open(index, encoding="utf-8") as handle:
-            return sorted(set(json.load(handle).get("weight_map", {}).values()))
-    return [WEIGHTS_NAME] if os.path.isfile(os.path.join(folder, WEIGHTS_NAME)) else []
-
-
-def stored_tensors(folder: str | os.PathLike | None) -> dict[str, StoredTensor]:
-    """``{key: StoredTensor}`` of a local checkpoint's safetensors files, read from their headers only: transformers
-    loads a buffer in the file's dtype or casts it into the model's, so the file's own dtype is read here. Empty for
-    a folder that is not local."""
-    from safetensors import safe_open
-
-    if folder is None or not os.path.isdir(str(folder)):
-        return {}
-    tensors = {}
-    for name in _weight_files(str(folder)):
-        with safe_open(os.path.join(str(folder), name), framework="pt") as handle:
-            for key in handle.keys():
-                piece = handle.get_slice(key)
-                dtype = piece.get_dtype()
-                tensors[key] = StoredTensor(name, SAFETENSORS_DTYPES.get(dtype, dtype), tuple(piece.get_shape()))
-    return tensors
-
-
-def stored_metadata(folder: str | os.PathLike | None) -> dict[str, str]:
-    """The safetensors metadata of a local checkpoint's files (torchao describes its flattened tensors there)."""
-    from safetensors import safe_open
-
-    if folder is None or not os.path.isdir(str(folder)):
-        return {}
-    metadata = {}
-    for name in _weight_files(str(folder)):
-        with safe_open(os.path.join(str(folder), name), framework="pt") as handle:
-            metadata.update(handle.metadata() or {})
-    return metadata
-
-
-def local_folder(pretrained: str | os.PathLike | None, **source) -> str | None:
-    """The local folder holding a checkpoint: ``pretrained`` itself, or the Hub cache's copy of a repo id that
-    ``from_pretrained`` has downloaded (``source``: its ``cache_dir``, ``revision``, ``subfolder``); None if neither."""
-    if pretrained is None:
-        return None
-    if os.path.isdir(str(pretrained)):
-        return str(pretrained)
-    try:
-        from transformers.utils import cached_file
-
-        options = {key: source[key] for key in ("cache_dir", "revision", "subfolder") if source.get(key) is not None}
-        found = cached_file(
-            str(pretrained),
-            "config.json",
-            local_files_only=True,
-            _raise_exceptions_for_missing_entries=False,
-            _raise_exceptions_for_connection_errors=False,
-            **options,
-        )
-    except (OSError, ValueError):
-        return None
-    return os.path.dirname(found) if found else None
-
-
-def file_of(stored: dict[str, StoredTensor], key: str) -> str:
-    """The file holding ``key`` (or a key that differs only by the base model prefix), else the usual file name."""
-    for name, found in stored.items():
-        if name == key or name.endswith("." + key) or key.endswith("." + name):
-            return found[0]
-    return WEIGHTS_NAME
 
 
 def shape_mismatches(folder: str | os.PathLike, compression: dict) -> list[str]:
@@ -145,23 +59,6 @@ def shape_mismatches(folder: str | os.PathLike, compression: dict) -> list[str]:
                     f"compression_config['modules'][{name!r}] describes {list(tensor.shape)}"
                 )
     return problems
-
-
-def saved_config(folder: str | os.PathLike | None) -> dict:
-    """A local checkpoint's ``config.json`` as it is on disk, or ``{}`` where there is no such file."""
-    path = os.path.join(str(folder), "config.json") if folder is not None else ""
-    if not os.path.isfile(path):
-        return {}
-    with open(path, encoding="utf-8") as handle:
-        config = json.load(handle)
-    return config if isinstance(config, dict) else {}
-
-
-def saved_compression(folder: str | os.PathLike) -> dict:
-    """``compression_config`` as a local checkpoint's ``config.json`` holds it (module names as the file's keys
-    spell them), or ``{}`` where there is no such file."""
-    compression = saved_config(folder).get("compression_config")
-    return compression if isinstance(compression, dict) else {}
 
 
 def check_shapes(folder: str | os.PathLike) -> None:

@@ -15,6 +15,23 @@ LINEARS_KEY = "linears"
 STACKED_VERSION = 2
 
 
+def marker_version_problem(version: object) -> str | None:
+    """What is wrong with a checkpoint's ``quantization_config["version"]`` (None: nothing): this library writes 1,
+    or ``STACKED_VERSION`` with quantized Linears; any other value was edited, or a newer library wrote it, whose
+    checkpoint this code cannot read right."""
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        return (
+            f"config.json: quantization_config['version'] is {version!r}, not a version this library writes (1, or "
+            f"{STACKED_VERSION} with quantized Linears); restore config.json from the saved checkpoint"
+        )
+    if version > STACKED_VERSION:
+        return (
+            f"config.json: quantization_config['version'] is {version}, newer than this hf_tensorcompress reads "
+            f"(up to {STACKED_VERSION}): upgrade hf_tensorcompress, or restore config.json if it was edited"
+        )
+    return None
+
+
 def quantization_marker(linears: dict | None = None) -> dict:
     """A compressed checkpoint's ``quantization_config``: ``QUANTIZATION_MARKER``, or, with ``linears`` (the nested
     config of its quantized Linear weights), the version-``STACKED_VERSION`` marker holding it."""

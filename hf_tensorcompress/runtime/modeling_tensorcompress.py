@@ -26,8 +26,10 @@ from torch import nn
 from transformers.quantizers.auto import AUTO_QUANTIZER_MAPPING
 
 from .atomic import atomic_folder, recover
-from .checks import check_before_loading, check_loaded, check_shapes, local_folder
+from .checkpoint_files import local_folder
+from .checks import check_before_loading, check_loaded, check_shapes
 from .contract import QUANT_METHOD, SIGNPOST_KEYS, TOMBSTONE_KEY, CompressedLayer, tombstones
+from .marker import marker_version_problem
 from .optional import sibling
 from .structure import CompressedCheckpointError, active_options, install_layers, install_model_options
 
@@ -35,7 +37,13 @@ CLASS_PREFIX = "Compressed"
 
 
 def compression_of(config) -> dict:
-    """``config.compression_config``, or an error saying the config is not a compressed checkpoint's."""
+    """``config.compression_config``, or an error saying the config is not a compressed checkpoint's (or one whose
+    ``quantization_config`` version this code does not read)."""
+    marker = getattr(config, "quantization_config", None)
+    if isinstance(marker, dict) and marker.get("quant_method") == QUANT_METHOD:
+        problem = marker_version_problem(marker.get("version", 1))
+        if problem is not None:
+            raise CompressedCheckpointError(problem)
     compression = getattr(config, "compression_config", None)
     if not isinstance(compression, dict) or not isinstance(compression.get("modules"), dict):
         raise CompressedCheckpointError(

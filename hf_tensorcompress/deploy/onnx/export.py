@@ -21,6 +21,7 @@ from torch import nn
 
 from ...loading import load_model
 from ...runtime.contract import CompressedLayer
+from ...runtime.torchao_linears import dense_linears, linears_config
 from .embeddings import swap_embeddings
 from .errors import OnnxExportError
 from .graphs import GRAPHS, graph_for
@@ -30,6 +31,7 @@ from .ortops import ACCURACY_LEVELS
 from .ortops import TRANSLATIONS as CONTRIB_TRANSLATIONS
 from .tidy import tidy_graph
 from .transposes import fold_weight_transposes
+from .units import in_user_units, read_statistics
 from .unpack import TRANSLATIONS as UNPACK_TRANSLATIONS
 from .unpack import GraphLowBit
 
@@ -50,10 +52,22 @@ def swap_layers(model: nn.Module, ort_ops: bool = False, accuracy_level: int = 0
     return replaced
 
 
-def _model(model_or_folder: nn.Module | str | Path) -> nn.Module:
-    if isinstance(model_or_folder, nn.Module):
-        return copy.deepcopy(model_or_folder).float().eval()
-    return load_model(model_or_folder).float().eval()
+def _model(model_or_folder: nn.Module | str | Path) -> tuple[nn.Module, str | None]:
+    """The model to trace (a copy, or loaded), in fp32, with its torchao / bitsandbytes Linears as the float weights
+    they stand for: ONNX has no operator for NF4 codes nor torchao's tensors, and transformers refuses ``.float()``
+    while they are there. The compressed layers keep their stored form; the note (None without quantized Linears)
+    says what the Linears became."""
+    model = copy.deepcopy(model_or_folder) if isinstance(model_or_folder, nn.Module) else load_model(model_or_folder)
+    linears = linears_config(getattr(model.config, "quantization_config", None))
+    if linears is None:
+        return model.float().eval(), None
+    dense_linears(model)
+    quantizer = getattr(model, "hf_quantizer", None)
+    if quantizer is not None:
+        quantizer.remove_quantization_config(model)
+    kind = "bitsandbytes 4-bit" if linears.get("quant_method") == "bitsandbytes" else "torchao"
+    note = f"the {kind} Linears are stored as the float weights they stand for (ONNX has no operator for their codes)"
+    return model.float().eval(), note
 
 
 def export_onnx(
@@ -62,6 +76,7 @@ def export_onnx(
     opset: int = 21,
     ort_ops: bool = True,
     accuracy_level: int = 0,
+    standardization: object = None,
 ) -> Path:
     """Export a PatchTST forecaster/classifier/regressor, an Autoformer or Informer forecaster or a causal LM (dense,
     or compressed by this library) to the single ONNX file ``path``; the compressed layers keep their stored
@@ -75,11 +90,17 @@ def export_onnx(
     does; 4 quantizes their activations to int8 per block, which ONNX Runtime's CPU kernel runs 2-4× faster, at
     outputs that differ from PyTorch's by that rounding (greedy tokens may differ).
 
+    ``standardization`` (a forecaster's training statistics: a ``Standardization``, its dict, or the path of its
+    JSON; default: ``standardization.json`` beside a model folder): the graph takes and returns values in the user's
+    units, standardising them inside (``units.py``); without statistics, in the units the model was trained on.
+
     The file carries what the runner needs in its metadata (``hf_tensorcompress.kind``: ``forecast`` or
-    ``causal_lm``, and the model's input/output names), so ``runner.forecast`` / ``runner.generate`` take only it.
+    ``causal_lm``, the model's input/output names, and for forecasters the ``units``), so ``runner.forecast`` /
+    ``runner.generate`` take only it.
     """
     _check_accuracy_level(accuracy_level, ort_ops)
-    model = _model(model_or_folder)
+    statistics = read_statistics(model_or_folder, standardization)
+    model, linears = _model(model_or_folder)
     graph = graph_for(model)
     if graph is None:
         supported = ", ".join(GRAPHS)
@@ -93,6 +114,7 @@ def export_onnx(
             f"layer types {sorted(left)} have no ONNX export form (cp, svd, biprop, tiered_embedding and tt_embedding have one)"
         )
     wrapper, inputs, dynamic, metadata = graph(model)
+    wrapper, dynamic, metadata = in_user_units(wrapper, model, metadata, dynamic, statistics)
     wrapper.eval()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,10 +133,13 @@ def export_onnx(
             custom_translation_table={**CONTRIB_TRANSLATIONS, **UNPACK_TRANSLATIONS},
         )
     program.save(str(path), external_data=False)
-    fold_weight_transposes(path, keep=tuple(f"model.{name}." for name in replaced))
+    where = next(name for name, module in wrapper.named_modules() if module is model)  # the model inside the graph
+    fold_weight_transposes(path, keep=tuple(f"{where}.{name}." for name in replaced))
     tidy_graph(path)
+    extra = {} if linears is None else {"linears": linears}
     write_metadata(
-        path, {**metadata, "compressed_modules": replaced, "ort_ops": ort_ops, "accuracy_level": accuracy_level}
+        path,
+        {**metadata, "compressed_modules": replaced, "ort_ops": ort_ops, "accuracy_level": accuracy_level, **extra},
     )
     return path
 

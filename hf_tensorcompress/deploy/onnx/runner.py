@@ -6,6 +6,9 @@
     mean = forecast(load("informer.onnx"), past_values, past_time_features=..., future_time_features=...)
     tokens = generate(load("lm.onnx"), [1, 42, 7], 32)  # greedy, with the KV cache the graph carries
 
+A forecaster exported with its training statistics (``standardization.json`` beside the model) takes and returns
+values in your units: the graph standardises them itself (``metadata(session)["units"]`` says which applies).
+
 In an environment without torch, install the library without its dependencies (``pip install --no-deps
 hf_tensorcompress onnxruntime numpy``, plus ``tokenizers`` to turn text into ids) or copy this one file: it imports
 nothing else from the library. ``fold_constants=False`` keeps the packed tensors packed in memory too (ONNX Runtime

@@ -1,5 +1,6 @@
-"""Third-party log lines the command line drops: harmless lines that every model-loading command would otherwise print
-before its own output. Installed by ``cli.main`` only; importing the library changes no logging.
+"""Third-party log lines the library drops: harmless lines that every model load would otherwise print once torchao is
+installed (transformers imports it with its quantizers, and torchao logs the prebuilt kernels a CPU install cannot
+load, then torch its deprecation notes about torchao's enums). Installed when ``hf_tensorcompress`` is imported.
 
 Each entry names the logger that emits the line and a pattern of the line itself, so anything else those libraries
 log (a real error, another warning) still shows.
