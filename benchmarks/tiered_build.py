@@ -139,21 +139,29 @@ PHASES = {
 
 
 def time_phases() -> dict[str, float]:
-    """Wrap each of ``PHASES`` so its calls add their seconds to the returned dict."""
+    """Wrap each of ``PHASES`` so its calls add their seconds to the returned dict, and the most resident memory
+    any of its calls added over the size it started at (``<phase>_peak_added_mb``, ``VmHWM`` reset at each call)."""
     import importlib
 
     seconds = dict.fromkeys(PHASES.values(), 0.0)
+    seconds.update({name.removesuffix("_s") + "_peak_added_mb": 0.0 for name in PHASES.values()})
+    seconds["build_peak_rss_mb"] = 0.0  # the build's peak, kept across the resets
     for path, name in PHASES.items():
         module_name, function_name = path.split(":")
         module = importlib.import_module(module_name)
         function = getattr(module, function_name)
 
         def timed(*args, _function=function, _name=name, **kwargs):
-            start = time.perf_counter()
+            seconds["build_peak_rss_mb"] = max(seconds["build_peak_rss_mb"], status_mb("VmHWM"))
+            reset_peak()
+            start, resident = time.perf_counter(), status_mb("VmRSS")
             try:
                 return _function(*args, **kwargs)
             finally:
                 seconds[_name] += time.perf_counter() - start
+                peak = _name.removesuffix("_s") + "_peak_added_mb"
+                seconds[peak] = max(seconds[peak], status_mb("VmHWM") - resident)
+                seconds["build_peak_rss_mb"] = max(seconds["build_peak_rss_mb"], status_mb("VmHWM"))
 
         setattr(module, function_name, timed)
     return seconds
@@ -182,7 +190,7 @@ def run_shape(args: argparse.Namespace) -> dict:
     build_s = time.perf_counter() - start
     layer = model.get_input_embeddings()
     check = getattr(layer, "budget_check", None)
-    peak = status_mb("VmHWM")
+    peak = max(status_mb("VmHWM"), phases.pop("build_peak_rss_mb"))
     return {
         "shape": args.shape,
         "vocab": vocab,
