@@ -20,7 +20,8 @@ Each shape runs in a new process, so its memory figures are that shape's alone:
   and the one weighed alike) and the held-back check;
 - ``build_peak_rss_mb``: the process's peak resident memory during the build (``VmHWM`` reset before it), against
   the model's fp32 bytes (parameters, buffers) as ``build_peak_over_fp32_model``; ``build_added_over_fp32_model`` is
-  what the build added to the resident size it started from (the loaded model, the imported libraries);
+  what the build added to the resident size it started from (the loaded model, the imported libraries), and
+  ``<step>_peak_added_mb`` what each step added at its peak over the size it started at (where the memory goes);
 - ``head_speed``: dense fp32 ``F.linear`` time / tiered ``logits`` time for ``--positions`` hidden states at batch 1
   and at batch 8 (8 × positions/8), and for one hidden state (a decoding step); ``lookup_speed`` the same for the
   embedding lookup of those positions. Above 1: the tiered layer is faster. Pairs run alternately, best of
@@ -110,7 +111,8 @@ def reset_peak() -> None:
 
 @torch.no_grad()
 def speeds(layer, dense: torch.Tensor, positions: int, device: torch.device, repeats: int) -> dict:
-    """Dense time / tiered time of the head and the lookup at ``positions`` (batch 1 and 8) and at one position."""
+    """Dense time / tiered time of the head and the lookup at ``positions`` (batch 1 and 8) and at one position;
+    the lookups' milliseconds beside (both are small next to one layer of the model)."""
     generator = torch.Generator().manual_seed(0)
     hidden = torch.randn(positions, dense.shape[1], generator=generator).to(device, dense.dtype)
     ids = torch.randint(0, dense.shape[0], (positions,), generator=generator).to(device)
@@ -125,6 +127,7 @@ def speeds(layer, dense: torch.Tensor, positions: int, device: torch.device, rep
             lambda tokens=tokens: F.embedding(tokens, dense), lambda tokens=tokens: layer(tokens), device, repeats
         )
         result[f"lookup_{name}"] = dense_s / tiered_s
+        result[f"lookup_{name}_ms"] = {"dense": 1e3 * dense_s, "tiered": 1e3 * tiered_s}
     return result
 
 
