@@ -26,7 +26,7 @@ def test_kmeans_and_gptvq_blocks_show_progress_when_forced(monkeypatch, capsys):
     output_aware_codes(rows, covariance(16), 4, 8)
     err = capsys.readouterr().err
     assert "k-means (256 entries):   0%| | 0/15" in err.replace(" " * 10, " ")
-    assert "GPTVQ blocks:   0%| | 0/4" in err.replace(" " * 10, " ")  # 16 columns in blocks of 4
+    assert "GPTVQ blocks:   0%| | 0/1" in err.replace(" " * 10, " ")  # 16 columns: one batch of up to 128
     assert "GPTQ int4 blocks:   0%| | 0/2" in err.replace(" " * 10, " ")  # groups of 8: blocks of 8
 
 
