@@ -12,6 +12,7 @@ from tqdm.auto import tqdm
 
 from hf_tensorcompress import CompressionConfig, apply_tiered
 from hf_tensorcompress.methods.tiered.layer import tier_storage
+from hf_tensorcompress.methods.tiered import model_text
 from hf_tensorcompress.methods.tiered.model_text import RowOrderSampler, sample_model_text
 
 #: Calibration text that never uses the upper 700 tokens.
@@ -50,7 +51,7 @@ def test_tokens_the_model_uses_beyond_the_calibration_text_keep_wider_rows(capsy
     unseen = torch.arange(SEEN, VOCAB)
     likely = unseen[frequencies[SEEN:].argsort(descending=True)[:100]]
     with_text = row_bytes(apply_tiered(peaked(), budget(8192), NARROW_CALIBRATION, 256))
-    assert "and 8,382 tokens of the model's own text (from token 1)" in capsys.readouterr().out
+    assert "and 8,255 tokens of the model's own text (from token 1)" in capsys.readouterr().out
     without = row_bytes(apply_tiered(peaked(), budget(0), NARROW_CALIBRATION, 256))
     assert "tokens of the model's own text" not in capsys.readouterr().out
     assert with_text[likely].mean() > 1.15 * without[likely].mean()
@@ -65,6 +66,21 @@ def test_sampling_leaves_the_model_and_the_callers_random_state_alone():
     assert all(torch.equal(value, before[name]) for name, value in model.state_dict().items())
     assert text.tokens >= 1000 and float(text.frequencies.sum()) == pytest.approx(1.0)
     assert text.covariance.shape == (HIDDEN, HIDDEN)
+
+
+def test_sequences_run_in_rounds_whose_cache_fits_the_budget_and_give_the_same_counts(monkeypatch):
+    model = peaked()  # 1 layer, 4 key/value heads, 127 positions after the start token
+    cache_per_sequence = model_text.cache_bytes_per_position(model) * 128
+    assert cache_per_sequence == 1 * 2 * 4 * (HIDDEN // 4) * 4 * 128  # layers × k, v × heads × head dim × fp32
+    model_bytes = sum(p.numel() * 4 for p in model.parameters())
+    assert model_text.sequences_at_once(model, 127, 1000) == max(8, model_bytes // 4 // cache_per_sequence)
+    counts = torch.bincount(CALIBRATION, minlength=VOCAB)
+    whole = sample_model_text(model, 2000, counts, held=3)
+    monkeypatch.setattr(model_text, "CACHE_SHARE", 10**9)  # 8 sequences a round: the counted and held ones mix
+    rounds = sample_model_text(model, 2000, counts, held=3)
+    assert rounds.held_out.shape == whole.held_out.shape == (3, 128)
+    assert rounds.tokens == whole.tokens == 16 * 127  # only the counted sequences' positions
+    assert float(rounds.frequencies.sum()) == pytest.approx(1.0)
 
 
 def test_a_config_naming_no_start_token_starts_from_the_most_frequent_calibration_token():

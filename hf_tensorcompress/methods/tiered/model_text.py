@@ -9,7 +9,8 @@ The hidden states entering its output layer along that text estimate the covaria
 
 Cost: many short sequences sampled side by side with the key/value cache, so the model runs about as many token
 positions as the sample holds, in a few hundred steps of a wide batch (a GEMM-sized product each), and the hidden
-states are taken from those steps rather than from a second pass. Drawing is linear in the vocabulary: an inverse CDF
+states are taken from those steps rather than from a second pass. As many sequences run at once as keep their cache
+under a quarter of the model's own bytes (SmolLM2's 30 layers would hold 0.4 GB of cache for all 72 at once). Drawing is linear in the vocabulary: an inverse CDF
 over the probabilities in an order set by the rows' values (a seeded projection of each token's row), not by id, so a
 model whose vocabulary is renumbered samples the same text, renumbered.
 """
@@ -26,12 +27,18 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from ...progress import progress
 
-#: Most sequences sampled side by side, and their longest length after the start token (shorter where the model's
-#: positions end sooner).
-SEQUENCES, LENGTH = 64, 128
+#: The sampled sequences' length after the start token (shorter where the model's positions end sooner).
+LENGTH = 128
 
-#: Sequences whose next-token probabilities are drawn from at a time (float64: 2 MB each at 262,144 tokens).
+#: Sequences whose next-token probabilities are drawn from at a time (float64: 2 MB each at 262,144 tokens), and the
+#: fewest sampled side by side however large their cache.
 SEQUENCES_AT_ONCE = 8
+
+#: Rows projected at a time (a float64 copy of a whole 262,144 × 640 table would take 1.3 GB).
+ROWS_AT_ONCE = 4096
+
+#: The key/value cache of the sequences sampled side by side stays under the model's bytes divided by this.
+CACHE_SHARE = 4
 
 
 @dataclass
@@ -60,7 +67,8 @@ class RowOrderSampler(LogitsProcessor):
         self.vocab, self.counted = len(rows), counted
         self.generator = torch.Generator().manual_seed(seed)
         direction = torch.randn(rows.shape[1], generator=self.generator, dtype=torch.float64)
-        self.by_row = (rows.detach().double().cpu() @ direction).argsort(descending=True, stable=True)
+        projection = torch.cat([part.detach().cpu().double() @ direction for part in rows.split(ROWS_AT_ONCE)])
+        self.by_row = projection.argsort(descending=True, stable=True)
         self.expected = torch.zeros(self.vocab, dtype=torch.float64)
         self.bar = bar
 
@@ -118,45 +126,70 @@ def start_token(model: nn.Module, counts: torch.Tensor) -> int:
     return int(counts.argmax())
 
 
+def cache_bytes_per_position(model: nn.Module) -> int:
+    """Bytes the key/value cache holds per sequence position, from the model's config (layers × keys and values ×
+    key/value heads × head width × the weights' element size)."""
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    hidden = getattr(config, "hidden_size", None) or model.get_input_embeddings().weight.shape[1]
+    heads = getattr(config, "num_attention_heads", None) or 1
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    layers = getattr(config, "num_hidden_layers", None) or 1
+    return layers * 2 * kv_heads * head_dim * next(model.parameters()).element_size()
+
+
+def sequences_at_once(model: nn.Module, length: int, total: int) -> int:
+    """How many sequences to sample side by side: as many as keep the cache under ``1 / CACHE_SHARE`` of the
+    model's bytes, at least ``SEQUENCES_AT_ONCE``, at most ``total``."""
+    model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    fit = model_bytes // CACHE_SHARE // max(1, cache_bytes_per_position(model) * (length + 1))
+    return max(1, min(total, max(SEQUENCES_AT_ONCE, fit)))
+
+
 @torch.no_grad()
 def sample_model_text(model: nn.Module, tokens: int, counts: torch.Tensor, seed: int = 0, held: int = 0) -> ModelText:
-    """About ``tokens`` tokens the model samples from its start token (up to ``SEQUENCES`` side by side, up to
-    ``LENGTH`` long; ``counts``, the calibration text's, pick the start where the config names none), their expected
-    counts and the hidden-state covariance of the output layer's inputs along them, and ``held`` more sequences
-    sampled beside the first ones that neither counts; the model is left as it was (eval/train mode too)."""
+    """About ``tokens`` tokens the model samples from its start token (``LENGTH``-long sequences, shorter where the
+    model's positions end sooner, ``sequences_at_once`` side by side; ``counts``, the calibration text's, pick the
+    start where the config names none), their expected counts and the hidden-state covariance of the output layer's
+    inputs along them, and ``held`` more sequences sampled after them that neither counts; the model is left as it
+    was (eval/train mode too)."""
     rows = model.get_input_embeddings().weight
     positions = getattr(model.config, "max_position_embeddings", None) or LENGTH + 1
     length = max(1, min(LENGTH, positions - 1))
-    rounds = max(1, math.ceil(tokens / (SEQUENCES * length)))
-    batch = math.ceil(tokens / (rounds * length))
+    counted = math.ceil(tokens / length) if tokens else 0
+    total = counted + held
+    at_once = sequences_at_once(model, length, total)
     device = next(model.parameters()).device
     first = start_token(model, counts)
     settings = GenerationConfig(
         do_sample=False, max_new_tokens=length, min_new_tokens=length, eos_token_id=None, pad_token_id=0
     )
-    head_inputs = HeadInputs(rows.shape[1], batch)
+    head_inputs = HeadInputs(rows.shape[1])
     hook = model.get_output_embeddings().register_forward_pre_hook(head_inputs)
     was_training = model.training
     model.eval()
     try:
-        with progress(desc="model's own text", total=(rounds * batch + held) * length, unit="token") as bar:
-            sampler = RowOrderSampler(rows, seed, bar, batch)
+        with progress(desc="model's own text", total=total * length, unit="token") as bar:
+            sampler = RowOrderSampler(rows, seed, bar)
             texts = []
-            for index in range(rounds):
-                start = torch.full((batch + (held if index == 0 else 0), 1), first, dtype=torch.long, device=device)
-                if len(start):
-                    texts.append(
-                        model.generate(
-                            start,
-                            attention_mask=torch.ones_like(start),
-                            generation_config=settings,
-                            logits_processor=LogitsProcessorList([sampler]),
-                        ).cpu()
-                    )
+            for done in range(0, total, at_once):
+                size = min(at_once, total - done)
+                # the counted sequences come first in each round: the rest are the held-out ones
+                sampler.counted = head_inputs.counted = max(0, min(size, counted - done))
+                start = torch.full((size, 1), first, dtype=torch.long, device=device)
+                texts.append(
+                    model.generate(
+                        start,
+                        attention_mask=torch.ones_like(start),
+                        generation_config=settings,
+                        logits_processor=LogitsProcessorList([sampler]),
+                    ).cpu()
+                )
     finally:
         hook.remove()
         model.train(was_training)
     expected = sampler.expected
     frequencies = expected / expected.sum() if tokens else expected
-    held_out = texts[0][batch:] if held else torch.zeros(0, length + 1, dtype=torch.long)
-    return ModelText(frequencies, head_inputs.covariance(), int(expected.sum()), first, held_out)
+    sample = torch.cat(texts) if texts else torch.zeros(0, length + 1, dtype=torch.long)
+    held_out = sample[counted:]
+    return ModelText(frequencies, head_inputs.covariance(), round(float(expected.sum())), first, held_out)
