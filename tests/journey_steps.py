@@ -38,6 +38,8 @@ CASES: dict[str, dict] = {
     "svd": {"family": "patchtst", "config": {"method": "svd", "rank": 4}},
     "svd-factor-bits": {"family": "patchtst", "config": {"method": "svd", "rank": 4, "factor_bits": 4}},
     "biprop": {"family": "patchtst", "config": {"method": "biprop", "keep_ratio": 0.5, "target_modules": "all-linear"}},
+    "lowbit": {"family": "patchtst", "config": {"method": "lowbit", "bits": 2, "group_size": 16}},
+    "lowbit-ternary": {"family": "patchtst", "config": {"method": "lowbit", "bits": "ternary", "group_size": 32}},
     "tt": {"family": "llama", "config": {"method": "tt", "tt_shape": [4, 4, 4], "tt_ranks": 3}},
     "tt-storage-bits": {
         "family": "llama",

@@ -31,6 +31,12 @@ FORECAST_CASES = {
     "cp-int4-ortops": {"method": "cp", "rank": 16, "factor_bits": 4, "factor_group_size": 16},
     "svd-int4-ortops": {"method": "svd", "rank": 16, "factor_bits": 4, "factor_group_size": 16},
     "biprop": {"method": "biprop"},
+    "lowbit-int2": {"method": "lowbit", "bits": 2, "group_size": 8},
+    "lowbit-int3": {"method": "lowbit", "bits": 3, "group_size": 8},
+    "lowbit-ternary": {"method": "lowbit", "bits": "ternary", "group_size": 8},
+    "lowbit-int8": {"method": "lowbit", "bits": 8, "group_size": None},
+    # every Linear of the tiny PatchTST has 16 or 32 inputs: blocks of 16 take MatMulNBits
+    "lowbit-int4-ortops": {"method": "lowbit", "bits": 4, "group_size": 16},
 }
 
 #: name → compression options of the tiny Autoformer and Informer cases
@@ -40,6 +46,7 @@ SEQ2SEQ_CASES = {
     "svd": {"method": "svd", "rank": 0.5},
     "svd-int4": {"method": "svd", "rank": 0.5, "factor_bits": 4},
     "biprop": {"method": "biprop"},
+    "lowbit-int4": {"method": "lowbit", "bits": 4, "group_size": 8},
 }
 
 #: name → compression options of the tiny Llama cases (None: the dense model)

@@ -43,6 +43,8 @@ KINDS = {
     "svd": dict(method="svd", rank=4),
     "svd_factor_bits4": dict(method="svd", rank=4, factor_bits=4, factor_group_size=8),
     "biprop": dict(method="biprop"),
+    "lowbit_int4": dict(method="lowbit", bits=4, group_size=16),
+    "lowbit_ternary": dict(method="lowbit", bits="ternary", group_size=32),
     "tt": dict(method="tt", tt_shape=[4, 4, 4], tt_ranks=3),
     "tt_storage_bits8": dict(method="tt", tt_shape=[4, 4, 4], tt_ranks=3, tt_storage_bits=8),
     "tiered": dict(method="tiered", tier_tokens=[64], tier_bits=[8, 3], tier_group_size=32, low_rank=4),

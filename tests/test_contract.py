@@ -35,9 +35,21 @@ CASES: dict[tuple[str, str], dict] = {
     ("tt", "gpt2"): dict(tt_order=3, tt_ranks=[2, 3]),
     ("tt", "opt"): dict(tt_shape=[4, 6], tt_eps=0.5),
     ("tiered", "llama"): dict(tier_tokens=[40], tier_bits=[8, 3], tier_group_size=8),
+    ("lowbit", "patchtst"): dict(bits=3, group_size=8),
+    ("lowbit", "autoformer"): dict(bits="ternary", group_size=8),
+    ("lowbit", "informer"): dict(bits=4, group_size=None),
+    ("lowbit", "llama"): dict(bits=2, group_size=8),
+    ("lowbit", "gpt2"): dict(bits=8, group_size=8),
 }
 #: One family per method runs in the fast tier; the other families are marked slow.
-FAST = {("cp", "patchtst"), ("svd", "patchtst"), ("biprop", "patchtst"), ("tt", "llama"), ("tiered", "llama")}
+FAST = {
+    ("cp", "patchtst"),
+    ("svd", "patchtst"),
+    ("biprop", "patchtst"),
+    ("tt", "llama"),
+    ("tiered", "llama"),
+    ("lowbit", "patchtst"),
+}
 
 
 def _registered_cases() -> dict[tuple[str, str], dict]:

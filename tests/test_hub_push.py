@@ -19,6 +19,7 @@ ROUND_TRIPS = {
     "cp": CompressionConfig(method="cp", rank=3, cp_iterations=5),
     "svd": CompressionConfig(method="svd", rank=4),
     "biprop": CompressionConfig(method="biprop", keep_ratio=0.5),
+    "lowbit": CompressionConfig(method="lowbit", bits=3, group_size=8),
 }
 #: Methods for causal LMs, round-tripped on a small Llama (the SmolLM2 architecture).
 LM_ROUND_TRIPS = {
