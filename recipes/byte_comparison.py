@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 
@@ -31,10 +32,14 @@ RUNS = (
     "qat-int4-all",
     "qat-int2-all",
     "smartformer-bytes",
-    "uniform-q4-bytes",
+    "uniform-lowbit-bytes",
+    "uniform-svd-bytes",
+    "uniform-biprop-bytes",
     "random-bytes",
     "greedy-bytes",
 )
+#: Arms a comparison may add by name: the library's lowbit method on every Linear (``lowbit-<bits>-g<group>``).
+LOWBIT_PATTERN = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g\d+")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -67,7 +72,22 @@ def parse_args(argv=None) -> argparse.Namespace:
         "subset (default: the recipe's, all of them)",
     )
     parser.add_argument("--random-draws", type=int, default=3, help="random allocations per seed (random-bytes)")
-    parser.add_argument("--runs", nargs="+", default=list(RUNS), choices=RUNS, help="only these arms")
+    parser.add_argument(
+        "--runs",
+        nargs="+",
+        default=list(RUNS),
+        type=run_name,
+        help=f"only these arms ({', '.join(RUNS)}, lowbit-2-g64 …)",
+    )
+    parser.add_argument("--forms", nargs="+", default=None, help="the forms the byte search offers (the recipe's)")
+    parser.add_argument("--weight-group-sizes", nargs="+", default=None, help="the lowbit form's group sizes")
+    parser.add_argument("--keep-ratios", nargs="+", default=None, help="the biprop form's keep ratios")
+    parser.add_argument("--max-candidates", type=int, default=None, help="ranks of the svd and cp forms")
+    parser.add_argument("--byte-reward", default=None, help="the byte search's reward (the recipe's --byte-reward)")
+    parser.add_argument("--learning-rate", type=float, default=None, help="every arm's learning rate (the recipe's)")
+    parser.add_argument(
+        "--data", nargs=argparse.REMAINDER, default=[], help="data flags passed to the recipe as they are (last)"
+    )
     parser.add_argument(
         "--merge",
         nargs="+",
@@ -78,6 +98,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--output-dir", default="byte-comparison")
     return parser.parse_args(argv)
+
+
+def run_name(text: str) -> str:
+    if text in RUNS or LOWBIT_PATTERN.fullmatch(text):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r}: choose among {', '.join(RUNS)} or lowbit-<bits>-g<group>")
 
 
 def summary(runs: list[dict]) -> dict[str, dict]:
@@ -227,6 +253,16 @@ def merged(recipes: list[dict]) -> dict:
     }
 
 
+def passed(args: argparse.Namespace) -> list[str]:
+    """The byte search's and the data's flags, passed on to the recipe where given."""
+    flags = []
+    for name in ("forms", "weight_group_sizes", "keep_ratios", "max_candidates", "byte_reward", "learning_rate"):
+        value = getattr(args, name)
+        if value is not None:
+            flags += [f"--{name.replace('_', '-')}", *map(str, value if isinstance(value, list) else [value])]
+    return flags + args.data
+
+
 def run_recipes(args: argparse.Namespace) -> dict[str, dict]:
     """Every data set through the recipe in this process (``--device``)."""
     if args.device == "cpu":
@@ -248,6 +284,7 @@ def run_recipes(args: argparse.Namespace) -> dict[str, dict]:
             + (["--train-stride", str(args.train_stride)] if args.train_stride else [])
             + (["--season", *map(str, args.season)] if args.season else [])
             + (["--factor-widths", *args.factor_widths] if args.factor_widths else [])
+            + passed(args)
         )  # fmt: skip
         results[dataset] = merged([recipe])
     return results

@@ -37,6 +37,15 @@ FORECAST_CASES = {
     "lowbit-int8": {"method": "lowbit", "bits": 8, "group_size": None},
     # every Linear of the tiny PatchTST has 16 or 32 inputs: blocks of 16 take MatMulNBits
     "lowbit-int4-ortops": {"method": "lowbit", "bits": 4, "group_size": 16},
+    "mixed": {
+        "method": "mixed",
+        "forms": {
+            "q_proj": {"method": "lowbit", "bits": 4, "group_size": 16},
+            "k_proj": {"method": "svd", "rank": 4, "factor_bits": 2},
+            "v_proj": {"method": "biprop", "keep_ratio": 0.5, "init": "dense", "bias": True},
+            "out_proj": {"method": "cp", "rank": 3, "cp_iterations": 5},
+        },
+    },
 }
 
 #: name → compression options of the tiny Autoformer and Informer cases

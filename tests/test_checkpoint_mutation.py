@@ -45,6 +45,15 @@ KINDS = {
     "biprop": dict(method="biprop"),
     "lowbit_int4": dict(method="lowbit", bits=4, group_size=16),
     "lowbit_ternary": dict(method="lowbit", bits="ternary", group_size=32),
+    "mixed": dict(
+        method="mixed",
+        forms={
+            "q_proj": {"method": "lowbit", "bits": 3, "group_size": 32},
+            "k_proj": {"method": "svd", "rank": 4, "factor_bits": 2, "factor_group_size": 4},
+            "v_proj": {"method": "biprop", "keep_ratio": 0.5, "init": "dense"},
+            "down_proj": {"method": "cp", "rank": 3, "cp_iterations": 3, "factor_bits": 8},
+        },
+    ),
     "tt": dict(method="tt", tt_shape=[4, 4, 4], tt_ranks=3),
     "tt_storage_bits8": dict(method="tt", tt_shape=[4, 4, 4], tt_ranks=3, tt_storage_bits=8),
     "tiered": dict(method="tiered", tier_tokens=[64], tier_bits=[8, 3], tier_group_size=32, low_rank=4),

@@ -202,10 +202,10 @@ def test_apply(matrix, case):
 def reference_forward(layer: CompressedLayer, x: torch.Tensor) -> torch.Tensor:
     """What the layer computes, from its own definition: the dense weight its tensors represent."""
     if layer.layer_type in ("cp", "svd"):
-        return F.linear(x, layer.weight, layer.bias)
+        return F.linear(x, layer.dense_weight(), layer.bias)
     if layer.layer_type == "biprop":
         weight = layer.alpha * layer.signs().float() * layer.mask()
-        return F.linear(x, weight)
+        return F.linear(x, weight, layer.bias)
     if layer.layer_type == "tiered_embedding":  # the tiers decoded whole, in stored order, then put in token order
         return F.embedding(x, torch.cat([tier.dequantize() for tier in layer.tiers])[layer.slot.long()])
     if layer.layer_type == "tt_embedding":

@@ -1,0 +1,170 @@
+"""The search over forms: per Linear of a dense model, dense, a full-rank low-bit weight, low-rank or CP factors at a
+width, or a Biprop mask, chosen by the RL agent under a byte budget as stored; every form trains in the precision it
+is stored in; the model saves each Linear packed in its form (``method="mixed"``) and loads back scoring the same."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from smartformer_fixtures import dense_patchtst, sines
+from transformers import TrainingArguments
+
+from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress.core.metrics import linear_bytes
+from hf_tensorcompress.loading import load_model
+from hf_tensorcompress.search import SearchConfig
+from hf_tensorcompress.search.forms import FORM_KINDS, Form, form_spec, linear_slots
+from hf_tensorcompress.search.trainer import SmartformerTrainer
+from tests.helpers import run_without_library
+
+FORMS = dict(forms=FORM_KINDS, factor_widths=(8, 4, 2, "ternary"), keep_ratios=(0.5,), weight_group_sizes=(16,))
+
+
+def search_config(budget: float, **overrides) -> SearchConfig:
+    options = dict(interval=2, consecutive_actions=2, max_actions_per_layer=3, byte_budget=budget, **FORMS)
+    return SearchConfig(**{**options, **overrides})
+
+
+def test_every_form_costs_what_its_layer_stores():
+    """The bytes the budget counts are those of the layer the form builds (apply_compression of that form)."""
+    model = dense_patchtst(layers=1)
+    slots = linear_slots(model, search_config(1 / 8))
+    kinds = {form.kind for slot in slots for form in slot.actions}
+    assert kinds == set(FORM_KINDS)
+    cp_slots = {slot.name for slot in slots if any(form.kind == "cp" for form in slot.actions)}
+    assert cp_slots and all(name.endswith(("q_proj", "k_proj", "v_proj")) for name in cp_slots)  # cp: attention only
+    for slot in slots:
+        forms = {form.kind: form for form in slot.actions}  # one form of each kind
+        for form in forms.values():
+            options = form.options(slot.factor_group_size, 2)
+            if options is None:
+                assert slot.bytes_at(form) == slot.dense_bytes
+                continue
+            built = apply_compression(
+                dense_patchtst(layers=1), CompressionConfig(method="mixed", forms={slot.name: options})
+            )
+            layer = built.get_submodule(slot.name)
+            assert slot.bytes_at(form) == layer.storage_bits() / 8 == linear_bytes(built)["modules"][slot.name]["disk"]
+            seeded = ("sign_seed", "sign_check", "save_scores")  # biprop's per-layer seed; scores kept while training
+            assert {k: v for k, v in layer.spec().items() if k not in seeded} == {
+                k: v for k, v in form_spec(slot, form).items() if k not in seeded
+            }
+
+
+def test_config_checks_the_form_fields():
+    with pytest.raises(ValueError, match="forms=\\['quantized'\\]"):
+        SearchConfig(forms=("quantized",))
+    with pytest.raises(ValueError, match="byte_budget, not param_budget"):
+        SearchConfig(forms=("lowbit",), factor_widths=(4,), param_budget=0.5)
+    with pytest.raises(ValueError, match="factor_widths"):
+        SearchConfig(forms=("lowbit",))
+    with pytest.raises(ValueError, match="keep_ratios"):
+        SearchConfig(forms=("biprop",), keep_ratios=(0.0,))
+
+
+def train_search(folder, budget: float, steps: int = 40, save_steps: int | None = None, **overrides):
+    args = TrainingArguments(
+        str(folder), max_steps=steps, per_device_train_batch_size=16, learning_rate=1e-3, report_to=[],
+        use_cpu=True, seed=0, data_seed=0, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+    )  # fmt: skip
+    trainer = SmartformerTrainer(
+        model=dense_patchtst(layers=1), args=args, train_dataset=sines(400), search=search_config(budget, **overrides)
+    )
+    return trainer
+
+
+def test_search_over_forms_meets_its_budget_and_saves_every_linear_packed(tmp_path):
+    trainer = train_search(tmp_path / "run", 1 / 8)
+    trainer.train()
+    search = trainer.search
+    assert search.done
+    model = trainer.model
+    rows = linear_bytes(model)["modules"]
+    names = [slot.name for slot in search.groups]
+    assert sum(rows[name]["disk"] for name in names) <= sum(rows[name]["dense"] for name in names) / 8
+    recorded = model.config.compression_config
+    assert recorded["method"] == "mixed"
+    for slot in search.groups:  # every Linear holds the form the search decided, and the config records it
+        form = search.chosen[slot.name]
+        layer = model.get_submodule(slot.name)
+        assert getattr(layer, "layer_type", "dense") == form.kind
+        assert recorded["forms"].get(slot.name) == form.options(slot.factor_group_size, slot.cp_iterations) or (
+            form.kind == "biprop" and recorded["forms"][slot.name]["save_scores"] is False
+        )
+        assert rows[slot.name]["disk"] == slot.bytes_at(form)
+    model.eval()
+    past = sines(200, seed=3)[0]["past_values"][None]
+    with torch.no_grad():
+        expected = model(past_values=past).prediction_outputs
+    model.save_pretrained(tmp_path / "saved")
+    loaded = load_model(tmp_path / "saved").eval()
+    for name in recorded["modules"]:  # packed in RAM: no fp32 weight behind a low-bit one, no Biprop scores
+        layer = loaded.get_submodule(name)
+        assert getattr(layer, "stored", True) and getattr(layer, "trainable", False) is False
+    with torch.no_grad():
+        assert torch.allclose(loaded(past_values=past).prediction_outputs, expected, atol=1e-5)
+    torch.save({"past": past, "expected": expected}, tmp_path / "io.pt")
+
+
+def test_a_form_change_keeps_the_optimizer_in_the_models_order(tmp_path):
+    """After the search swapped layers, the optimizer holds exactly the model's trainable parameters, in the model's
+    order (what a resumed run's fresh optimizer holds), and the bias of a swapped Linear kept its Adam state."""
+    trainer = train_search(tmp_path / "run", 1 / 8, steps=12)
+    trainer.train()
+    optimizer = trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer
+    held = [p for group in optimizer.param_groups for p in group["params"]]
+    trainable = [p for p in trainer.model.parameters() if p.requires_grad]
+    assert {id(p) for p in held} == {id(p) for p in trainable} and len(held) == len(trainable)
+    order = {id(p): i for i, p in enumerate(trainable)}
+    for group in optimizer.param_groups:
+        positions = [order[id(p)] for p in group["params"]]
+        assert positions == sorted(positions)
+    changed = [s for s in trainer.search.groups if trainer.search.chosen[s.name] != Form("dense")]
+    assert changed
+    bias = trainer.model.get_submodule(changed[0].name).bias
+    assert bias is not None and optimizer.state[bias]["step"] == 12
+
+
+@pytest.mark.slow
+def test_searched_forms_load_in_a_new_process_natively_and_with_remote_code(tmp_path):
+    test_search_over_forms_meets_its_budget_and_saves_every_linear_packed(tmp_path)
+    check = """
+        import torch
+        io = torch.load("io.pt")
+        model = {load}
+        model.eval()
+        with torch.no_grad():
+            got = model(past_values=io["past"]).prediction_outputs
+        assert torch.allclose(got, io["expected"], atol=1e-5), (got - io["expected"]).abs().max()
+        print("ok")
+    """
+    native = "__import__('hf_tensorcompress.loading').loading.load_model('saved')"
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(check.format(load=native))],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+    remote = "__import__('transformers').AutoModel.from_pretrained('saved', trust_remote_code=True)"
+    assert "ok" in run_without_library(check.format(load=remote), tmp_path).stdout
+
+
+@pytest.mark.slow
+def test_search_over_forms_resumes_from_a_checkpoint_where_it_stopped(tmp_path):
+    """A checkpoint inside the search holds every Linear in its current form (Biprop with its scores); resuming
+    rebuilds those forms and continues with the same decisions as an uninterrupted run."""
+    whole = train_search(tmp_path / "whole", 1 / 8, steps=20)
+    whole.train()
+    first = train_search(tmp_path / "part", 1 / 8, steps=8, save_steps=8)
+    first.train()
+    assert not first.search.done and any(f.kind != "dense" for f in first.search.chosen.values())
+    resumed = train_search(tmp_path / "part", 1 / 8, steps=20, save_steps=8)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "part" / "checkpoint-8"))
+    assert resumed.search.chosen == whole.search.chosen
+    assert [r["chosen"] for r in resumed.search.trace] == [r["chosen"] for r in whole.search.trace]
