@@ -4,6 +4,7 @@ is stored in; the model saves each Linear packed in its form (``method="mixed"``
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,14 @@ from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.core.metrics import linear_bytes
 from hf_tensorcompress.loading import load_model
 from hf_tensorcompress.search import SearchConfig
-from hf_tensorcompress.search.forms import FORM_KINDS, Form, form_spec, linear_slots
+from hf_tensorcompress.search.allocators import (
+    allocation_bytes,
+    greedy_allocation,
+    measure_form_sensitivity,
+    random_allocation,
+    uniform_forms,
+)
+from hf_tensorcompress.search.forms import FORM_KINDS, Form, form_bytes, form_spec, linear_slots, pareto_front
 from hf_tensorcompress.search.trainer import SmartformerTrainer
 from tests.helpers import run_without_library
 
@@ -67,12 +75,17 @@ def test_config_checks_the_form_fields():
 
 
 def train_search(folder, budget: float, steps: int = 40, save_steps: int | None = None, **overrides):
+    """A short search over forms on a tiny dense PatchTST (``eval_dataset``: held-out sines)."""
     args = TrainingArguments(
         str(folder), max_steps=steps, per_device_train_batch_size=16, learning_rate=1e-3, report_to=[],
         use_cpu=True, seed=0, data_seed=0, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
     )  # fmt: skip
     trainer = SmartformerTrainer(
-        model=dense_patchtst(layers=1), args=args, train_dataset=sines(400), search=search_config(budget, **overrides)
+        model=dense_patchtst(layers=1),
+        args=args,
+        train_dataset=sines(400),
+        eval_dataset=sines(200, seed=2),
+        search=search_config(budget, **overrides),
     )
     return trainer
 
@@ -168,3 +181,74 @@ def test_search_over_forms_resumes_from_a_checkpoint_where_it_stopped(tmp_path):
     resumed.train(resume_from_checkpoint=str(tmp_path / "part" / "checkpoint-8"))
     assert resumed.search.chosen == whole.search.chosen
     assert [r["chosen"] for r in resumed.search.trace] == [r["chosen"] for r in whole.search.trace]
+
+
+def test_allocators_over_forms_stay_within_their_bytes():
+    """One form everywhere at the most bytes that fit, random forms and the greedy allocation: each within the bytes
+    it is given; a form that cannot take every Linear (cp: the attention's q/k/v only) has no uniform allocation."""
+    slots = linear_slots(dense_patchtst(layers=1), search_config(1 / 8))
+    budget = sum(slot.dense_bytes for slot in slots) / 8  # the tiny model's biases: 2-bit weights cost 1/6
+    lowbit = uniform_forms(slots, 2 * budget, "lowbit")
+    assert {form.kind for form in lowbit.values()} == {"lowbit"} and allocation_bytes(slots, lowbit) <= 2 * budget
+    assert len({(form.bits, form.group) for form in lowbit.values()}) == 1
+    svd = uniform_forms(slots, 2 * budget, "svd")  # any rank, not only the candidates
+    assert {form.kind for form in svd.values()} == {"svd"}
+    assert sum(form_bytes(s, svd[s.name]) for s in slots) <= 2 * budget
+    assert uniform_forms(slots, budget, "cp") is None
+    assert uniform_forms(slots, budget, "lowbit") is None  # nothing that small
+    for draw in range(5):
+        assert allocation_bytes(slots, random_allocation(slots, budget, random.Random(draw))) <= budget
+    # greedy: every form free on one Linear, costly everywhere else: that Linear takes the cheapest form
+    free = slots[-1].name
+    sensitivity = {
+        slot.name: {form: 0.0 if slot.name == free else 1.0 / slot.bytes_at(form) for form in slot.actions}
+        for slot in slots
+    }
+    greedy = greedy_allocation(slots, budget, sensitivity)
+    assert allocation_bytes(slots, greedy) <= budget
+    assert greedy[free] == min(slots[-1].actions, key=slots[-1].bytes_at)
+
+
+def test_sensitivity_is_the_loss_increase_of_one_linear_in_each_form():
+    model = dense_patchtst(layers=1).eval()
+    slots = linear_slots(model, search_config(1 / 8, forms=("dense", "lowbit", "biprop")))
+    batch = sines(200, seed=1)[0]
+    inputs = {key: value[None] for key, value in batch.items()}
+
+    def loss(m):
+        return float(m(**inputs).loss)
+
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    sensitivity = measure_form_sensitivity(model, slots[:2], loss)
+    assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())  # the model is as it was
+    for slot in slots[:2]:
+        assert sensitivity[slot.name][Form("dense")] == 0.0
+        for form in slot.actions:
+            if form.kind == "dense":
+                continue
+            changed = apply_compression(
+                dense_patchtst(layers=1).eval(),
+                CompressionConfig(method="mixed", forms={slot.name: form.options(slot.factor_group_size, 12)}),
+            )
+            assert sensitivity[slot.name][form] == pytest.approx(loss(changed) - loss(model), abs=1e-6)
+
+
+def test_pareto_front_keeps_the_forms_nothing_beats_in_bytes_and_loss():
+    slot = linear_slots(dense_patchtst(layers=1), search_config(1 / 8, forms=("dense", "lowbit", "biprop")))[1]
+    losses = {form: 1.0 / slot.bytes_at(form) for form in slot.actions}  # more bytes, less loss: all efficient
+    by_bytes = sorted({slot.bytes_at(f) for f in slot.actions})
+    assert {slot.bytes_at(slot.actions[i]) for i in pareto_front(slot, losses)} == set(by_bytes)
+    worst = max(slot.actions, key=slot.bytes_at)
+    losses[worst] = 10.0  # the costliest form loses the most: dominated
+    assert slot.actions.index(worst) not in pareto_front(slot, losses)
+
+
+def test_front_only_search_chooses_on_each_linears_front(tmp_path):
+    trainer = train_search(tmp_path / "run", 1 / 2, front_only=True, reward="validation_loss")  # a loose wall
+    trainer.train()
+    search = trainer.search
+    assert search.done and set(search.front) == {slot.name for slot in search.groups}
+    for slot in search.groups:
+        front = {slot.actions[i] for i in search.front[slot.name]}
+        taken = {action for action in search.actions[slot.name]}
+        assert len(front) < len(slot.actions) and taken <= front

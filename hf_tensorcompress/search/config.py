@@ -74,6 +74,10 @@ class SearchConfig(JsonConfig):
         keep_ratios: the keep ratios of the ``"biprop"`` form.
         weight_group_sizes: the group sizes of the ``"lowbit"`` form's weights (input columns per scale); larger
             groups cost fewer bytes (2 bits in groups of 32: 3 bits a weight; of 128: 2.25).
+        front_only: per-layer sensitivity in the search over forms: when the agent first acts on a Linear, each of
+            its forms is built from the weights it has then and scored on the ``validation_batches`` (no training),
+            and the agent chooses only among the forms no other form beats in both bytes and that loss (the
+            Linear's Pareto front; the budget wall still applies). Needs the trainer's ``eval_dataset``.
         gamma: the actor-critic's discount (paper: 0.95).
         learning_rate: the actor-critic's learning rate (paper: 1e-3).
         hidden_units: units of each of the actor-critic's two hidden layers (paper: 40).
@@ -104,6 +108,7 @@ class SearchConfig(JsonConfig):
     target_modules: list[str] | str | None = None
     keep_ratios: tuple[float, ...] = (0.5,)
     weight_group_sizes: tuple[int | None, ...] = (32,)
+    front_only: bool = False
     gamma: float = 0.95
     learning_rate: float = 1e-3
     hidden_units: int = 40
@@ -202,6 +207,8 @@ class SearchConfig(JsonConfig):
 
     def _validate_forms(self) -> None:
         if self.forms is None:
+            if self.front_only:
+                raise ValueError("front_only prunes the forms of the search over forms; pass forms=(...) too")
             return
         wrong = [form for form in self.forms if form not in FORM_KINDS]
         if wrong or not self.forms or len(set(self.forms)) != len(self.forms):
@@ -219,6 +226,8 @@ class SearchConfig(JsonConfig):
         for group in self.weight_group_sizes:
             if group is not None:
                 _positive_int(group, "weight_group_sizes")
+        if not isinstance(self.front_only, bool):
+            raise ValueError(f"front_only must be True or False, got {self.front_only!r}")
 
     @property
     def widths(self) -> tuple[int | str | None, ...]:

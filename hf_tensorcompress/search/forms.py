@@ -242,3 +242,15 @@ def linear_slots(model: nn.Module, config) -> list[LinearSlot]:
         slot.costs.update({form: form_bytes(slot, form) for form in (*actions, Form("dense"))})
         slots.append(slot)
     return slots
+
+
+def pareto_front(slot: LinearSlot, losses: dict[Form, float]) -> list[int]:
+    """Indices of ``slot.actions`` that no other action beats in both bytes and ``losses`` (measured loss increase):
+    cheapest first, each kept where it loses less than every cheaper one."""
+    order = sorted(range(len(slot.actions)), key=lambda i: (slot.bytes_at(slot.actions[i]), losses[slot.actions[i]]))
+    front, best = [], float("inf")
+    for index in order:
+        if losses[slot.actions[index]] < best:
+            front.append(index)
+            best = losses[slot.actions[index]]
+    return sorted(front)

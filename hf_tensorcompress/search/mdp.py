@@ -20,6 +20,7 @@ import torch
 from .agent import ActorCritic, masked_log_softmax
 from .config import SearchConfig
 from .encoder import StateEncoder, build_vocabulary
+from .forms import pareto_front
 from .importance import TaylorImportance
 from .reward import REWARDS
 from .space import AttentionGroup, Width, allowed_actions
@@ -65,6 +66,10 @@ class RankSearch:
         self.trace: list[dict] = []
         self.metric_sum = 0.0
         self.metric_count = 0
+        #: the search over forms with ``front_only``: each Linear's Pareto front (action indices), measured by
+        #: ``measure(name) -> {action: loss increase}`` (set by the trainer) when the agent first acts on it
+        self.front: dict[str, list[int]] = {}
+        self.measure = None
 
     # ------------------------------------------------------------------ observation
     @property
@@ -91,9 +96,14 @@ class RankSearch:
     def _mask(self, name: str) -> list[bool]:
         index = self.by_name[name].position
         in_bytes = self.config.byte_budget is not None
-        return allowed_actions(
+        mask = allowed_actions(
             self.groups, index, self.chosen, set(self.decided), self.config.budget, self.width, in_bytes
         )
+        if name not in self.front:
+            return mask
+        kept = set(self.front[name])
+        fronted = [ok and slot in kept for slot, ok in enumerate(mask)]
+        return fronted if any(fronted) else mask  # the wall allows none of the front: the wall's own choice
 
     # ------------------------------------------------------------------ one stage
     def end_stage(self, step: int, metric: float) -> dict:
@@ -165,6 +175,9 @@ class RankSearch:
     def _act(self, record: dict, metric: float) -> None:
         name = self.current
         group = self.by_name[name]
+        if self.measure is not None and name not in self.front:
+            self.front[name] = pareto_front(group, self.measure(name))
+            record["front"] = [group.dump(group.actions[slot]) for slot in self.front[name]]
         mask = self._mask(name)
         tokens = self._tokens()
         epsilon = self.config.epsilon(self.actions_taken)
@@ -217,6 +230,7 @@ class RankSearch:
             "importance": self.importance.state_dict(),
             "metric_sum": self.metric_sum,
             "metric_count": self.metric_count,
+            "front": self.front,
             "rng": [version, list(internal), gauss],
         }
 
@@ -241,6 +255,7 @@ class RankSearch:
         self.trace = list(state["trace"])
         self.importance.load_state_dict(state["importance"])
         self.metric_sum, self.metric_count = float(state["metric_sum"]), int(state["metric_count"])
+        self.front = {name: [int(slot) for slot in slots] for name, slots in state.get("front", {}).items()}
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
 

@@ -29,7 +29,7 @@ from ..compress import refresh_compression_config
 from ..core.metrics import linear_bytes
 from ..runtime.structure import install_layers
 from .config import SearchConfig
-from .form_swap import change_forms, finish_forms, prepare_for_forms, record_forms, swap_parameters
+from .form_swap import change_forms, finish_forms, form_module, prepare_for_forms, record_forms, swap_parameters
 from .forms import Form, linear_slots
 from .mdp import STATE_FILE, RankSearch
 from .optim import replace_parameters_in_optimizer
@@ -144,6 +144,10 @@ class SmartformerTrainer(Trainer):
             slots = linear_slots(self.model, config)
             prepare_for_forms(self.model, slots)
             self.search = RankSearch(slots, {}, config, chosen={slot.name: Form("dense") for slot in slots})
+            if config.front_only:
+                if self.eval_dataset is None:
+                    raise ValueError("SearchConfig(front_only=True) scores each form on eval_dataset; pass one")
+                self.search.measure = self._measure_forms
         else:
             groups = attention_groups(self.model, config.max_candidates, config.widths, config.factor_group_size)
             ranks = {group.name: current_rank(self.model, group) for group in groups}
@@ -258,6 +262,21 @@ class SmartformerTrainer(Trainer):
                 self.model.get_submodule(name).set_factor_bits(bits, self.search_config.factor_group_size)
         if bit_changes:
             refresh_compression_config(self.model)
+
+    @torch.no_grad()
+    def _measure_forms(self, name: str) -> dict[Form, float]:
+        """The loss increase (``_validation_loss``) of the model with Linear ``name`` alone in each of its forms, built
+        from the weights it has now, untrained; the model is left as it was."""
+        slot, module = self.search.by_name[name], self.model.get_submodule(name)
+        base, losses = self._validation_loss(), {}
+        for form in slot.actions:
+            if form == self.search.chosen[name]:
+                losses[form] = 0.0
+                continue
+            self.model.set_submodule(name, form_module(self.model, slot, module, form))
+            losses[form] = self._validation_loss() - base
+        self.model.set_submodule(name, module)
+        return losses
 
     def _apply_forms(self, forms: dict[str, Form]) -> None:
         """The search over forms: each Linear of ``forms`` takes its new form; the optimizer, the DDP wrapper and

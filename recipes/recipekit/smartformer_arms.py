@@ -67,6 +67,7 @@ def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., Search
                 weight_group_sizes=tuple(args.weight_group_sizes),
                 reward=args.byte_reward,
                 validation_batches=args.validation_batches,
+                front_only=args.front_only,
             )
         return SearchConfig(
             seed=seed,
@@ -249,6 +250,12 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         metavar=("INTERVAL", "AGREEING", "MOST"),
         help="every search's stage (optimizer steps), the agreeing actions that decide a layer, and the most actions "
         "a layer gets (default by --size: 8 3 6 for demo and medium)",
+    )
+    parser.add_argument(
+        "--front-only",
+        action="store_true",
+        help="per-layer sensitivity: the byte search chooses each Linear's form among its Pareto front of bytes and "
+        "the loss increase each form gives when first tried (SearchConfig.front_only)",
     )
     parser.add_argument(
         "--byte-reward",
