@@ -16,10 +16,16 @@ import torch
 from torch import nn
 
 from ..core.targets import attention_projections, match_targets, projection_types
+from ..methods.biprop.layer import BipropLinear
 from ..methods.cp.apply import heads_of
+from ..methods.cp.layer import CPLinear
 from ..methods.lowbit.apply import all_linear
-from ..runtime.contract import CompressedLayer
+from ..methods.lowbit.layer import LowBitLinear
+from ..methods.svd.layer import LowRankLinear
 from .space import Width, candidate_ranks
+
+#: The layer class of each form (what a checkpoint rebuilds it as).
+LAYERS = {cls.layer_type: cls for cls in (LowBitLinear, LowRankLinear, CPLinear, BipropLinear)}
 
 #: The forms a Linear can take, in the order the search lists them.
 FORM_KINDS = ("dense", "lowbit", "svd", "cp", "biprop")
@@ -54,7 +60,7 @@ class Form:
         """Short text for logs and tables: ``dense``, ``lowbit:2/g64``, ``svd:r8:4``, ``cp:r6:ternary``,
         ``biprop:0.5``."""
         if self.kind == "lowbit":
-            return f"lowbit:{self.bits}/g{self.group}"
+            return f"lowbit:{self.bits}/" + ("row" if self.group is None else f"g{self.group}")
         if self.kind in ("svd", "cp"):
             return f"{self.kind}:r{self.rank}:{self.bits}"
         return f"biprop:{self.keep}" if self.kind == "biprop" else "dense"
@@ -152,7 +158,7 @@ def form_bytes(slot: LinearSlot, form: Form) -> float:
     if spec is None:
         return float(slot.dense_bytes)
     with torch.device("meta"):
-        return CompressedLayer.types[spec["type"]].from_spec(spec).storage_bits() / 8
+        return LAYERS[spec["type"]].from_spec(spec).storage_bits() / 8
 
 
 def slot_actions(

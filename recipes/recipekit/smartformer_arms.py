@@ -237,7 +237,11 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         "--factor-widths", type=factor_width, nargs="+", default=list(BYTE_WIDTHS), help=byte_widths_help()
     )
     parser.add_argument(
-        "--weight-group-sizes", type=int, nargs="+", default=[32], help="group sizes of the lowbit form's weights"
+        "--weight-group-sizes",
+        type=group_size,
+        nargs="+",
+        default=[32],
+        help="group sizes of the lowbit form's weights (input columns per scale; 'row': one scale per output row)",
     )
     parser.add_argument("--keep-ratios", type=float, nargs="+", default=[0.5], help="keep ratios of the biprop form")
     parser.add_argument(
@@ -271,6 +275,15 @@ def byte_widths_help() -> str:
         f"factor widths the byte search chooses among per Linear (default {' '.join(map(str, BYTE_WIDTHS))}; 16 is "
         "bfloat16 factors, ternary BitNet b1.58's three levels per group in 2-bit codes)"
     )
+
+
+def group_size(text: str) -> int | None:
+    """One ``--weight-group-sizes`` value: a positive int, or ``row`` (one group per output row)."""
+    if text == "row":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a group size is a positive int or 'row'")
+    return int(text)
 
 
 def factor_width(text: str) -> int | str:
