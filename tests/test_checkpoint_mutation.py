@@ -43,12 +43,12 @@ KINDS = {
     "svd": dict(method="svd", rank=4),
     "svd_factor_bits4": dict(method="svd", rank=4, factor_bits=4, factor_group_size=8),
     "biprop": dict(method="biprop"),
-    "lowbit_int4": dict(method="lowbit", bits=4, group_size=16),
-    "lowbit_ternary": dict(method="lowbit", bits="ternary", group_size=32),
+    "lowbit_int4": dict(method="lowbit", weight_bits=4, weight_group_size=16),
+    "lowbit_ternary": dict(method="lowbit", weight_bits="ternary", weight_group_size=32),
     "mixed": dict(
         method="mixed",
         forms={
-            "q_proj": {"method": "lowbit", "bits": 3, "group_size": 32},
+            "q_proj": {"method": "lowbit", "weight_bits": 3, "weight_group_size": 32},
             "k_proj": {"method": "svd", "rank": 4, "factor_bits": 2, "factor_group_size": 4},
             "v_proj": {"method": "biprop", "keep_ratio": 0.5, "init": "dense"},
             "down_proj": {"method": "cp", "rank": 3, "cp_iterations": 3, "factor_bits": 8},

@@ -252,3 +252,24 @@ def test_front_only_search_chooses_on_each_linears_front(tmp_path):
         front = {slot.actions[i] for i in search.front[slot.name]}
         taken = {action for action in search.actions[slot.name]}
         assert len(front) < len(slot.actions) and taken <= front
+
+
+def test_pacing_spends_the_budget_across_the_linears(tmp_path):
+    """Paced, every Linear's form costs about its share of the bytes left, so the search ends near its budget; with
+    the wall alone it may end far below it (whatever the first actions took)."""
+    spent = {}
+    for pace in (None, 0.25):
+        trainer = train_search(tmp_path / f"run-{pace}", 1 / 4, pace=pace)
+        trainer.train()
+        search = trainer.search
+        assert search.done
+        budget = sum(slot.dense_bytes for slot in search.groups) / 4
+        spent[pace] = allocation_bytes(search.groups, search.chosen) / budget
+        for record in search.trace:
+            if pace is not None and "action" in record:  # every action within ± pace of its share (or the closest)
+                assert (
+                    record.get("share") is None
+                    or abs(record["cost"] / record["share"] - 1) <= pace + 1e-9
+                    or (record["closest"])
+                )
+    assert 1 - 0.25 - 0.1 <= spent[0.25] <= 1.0 and spent[0.25] >= spent[None]

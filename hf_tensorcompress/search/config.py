@@ -74,6 +74,11 @@ class SearchConfig(JsonConfig):
         keep_ratios: the keep ratios of the ``"biprop"`` form.
         weight_group_sizes: the group sizes of the ``"lowbit"`` form's weights (input columns per scale); larger
             groups cost fewer bytes (2 bits in groups of 32: 3 bits a weight; of 128: 2.25).
+        pace: budget pacing in the search over forms (with ``byte_budget``): a Linear's forms are offered only where
+            they cost within ± ``pace`` of its share of the bytes left (the budget not yet spent, split over the
+            undecided Linears by their fp32 bytes; the closest form where none is), so the search spends its budget
+            across the model instead of ending far below it with whatever the first actions took. ``None``: the
+            budget wall alone.
         front_only: per-layer sensitivity in the search over forms: when the agent first acts on a Linear, each of
             its forms is built from the weights it has then and scored on the ``validation_batches`` (no training),
             and the agent chooses only among the forms no other form beats in both bytes and that loss (the
@@ -108,6 +113,7 @@ class SearchConfig(JsonConfig):
     target_modules: list[str] | str | None = None
     keep_ratios: tuple[float, ...] = (0.5,)
     weight_group_sizes: tuple[int | None, ...] = (32,)
+    pace: float | None = 0.5
     front_only: bool = False
     gamma: float = 0.95
     learning_rate: float = 1e-3
@@ -226,6 +232,10 @@ class SearchConfig(JsonConfig):
         for group in self.weight_group_sizes:
             if group is not None:
                 _positive_int(group, "weight_group_sizes")
+        if self.pace is not None and (
+            isinstance(self.pace, bool) or not isinstance(self.pace, (int, float)) or self.pace < 0
+        ):
+            raise ValueError(f"pace={self.pace!r}: a fraction >= 0 around each Linear's share of the budget, or None")
         if not isinstance(self.front_only, bool):
             raise ValueError(f"front_only must be True or False, got {self.front_only!r}")
 

@@ -47,7 +47,7 @@ class Form:
     def options(self, factor_group_size: int | None, cp_iterations: int) -> dict | None:
         """The form as ``method="mixed"`` records it (``None``: dense, no layer)."""
         if self.kind == "lowbit":
-            return {"method": "lowbit", "bits": self.bits, "group_size": self.group}
+            return {"method": "lowbit", "weight_bits": self.bits, "weight_group_size": self.group}
         if self.kind in ("svd", "cp"):
             factors = {"factor_bits": self.bits, "factor_group_size": factor_group_size}
             extra = {"cp_iterations": cp_iterations} if self.kind == "cp" else {}

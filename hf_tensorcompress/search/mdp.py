@@ -70,6 +70,8 @@ class RankSearch:
         #: ``measure(name) -> {action: loss increase}`` (set by the trainer) when the agent first acts on it
         self.front: dict[str, list[int]] = {}
         self.measure = None
+        #: with ``pace``: each Linear's share of the bytes left when it last acted, and whether no form was within it
+        self.shares: dict[str, tuple[float, bool]] = {}
 
     # ------------------------------------------------------------------ observation
     @property
@@ -99,11 +101,32 @@ class RankSearch:
         mask = allowed_actions(
             self.groups, index, self.chosen, set(self.decided), self.config.budget, self.width, in_bytes
         )
+        if self.config.forms is not None and self.config.pace is not None and self.config.byte_budget is not None:
+            mask = self._paced(name, mask)
         if name not in self.front:
             return mask
         kept = set(self.front[name])
         fronted = [ok and slot in kept for slot, ok in enumerate(mask)]
         return fronted if any(fronted) else mask  # the wall allows none of the front: the wall's own choice
+
+    def _paced(self, name: str, mask: list[bool]) -> list[bool]:
+        """``mask`` narrowed to the forms that cost within ± ``pace`` of ``name``'s share of the bytes left (the
+        allowed form closest to the share where none does)."""
+        group = self.by_name[name]
+        budget = self.config.byte_budget * sum(g.dense_bytes for g in self.groups)
+        spent = sum(self.by_name[other].cost(self.chosen[other], True) for other in self.decided)
+        undecided = sum(g.dense_bytes for g in self.groups if g.name not in self.decided)
+        share = (budget - spent) * group.dense_bytes / undecided
+        costs = [
+            group.cost(group.actions[slot], True) if slot < len(group.actions) else 0.0 for slot in range(self.width)
+        ]
+        low, high = share * (1 - self.config.pace), share * (1 + self.config.pace)
+        paced = [ok and low <= cost <= high for ok, cost in zip(mask, costs)]
+        self.shares[name] = (share, not any(paced))
+        if any(paced):
+            return paced
+        closest = min((slot for slot, ok in enumerate(mask) if ok), key=lambda slot: abs(costs[slot] - share))
+        return [slot == closest for slot in range(self.width)]
 
     # ------------------------------------------------------------------ one stage
     def end_stage(self, step: int, metric: float) -> dict:
@@ -199,6 +222,8 @@ class RankSearch:
             explored=explored,
             epsilon=epsilon,
         )
+        if name in self.shares:
+            record.update(share=self.shares[name][0], closest=self.shares[name][1], cost=group.cost(action, True))
         self._take(name, action, record)
 
     def observe(self, metric: float) -> None:

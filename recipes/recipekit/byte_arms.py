@@ -50,7 +50,7 @@ def prepare_lowbit(bits: int | str, group: int) -> Callable:
     """An arm's ``prepare``: every Linear as ``method="lowbit"`` (full weight in ``bits``, groups of ``group``)."""
 
     def prepare(model: torch.nn.Module, final_ranks) -> None:
-        apply_compression(model, CompressionConfig(method="lowbit", bits=bits, group_size=group))
+        apply_compression(model, CompressionConfig(method="lowbit", weight_bits=bits, weight_group_size=group))
 
     return prepare
 

@@ -53,7 +53,7 @@ class BipropConfig(CompressionConfig):
     attention_keep_ratio: float | None = None
     attention_length: int | None = None
     attention_modules: list[str] = field(default_factory=list)
-    init: str = one_of("random", BIPROP_INITS)
+    init: str = "random"  # not a one_of: --init is one flag of several methods, each with its own values
     bias: bool = False
 
     method_name: ClassVar[str] = "biprop"

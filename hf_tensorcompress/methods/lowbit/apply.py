@@ -23,7 +23,11 @@ def build(
 ) -> LowBitLinear:
     dense = dense_projection(linear)
     layer = LowBitLinear(
-        dense.in_features, dense.out_features, config.bits, config.group_size, bias=dense.bias is not None
+        dense.in_features,
+        dense.out_features,
+        config.weight_bits,
+        config.weight_group_size,
+        bias=dense.bias is not None,
     )
     layer = layer.to(device=dense.weight.device, dtype=dense.weight.dtype)
     if config.init == "copy":

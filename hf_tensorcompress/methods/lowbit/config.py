@@ -20,9 +20,9 @@ class LowBitConfig(CompressionConfig):
     Args:
         target_modules: ``None`` or ``"all-linear"`` (every Linear but a language model's output head), names, or a
             regex.
-        bits: the stored width of every weight: 8, 4, 3 or 2 (round-to-nearest codes with an fp16 scale and minimum
+        weight_bits: the stored width of every weight: 8, 4, 3 or 2 (round-to-nearest codes with an fp16 scale and minimum
             per group), ``"ternary"`` (BitNet b1.58's levels {-s, 0, +s} per group in 2-bit codes) or 16 (bfloat16).
-        group_size: input columns per scale/minimum group (``None``, or a size that does not divide a layer's
+        weight_group_size: input columns per scale/minimum group (``None``, or a size that does not divide a layer's
             inputs: one group per output row). Larger groups cost fewer bytes: at 2 bits, 32 → 3 bits a weight, 128
             → 2.25.
         init: ``"copy"`` (the dense weights, rounded) or ``"random"`` (``nn.Linear``'s init).
@@ -33,16 +33,18 @@ class LowBitConfig(CompressionConfig):
     """
 
     method: str = "lowbit"
-    bits: int | str = one_of(4, FACTOR_WIDTHS)
-    group_size: int | None = 32
-    init: str = one_of("copy", LOWBIT_INITS)
+    weight_bits: int | str = one_of(4, FACTOR_WIDTHS)
+    weight_group_size: int | None = 32
+    init: str = "copy"  # not a one_of: --init is one flag of several methods, each with its own values
 
     method_name: ClassVar[str] = "lowbit"
 
     def validate(self) -> None:
         super().validate()
-        if isinstance(self.bits, bool) or self.bits not in FACTOR_WIDTHS:
-            raise ValueError(f"bits={self.bits!r}: lowbit stores every weight in one of {list(FACTOR_WIDTHS)}")
-        if self.group_size is not None:
-            check_int(self.group_size, "group_size", 1, " (input columns per scale group) or None")
+        if isinstance(self.weight_bits, bool) or self.weight_bits not in FACTOR_WIDTHS:
+            raise ValueError(
+                f"weight_bits={self.weight_bits!r} is not a stored width; choose one of {list(FACTOR_WIDTHS)}"
+            )
+        if self.weight_group_size is not None:
+            check_int(self.weight_group_size, "weight_group_size", 1, " (input columns per scale group) or None")
         check_choice(self.init, "init", LOWBIT_INITS)

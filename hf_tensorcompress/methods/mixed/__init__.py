@@ -23,7 +23,7 @@ register_method(
         ),
         example={
             "forms": {
-                "q_proj": {"method": "lowbit", "bits": 4, "group_size": 8},
+                "q_proj": {"method": "lowbit", "weight_bits": 4, "weight_group_size": 8},
                 "k_proj": {"method": "svd", "rank": 0.5, "factor_bits": 4},
                 "v_proj": {"method": "biprop", "keep_ratio": 0.5, "init": "dense", "bias": True},
             }

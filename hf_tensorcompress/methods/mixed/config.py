@@ -21,7 +21,7 @@ def form_config(form: Any, key: str = "") -> CompressionConfig:
     if not isinstance(form, dict) or form.get("method") not in FORM_METHODS:
         raise ValueError(
             f"{where} = {form!r}: each form is a dict whose 'method' is one of {list(FORM_METHODS)}, with that "
-            "method's options, e.g. {'method': 'lowbit', 'bits': 2, 'group_size': 64}"
+            "method's options, e.g. {'method': 'lowbit', 'weight_bits': 2, 'weight_group_size': 64}"
         )
     refused = sorted(set(form) & set(MODEL_OPTIONS))
     if refused:
@@ -40,7 +40,7 @@ class MixedConfig(CompressionConfig):
 
     Args:
         forms: the forms, e.g. ``{"q_proj": {"method": "svd", "rank": 8, "factor_bits": 4}, "fc1": {"method":
-            "lowbit", "bits": 2, "group_size": 64}}``. The targets (``target_modules``) default to the keys.
+            "lowbit", "weight_bits": 2, "weight_group_size": 64}}``. The targets (``target_modules``) default to the keys.
 
     What ``SmartformerTrainer``'s byte search over forms ends with (``SearchConfig(forms=...)``): its model records
     the chosen form of every Linear here, so the same allocation can be applied to another model of the architecture.
