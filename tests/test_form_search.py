@@ -12,7 +12,7 @@ import textwrap
 import pytest
 import torch
 from smartformer_fixtures import dense_patchtst, sines
-from transformers import TrainingArguments
+from transformers import TrainerCallback, TrainingArguments
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.core.metrics import linear_bytes
@@ -26,6 +26,7 @@ from hf_tensorcompress.search.allocators import (
     uniform_forms,
 )
 from hf_tensorcompress.search.forms import FORM_KINDS, Form, form_bytes, form_spec, linear_slots, pareto_front
+from hf_tensorcompress.search.mdp import RankSearch
 from hf_tensorcompress.search.trainer import SmartformerTrainer
 from tests.helpers import run_without_library
 
@@ -169,18 +170,55 @@ def test_searched_forms_load_in_a_new_process_natively_and_with_remote_code(tmp_
 
 
 @pytest.mark.slow
+class StopAt(TrainerCallback):
+    """Ends training after optimizer step ``step``: a run of ``max_steps`` interrupted there (its learning-rate
+    schedule is that of the whole run, which a shorter ``max_steps`` would not be)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_training_stop = control.should_training_stop or state.global_step == self.step
+
+
 def test_search_over_forms_resumes_from_a_checkpoint_where_it_stopped(tmp_path):
     """A checkpoint inside the search holds every Linear in its current form (Biprop with its scores); resuming
-    rebuilds those forms and continues with the same decisions as an uninterrupted run."""
+    rebuilds those forms and continues with the same decisions, and the same training, as an uninterrupted run."""
     whole = train_search(tmp_path / "whole", 1 / 8, steps=20)
     whole.train()
-    first = train_search(tmp_path / "part", 1 / 8, steps=8, save_steps=8)
+    first = train_search(tmp_path / "part", 1 / 8, steps=20, save_steps=8)
+    first.add_callback(StopAt(8))
     first.train()
     assert not first.search.done and any(f.kind != "dense" for f in first.search.chosen.values())
     resumed = train_search(tmp_path / "part", 1 / 8, steps=20, save_steps=8)
     resumed.train(resume_from_checkpoint=str(tmp_path / "part" / "checkpoint-8"))
     assert resumed.search.chosen == whole.search.chosen
     assert [r["chosen"] for r in resumed.search.trace] == [r["chosen"] for r in whole.search.trace]
+    assert [r["metric"] for r in resumed.search.trace] == [r["metric"] for r in whole.search.trace]
+
+
+def test_the_search_state_round_trips_every_draw_and_update(tmp_path):
+    """``RankSearch.save`` / ``load`` carry the agent (weights and Adam), its random draws, the pending action and
+    the layer being searched: a search stopped after any stage and loaded into a fresh one makes the decisions of
+    one that never stopped."""
+    slots = linear_slots(dense_patchtst(layers=1), search_config(1 / 8))
+    config = search_config(1 / 8, epsilon_end=0.5)  # exploring: every stage draws from the search's RNG
+    metrics = [0.9 - 0.05 * stage + 0.03 * (stage % 3) for stage in range(12)]
+
+    def search() -> RankSearch:
+        return RankSearch(slots, {}, config, chosen={slot.name: Form("dense") for slot in slots})
+
+    whole = search()
+    expected = [whole.end_stage(stage, metric) for stage, metric in enumerate(metrics)]
+    for stop in (3, 6):
+        first = search()
+        for stage in range(stop):
+            first.end_stage(stage, metrics[stage])
+        first.save(str(tmp_path))
+        resumed = search()
+        resumed.load(str(tmp_path))
+        records = [resumed.end_stage(stage, metrics[stage]) for stage in range(stop, len(metrics))]
+        assert records == expected[stop:] and resumed.chosen == whole.chosen
 
 
 def test_allocators_over_forms_stay_within_their_bytes():
