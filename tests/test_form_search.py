@@ -181,16 +181,19 @@ class StopAt(TrainerCallback):
         control.should_training_stop = control.should_training_stop or state.global_step == self.step
 
 
-def test_search_over_forms_resumes_from_a_checkpoint_where_it_stopped(tmp_path):
+@pytest.mark.parametrize("start", ["dense", "lowbit:2/g16"])
+def test_search_over_forms_resumes_from_a_checkpoint_where_it_stopped(tmp_path, start):
     """A checkpoint inside the search holds every Linear in its current form (Biprop with its scores); resuming
-    rebuilds those forms and continues with the same decisions, and the same training, as an uninterrupted run."""
-    whole = train_search(tmp_path / "whole", 1 / 8, steps=20)
+    rebuilds those forms, from dense or from the start form, and continues with the same decisions, and the same
+    training, as an uninterrupted run."""
+    whole = train_search(tmp_path / "whole", 1 / 8, steps=20, start=start)
     whole.train()
-    first = train_search(tmp_path / "part", 1 / 8, steps=20, save_steps=8)
+    first = train_search(tmp_path / "part", 1 / 8, steps=20, save_steps=8, start=start)
     first.add_callback(StopAt(8))
     first.train()
-    assert not first.search.done and any(f.kind != "dense" for f in first.search.chosen.values())
-    resumed = train_search(tmp_path / "part", 1 / 8, steps=20, save_steps=8)
+    assert not first.search.done and any(f.label() != start for f in first.search.chosen.values())
+    assert any(f.label() == start for f in first.search.chosen.values())  # undecided Linears still in the start form
+    resumed = train_search(tmp_path / "part", 1 / 8, steps=20, save_steps=8, start=start)
     resumed.train(resume_from_checkpoint=str(tmp_path / "part" / "checkpoint-8"))
     assert resumed.search.chosen == whole.search.chosen
     assert [r["chosen"] for r in resumed.search.trace] == [r["chosen"] for r in whole.search.trace]
@@ -311,3 +314,27 @@ def test_pacing_spends_the_budget_across_the_linears(tmp_path):
                     or (record["closest"])
                 )
     assert 1 - 0.25 - 0.1 <= spent[0.25] <= 1.0 and spent[0.25] >= spent[None]
+
+
+def test_form_labels_and_a_search_that_starts_from_low_bit_weights(tmp_path):
+    for label in ("dense", "lowbit:2/row", "lowbit:ternary/g32", "svd:r8:4", "cp:r3:None", "biprop:0.5"):
+        assert Form.from_label(label).label() == label
+    for label in ("lowbit:2", "lowbit:None/row", "lowbit:5/g32", "svd:r8", "svd:8:4", "dense:", "int4", ""):
+        with pytest.raises(ValueError, match="e.g. lowbit:2/row"):
+            Form.from_label(label)
+    with pytest.raises(ValueError, match="start='lowbit:2/row': a form of one of forms=\\['svd'\\]"):
+        SearchConfig(forms=("svd",), factor_widths=(2,), start="lowbit:2/row")
+    with pytest.raises(ValueError, match="start='lowbit:2/row' is the first of the forms"):
+        SearchConfig(start="lowbit:2/row")
+    with pytest.raises(ValueError, match="start must be a form label"):
+        SearchConfig(forms=("lowbit",), factor_widths=(2,), start=2)
+    with pytest.raises(ValueError, match="e.g. lowbit:2/row"):
+        train_search(tmp_path / "bad", 1 / 6, start="lowbit:2")
+    with pytest.raises(ValueError, match="start from 'dense' or one of: .*lowbit:2/g16"):  # 3 bits: not a listed width
+        train_search(tmp_path / "bad", 1 / 6, start="lowbit:3/g16")
+    trainer = train_search(tmp_path / "run", 1 / 6, start="lowbit:4/g16", steps=2)
+    assert {type(trainer.model.get_submodule(s.name)).__name__ for s in trainer.search.groups} == {"LowBitLinear"}
+    assert trainer.model.config.compression_config["forms"][trainer.search.groups[0].name]["weight_bits"] == 4
+    trainer.train()  # the agent's first action moves one Linear away from the start form
+    first = trainer.search.trace[0]
+    assert first["previous_bits"] == 4 and first["form_changes"] == {first["layer"]: first["action"]}

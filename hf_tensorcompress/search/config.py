@@ -74,6 +74,12 @@ class SearchConfig(JsonConfig):
         keep_ratios: the keep ratios of the ``"biprop"`` form.
         weight_group_sizes: the group sizes of the ``"lowbit"`` form's weights (input columns per scale); larger
             groups cost fewer bytes (2 bits in groups of 32: 3 bits a weight; of 128: 2.25).
+        start: the form every searched Linear starts in (a ``Form`` label: ``"dense"``, ``"lowbit:2/g32"``,
+            ``"biprop:0.5"``, ...); the agent then moves each one to the form it chooses. ``"dense"`` is the model as
+            given; any other start must be a form the search may choose for every searched Linear (one of ``forms``
+            at a listed width, group size or keep ratio), since a Linear left undecided keeps it. Starting from a
+            form that trains well at few bytes (a 2-bit weight) lets the reward, measured a stage after each change,
+            compare the cheaper forms with it instead of with the dense layer.
         pace: budget pacing in the search over forms (with ``byte_budget``): a Linear's forms are offered only where
             they cost within ± ``pace`` of its share of the bytes left (the budget not yet spent, split over the
             undecided Linears by their fp32 bytes; the closest form where none is), so the search spends its budget
@@ -113,6 +119,7 @@ class SearchConfig(JsonConfig):
     target_modules: list[str] | str | None = None
     keep_ratios: tuple[float, ...] = (0.5,)
     weight_group_sizes: tuple[int | None, ...] = (32,)
+    start: str = "dense"
     pace: float | None = 0.5
     front_only: bool = False
     gamma: float = 0.95
@@ -212,9 +219,12 @@ class SearchConfig(JsonConfig):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
 
     def _validate_forms(self) -> None:
+        if not isinstance(self.start, str):
+            raise ValueError(f"start must be a form label such as 'dense' or 'lowbit:2/row', got {self.start!r}")
         if self.forms is None:
-            if self.front_only:
-                raise ValueError("front_only prunes the forms of the search over forms; pass forms=(...) too")
+            if self.front_only or self.start != "dense":
+                option = "front_only prunes" if self.front_only else f"start={self.start!r} is the first of"
+                raise ValueError(f"{option} the forms of the search over forms; pass forms=(...) too")
             return
         wrong = [form for form in self.forms if form not in FORM_KINDS]
         if wrong or not self.forms or len(set(self.forms)) != len(self.forms):
@@ -232,6 +242,12 @@ class SearchConfig(JsonConfig):
         for group in self.weight_group_sizes:
             if group is not None:
                 _positive_int(group, "weight_group_sizes")
+        kind = self.start.partition(":")[0]
+        if self.start != "dense" and kind not in self.forms:
+            raise ValueError(
+                f"start={self.start!r}: a form of one of forms={list(self.forms)} (a Linear left undecided keeps its "
+                "start form), or 'dense' (the model as given)"
+            )
         if self.pace is not None and (
             isinstance(self.pace, bool) or not isinstance(self.pace, (int, float)) or self.pace < 0
         ):

@@ -6,12 +6,17 @@ method's builder from the weight the old one computes with (the fp32 weight behi
 what the layer computed, and its bias is the old bias parameter itself. The optimizer drops the old parameters and
 takes the new ones into the old weight's group, each group kept in the model's parameter order (so a checkpoint's
 optimizer state matches the optimizer a resumed run builds); ``compression_config`` records every Linear's form and
-spec (``method="mixed"``).
+spec (``method="mixed"``). A trainable low-bit Linear's checkpoint holds its codes only (what the model loads as), so
+a checkpoint inside the search also keeps the fp32 weights behind them (``LATENT_FILE``), which a resumed search
+trains on exactly as the interrupted one would have.
 """
 
 from __future__ import annotations
 
+import os
+
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..compress import check_not_compressed
@@ -21,6 +26,9 @@ from ..methods.mixed.apply import build_form
 from ..runtime.contract import CompressedLayer
 from ..saving import save_extras
 from .forms import Form, LinearSlot
+
+#: The fp32 weights behind the trainable low-bit Linears, kept beside a checkpoint's model weights.
+LATENT_FILE = "search_latents.safetensors"
 
 
 def prepare_for_forms(model: nn.Module, slots: list[LinearSlot]) -> None:
@@ -132,3 +140,24 @@ def finish_forms(model: nn.Module, slots: list[LinearSlot], chosen: dict[str, Fo
     for options in model.config.compression_config["forms"].values():
         if options["method"] == "biprop":
             options["save_scores"] = False
+
+
+def save_latents(model: nn.Module, slots: list[LinearSlot], folder: str) -> None:
+    """Write the fp32 weight of every trainable low-bit Linear of ``slots`` into ``folder`` (a checkpoint)."""
+    layers = {slot.name: model.get_submodule(slot.name) for slot in slots}
+    latents = {
+        name: layer.latent.detach().cpu().contiguous()
+        for name, layer in layers.items()
+        if getattr(layer, "layer_type", "") == "lowbit" and not layer.stored
+    }
+    save_file(latents, os.path.join(folder, LATENT_FILE))
+
+
+def load_latents(model: nn.Module, folder: str) -> None:
+    """Give the low-bit Linears the fp32 weights ``save_latents`` kept (after the checkpoint's codes loaded)."""
+    path = os.path.join(folder, LATENT_FILE)
+    if not os.path.exists(path):
+        return
+    with torch.no_grad():
+        for name, latent in load_file(path).items():
+            model.get_submodule(name).latent.copy_(latent)

@@ -22,6 +22,7 @@ from ..methods.cp.layer import CPLinear
 from ..methods.lowbit.apply import all_linear
 from ..methods.lowbit.layer import LowBitLinear
 from ..methods.svd.layer import LowRankLinear
+from ..runtime.marker import FACTOR_WIDTHS
 from .space import Width, candidate_ranks
 
 #: The layer class of each form (what a checkpoint rebuilds it as).
@@ -69,8 +70,43 @@ class Form:
         return [self.kind, self.bits, self.rank, self.keep, self.group]
 
     @classmethod
+    def from_label(cls, text: str) -> Form:
+        """The form a ``label`` names (``dense``, ``lowbit:2/row``, ``lowbit:4/g32``, ``svd:r8:4``, ``cp:r6:None``,
+        ``biprop:0.5``); a ``ValueError`` says what a label looks like."""
+        kind, _, rest = text.partition(":")
+        try:
+            if text == "dense":
+                return cls("dense")
+            if kind == "lowbit":
+                bits, _, group = rest.partition("/")
+                width = _width(bits)
+                if width is not None and (group == "row" or group.startswith("g")):
+                    return cls("lowbit", width, group=None if group == "row" else int(group.removeprefix("g")))
+            if kind in ("svd", "cp"):
+                rank, _, bits = rest.partition(":")
+                if rank.startswith("r"):
+                    return cls(kind, _width(bits), rank=int(rank.removeprefix("r")))
+            if kind == "biprop":
+                return cls("biprop", keep=float(rest))
+        except ValueError:
+            pass
+        raise ValueError(
+            f"form {text!r}: one of dense, lowbit:<bits>/<g<group>|row>, svd:r<rank>:<bits>, cp:r<rank>:<bits>, "
+            "biprop:<keep> (bits: 16, 8, 4, 3, 2, ternary, or None for fp32 factors), e.g. lowbit:2/row"
+        )
+
+    @classmethod
     def parse(cls, value: list) -> Form:
         return cls(*value)
+
+
+def _width(text: str) -> Width:
+    """A width as a label writes it: bits, ``ternary`` or ``None`` (fp32)."""
+    if text in ("None", "ternary"):
+        return None if text == "None" else text
+    if text.isdigit() and int(text) in FACTOR_WIDTHS:
+        return int(text)
+    raise ValueError(f"width {text!r}")
 
 
 @dataclass(frozen=True)
@@ -101,11 +137,14 @@ class LinearSlot:
         return 4 * self.dense_params
 
     def bytes_at(self, form: Form) -> float:
+        """Bytes of this Linear in ``form`` as stored (measured once per form)."""
+        if form not in self.costs:
+            self.costs[form] = form_bytes(self, form)
         return self.costs[form]
 
     def cost(self, form: Form, in_bytes: bool = True) -> float:
         """What the budget counts of ``form``: its bytes as stored (the search over forms is a byte search)."""
-        return self.costs[form]
+        return self.bytes_at(form)
 
     def describe(self, form: Form) -> list[str]:
         values = (form.kind, self.position, self.in_features, self.out_features, form.rank, form.bits, form.keep)
@@ -245,9 +284,24 @@ def linear_slots(model: nn.Module, config) -> list[LinearSlot]:
             config.factor_group_size,
             config.als_iterations,
         )
-        slot.costs.update({form: form_bytes(slot, form) for form in (*actions, Form("dense"))})
+        slot.costs.update({form: form_bytes(slot, form) for form in actions})
         slots.append(slot)
     return slots
+
+
+def start_form(slots: list[LinearSlot], label: str) -> Form:
+    """The form every searched Linear starts in (``SearchConfig.start``): dense, the model as given, or a form the
+    search may choose for every one of them (a Linear still undecided when training ends keeps its start form)."""
+    form = Form.from_label(label)
+    common = set.intersection(*(set(slot.actions) for slot in slots)) if slots else set()
+    if form.kind == "dense" or form in common:
+        return form
+    allowed = ", ".join(sorted(f.label() for f in common if f.kind != "dense")) or "none"
+    raise ValueError(
+        f"SearchConfig(start={label!r}) is not a form the search may choose for every searched Linear (its forms, "
+        "factor_widths, weight_group_sizes and keep_ratios; svd and cp ranks differ per Linear), and a Linear left "
+        f"undecided keeps its start form: start from 'dense' or one of: {allowed}"
+    )
 
 
 def pareto_front(slot: LinearSlot, losses: dict[Form, float]) -> list[int]:

@@ -29,8 +29,17 @@ from ..compress import refresh_compression_config
 from ..core.metrics import linear_bytes
 from ..runtime.structure import install_layers
 from .config import SearchConfig
-from .form_swap import change_forms, finish_forms, form_module, prepare_for_forms, record_forms, swap_parameters
-from .forms import Form, linear_slots
+from .form_swap import (
+    change_forms,
+    finish_forms,
+    form_module,
+    load_latents,
+    prepare_for_forms,
+    record_forms,
+    save_latents,
+    swap_parameters,
+)
+from .forms import Form, linear_slots, start_form
 from .mdp import STATE_FILE, RankSearch
 from .optim import replace_parameters_in_optimizer
 from .plot import plot_trace
@@ -118,7 +127,8 @@ def _distributed() -> bool:
 
 class SmartformerTrainer(Trainer):
     """``Trainer`` plus the Smartformer search. The model must already be compressed with ``cp`` or ``svd``; for the
-    search over forms (``SearchConfig(forms=...)``) it is dense, and every searched Linear starts dense.
+    search over forms (``SearchConfig(forms=...)``) it is dense, and every searched Linear starts in
+    ``SearchConfig.start`` (dense by default).
 
     Args:
         *args: the positional arguments of ``transformers.Trainer``.
@@ -141,12 +151,15 @@ class SmartformerTrainer(Trainer):
                 "eval_dataset=... to the trainer, or use reward='loss'"
             )
         if config.forms is not None:
+            if config.front_only and self.eval_dataset is None:
+                raise ValueError("SearchConfig(front_only=True) scores each form on eval_dataset; pass one")
             slots = linear_slots(self.model, config)
+            start = start_form(slots, config.start)  # checked before the model changes
             prepare_for_forms(self.model, slots)
-            self.search = RankSearch(slots, {}, config, chosen={slot.name: Form("dense") for slot in slots})
+            change_forms(self.model, {slot.name: slot for slot in slots}, {slot.name: start for slot in slots})
+            self.search = RankSearch(slots, {}, config, chosen={slot.name: start for slot in slots})
+            record_forms(self.model, slots, self.search.chosen)
             if config.front_only:
-                if self.eval_dataset is None:
-                    raise ValueError("SearchConfig(front_only=True) scores each form on eval_dataset; pass one")
                 self.search.measure = self._measure_forms
         else:
             groups = attention_groups(self.model, config.max_candidates, config.widths, config.factor_group_size)
@@ -330,6 +343,8 @@ class SmartformerTrainer(Trainer):
                 self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             )
             self.search.save(folder)
+            if self.search_config.forms is not None:
+                save_latents(self.model, self.search.groups, folder)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         """Rebuild the model at the checkpoint's ranks (or forms), then load its weights and the search state."""
@@ -357,12 +372,12 @@ class SmartformerTrainer(Trainer):
 
     def _resume_forms(self, resume_from_checkpoint: str, model: nn.Module | None) -> None:
         """The search over forms: the search state first (every Linear's form), the layers built in those forms,
-        then the checkpoint's weights into them."""
+        then the checkpoint's weights into them, the low-bit ones' fp32 weights last."""
         self.search.load(resume_from_checkpoint)
         if not self.is_world_process_zero():
             self.search.metric_sum, self.search.metric_count = 0.0, 0
         target = model if model is not None else self.model
-        forms = {name: form for name, form in self.search.chosen.items() if form.kind != "dense"}
-        change_forms(target, self.search.by_name, forms)
+        change_forms(target, self.search.by_name, dict(self.search.chosen))
         record_forms(target, self.search.groups, self.search.chosen)
         super()._load_from_checkpoint(resume_from_checkpoint, model)
+        load_latents(target, resume_from_checkpoint)
