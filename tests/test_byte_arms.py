@@ -77,6 +77,20 @@ def test_the_recipes_take_16_bit_and_ternary_factor_widths(capsys):
     assert parse_args(["--factor-widths", "16", "ternary"]).factor_widths == ["16", "ternary"]  # passed on as given
 
 
+def test_the_recipes_take_the_byte_search_start_form(capsys):
+    import smartformer
+    from byte_comparison import parse_args as comparison_args
+    from byte_comparison import passed
+
+    assert smartformer.parse_args([]).search_start == "dense"
+    assert smartformer.parse_args(["--search-start", "lowbit:2/g32"]).search_start == "lowbit:2/g32"
+    with pytest.raises(SystemExit):
+        smartformer.parse_args(["--search-start", "lowbit:2"])
+    assert "form 'lowbit:2': one of dense, lowbit:<bits>/<g<group>|row>" in capsys.readouterr().err
+    args = comparison_args(["--search-start", "lowbit:2/g32"])
+    assert passed(args)[-2:] == ["--search-start", "lowbit:2/g32"]  # the byte comparison passes it on
+
+
 def test_lowbit_arm_names():
     assert lowbit_arm("lowbit-2-g128") == (2, 128) and lowbit_arm("lowbit-ternary-g64") == ("ternary", 64)
     assert lowbit_arm("lowbit-5-g32") is None and lowbit_arm("qat-int2-all") is None

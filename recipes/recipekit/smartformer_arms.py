@@ -16,6 +16,7 @@ from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total_params, uniform_ranks
 from hf_tensorcompress.search.config import FORM_KINDS
+from hf_tensorcompress.search.forms import Form
 
 from .byte_arms import BYTE_DERIVED, BYTE_WIDTHS, INT_QAT_ARMS, lowbit_arm, prepare_int_qat, prepare_lowbit
 from .forecasters import Size
@@ -68,6 +69,7 @@ def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., Search
                 reward=args.byte_reward,
                 validation_batches=args.validation_batches,
                 front_only=args.front_only,
+                start=args.search_start,
             )
         return SearchConfig(
             seed=seed,
@@ -256,6 +258,13 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         "a layer gets (default by --size: 8 3 6 for demo and medium)",
     )
     parser.add_argument(
+        "--search-start",
+        type=form_label,
+        default="dense",
+        help="the form every Linear starts the byte search in: dense (the model as given) or a form the search may "
+        "choose for every Linear, e.g. lowbit:2/g32 (SearchConfig.start)",
+    )
+    parser.add_argument(
         "--front-only",
         action="store_true",
         help="per-layer sensitivity: the byte search chooses each Linear's form among its Pareto front of bytes and "
@@ -292,3 +301,12 @@ def factor_width(text: str) -> int | str:
     if value not in FACTOR_WIDTHS:
         raise argparse.ArgumentTypeError(f"{text!r}: choose among {' '.join(map(str, FACTOR_WIDTHS))}")
     return value
+
+
+def form_label(text: str) -> str:
+    """``--search-start``: a form's label (``Form.from_label``), checked here and kept as text (``SearchConfig.start``)."""
+    try:
+        Form.from_label(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
