@@ -300,7 +300,7 @@ def test_pacing_spends_the_budget_across_the_linears(tmp_path):
     the wall alone it may end far below it (whatever the first actions took)."""
     spent = {}
     for pace in (None, 0.25):
-        trainer = train_search(tmp_path / f"run-{pace}", 1 / 4, pace=pace)
+        trainer = train_search(tmp_path / f"run-{pace}", 1 / 4, steps=60, pace=pace)  # time to decide every Linear
         trainer.train()
         search = trainer.search
         assert search.done

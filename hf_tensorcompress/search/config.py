@@ -88,7 +88,8 @@ class SearchConfig(JsonConfig):
         front_only: per-layer sensitivity in the search over forms: when the agent first acts on a Linear, each of
             its forms is built from the weights it has then and scored on the ``validation_batches`` (no training),
             and the agent chooses only among the forms no other form beats in both bytes and that loss (the
-            Linear's Pareto front; the budget wall still applies). Needs the trainer's ``eval_dataset``.
+            Linear's Pareto front; the budget wall still applies, and ``pace`` picks among the front's forms: the
+            one closest to the Linear's share where none is within it). Needs the trainer's ``eval_dataset``.
         gamma: the actor-critic's discount (paper: 0.95).
         learning_rate: the actor-critic's learning rate (paper: 1e-3).
         hidden_units: units of each of the actor-critic's two hidden layers (paper: 40).

@@ -101,13 +101,13 @@ class RankSearch:
         mask = allowed_actions(
             self.groups, index, self.chosen, set(self.decided), self.config.budget, self.width, in_bytes
         )
+        if name in self.front:  # pacing then chooses among the front's forms
+            kept = set(self.front[name])
+            fronted = [ok and slot in kept for slot, ok in enumerate(mask)]
+            mask = fronted if any(fronted) else mask  # the wall allows none of the front: the wall's own choice
         if self.config.forms is not None and self.config.pace is not None and self.config.byte_budget is not None:
             mask = self._paced(name, mask)
-        if name not in self.front:
-            return mask
-        kept = set(self.front[name])
-        fronted = [ok and slot in kept for slot, ok in enumerate(mask)]
-        return fronted if any(fronted) else mask  # the wall allows none of the front: the wall's own choice
+        return mask
 
     def _paced(self, name: str, mask: list[bool]) -> list[bool]:
         """``mask`` narrowed to the forms that cost within ± ``pace`` of ``name``'s share of the bytes left (the
