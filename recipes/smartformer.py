@@ -33,10 +33,12 @@ fraction of its parameters, from the start; ``-scheduled``: at full rank until `
 with int8/int4/int2 factors (``+int8`` ..., saved and loaded back), or trained with 4-bit factors (``-q4``). Every
 table reports bytes of the q/k/v projections and of every Linear layer, on disk and in RAM (fp32 = 1×), and
 ``bytes_pareto.png`` plots test MSE against those bytes with the quantization baselines' Pareto front.
-With ``--budget-ratio 1/16``: ``smartformer-bytes``, the search over rank and factor width of every Linear (both sides
->= 32; narrower ones stay fp32) so that every Linear holds at most that fraction of its fp32 bytes, factors trained
-at the chosen widths; at the bytes each seed's search ended with, ``uniform-q4-bytes`` (one ratio, 4-bit factors),
-``random-bytes`` and ``greedy-bytes`` (HAQ-style, by each layer group's loss increase on the dense run); ``qat-int4-all`` / ``qat-int2-all``. The naive forecasts
+With ``--budget-ratio 1/16``: ``smartformer-bytes``, the search over the form of every Linear (``--forms``: dense,
+the full weight in a few bits, low-rank or CP factors at a width, a Biprop mask) so that every Linear holds at most
+that fraction of its fp32 bytes, each form trained in the precision it is stored in, the model saved and loaded back;
+at the bytes each seed's search ended with, ``uniform-<lowbit|svd|biprop>-bytes`` (one form everywhere),
+``random-bytes`` and ``greedy-bytes`` (HAQ-style, by each Linear's loss increase on the dense run in each form);
+``qat-int4-all`` / ``qat-int2-all``; ``lowbit-<bits>-g<group>``: every Linear as ``method="lowbit"``. The naive forecasts
 (training mean, last value, the last day and week, or ``--season`` steps) are scored on the same test windows and tabled beside the arms.
 Writes ``results.json``, ``results.md`` (a table like the paper's Tables 3–8), the search trace and its plot, and
 the Smartformer model (``save_pretrained``: config with compression_config, safetensors, remote code, model card).
@@ -49,34 +51,21 @@ the paper's loss-ratio reward).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from fractions import Fraction
-from functools import partial
 
 from accelerate import PartialState
 
 from hf_tensorcompress.data import describe_forecasting, describe_source, forecasting_windows, standardization_of
 from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_forecasting_from_args
-from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
 from hf_tensorcompress.evaluation.naive import evaluate_naive, natural_seasons
 from hf_tensorcompress.usage import user_errors
 
-from recipekit.byte_arms import BYTE_DERIVED, BYTE_WIDTHS, FirstWindows, byte_derived_arms, measure_sensitivity
 from recipekit.forecasters import FAMILIES, FULL, SIZES, Size, build_model, covariate_note
-from recipekit.quantization_arms import PTQ_ARMS
 from recipekit.run_headers import RunHeaders
-from recipekit.smartformer_arms import (
-    DERIVED,
-    build_plan,
-    byte_widths_help,
-    derived_arms,
-    factor_width,
-    run_names_help,
-    search_end_step,
-)
+from recipekit.smartformer_arms import add_byte_arguments, build_plan, run_names_help
 from recipekit.smartformer_report import save_smartformer, write_results, write_tables
-from recipekit.smartformer_runs import post_training_arm, run_one
+from recipekit.smartformer_seeds import run_seed
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -98,17 +87,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--budget", type=float, default=0.75, help="attention parameter budget of the search (fraction of dense)"
     )
-    parser.add_argument(
-        "--budget-ratio",
-        type=fraction,
-        default=None,
-        help="byte budget of the smartformer-bytes search, a fraction of the fp32 bytes of every Linear (e.g. 1/16; "
-        "the ones too narrow to factor stay fp32 and count in it); adds smartformer-bytes, the allocations at its "
-        "bytes and int4/int2 weight QAT",
-    )
-    parser.add_argument(
-        "--factor-widths", type=factor_width, nargs="+", default=list(BYTE_WIDTHS), help=byte_widths_help()
-    )
+    add_byte_arguments(parser, fraction)
     parser.add_argument(
         "--season",
         type=int,
@@ -127,6 +106,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="steps between the starts of training windows (default by size: 8 for medium; 1: every window)",
     )
     parser.add_argument("--learning-rate", type=float, default=1e-3)
+    parser.add_argument(
+        "--patch", type=int, nargs=2, metavar=("LENGTH", "STRIDE"), help="PatchTST's patches (default 16 8)"
+    )
     parser.add_argument(
         "--steps",
         type=int,
@@ -208,14 +190,6 @@ def seasons_of(train, timestamp_column: str | None, context: int) -> list[int]:
     return natural_seasons(train.with_format(None)[timestamp_column], context)
 
 
-def validation_loss(validation, size: Size, batches: int):
-    """The MSE of a model on the first ``batches`` batches of validation windows (what greedy-bytes measures)."""
-    subset = FirstWindows(validation, batches * size.batch_size)
-    return lambda model: evaluate_forecaster(
-        model, subset, metrics=("mse",), batch_size=size.batch_size, progress=False
-    )["mse"]
-
-
 def main(argv=None) -> dict:
     args = parse_args(argv)
     size = FULL if args.full else SIZES[args.size]
@@ -236,6 +210,8 @@ def main(argv=None) -> dict:
                 "grid": tuple(args.grid if args.grid is not None else size.grid),
                 "batch_size": args.batch_size or size.batch_size,
                 "train_stride": args.train_stride or size.train_stride,
+                **dict(zip(("patch_length", "patch_stride"), args.patch or (size.patch_length, size.patch_stride))),
+                **dict(zip(("interval", "consecutive_actions", "max_actions_per_layer"), args.search_schedule or ())),
             }
         )
         dataset = load_forecasting_from_args(args)
@@ -278,72 +254,18 @@ def main(argv=None) -> dict:
         "runs": [],
     }
     os.makedirs(args.output_dir, exist_ok=True)
-    smart_model = smart_dir = None
     headers = RunHeaders(
         len(args.seeds)
         * sum(args.random_draws if a[0].startswith(("random-ranks", "random-bytes")) else 1 for a in plan.arms)
     )
-    for seed in args.seeds:
-        searched = None  # (groups, final ranks, step its search ended) of this seed's Smartformer run
-        searched_bytes = None  # (groups, {group: (rank, bits)}) of this seed's smartformer-bytes run
-        trained = {}  # run name -> (result, trained model) of this seed: what the post-training arms round
-        for name, method, rank, make_search in plan.arms:
-            if name in plan.post_arms:
-                source, transform = plan.post_arms[name]
-                folder = None if name in PTQ_ARMS else os.path.join(args.output_dir, "runs", f"{name}-seed{seed}")
-                with headers.run(name):
-                    result = post_training_arm(name, *trained[source], transform, data, size, folder)
-                results["runs"].append(result)
-                print(json.dumps({k: result[k] for k in ("name", "seed", "metrics", "linear_bytes")}))
-                continue
-            arms = [(name, rank, None, plan.prepares.get(name))]
-            if name in DERIVED:
-                arms = [(*arm, None) for arm in derived_arms(name, *searched[:2], seed, args.random_draws)]
-            if name in BYTE_DERIVED:
-                dense = trained.get("dense", (None, None))[1]
-                loss = validation_loss(data[1], size, args.validation_batches)
-                made = byte_derived_arms(
-                    name,
-                    *searched_bytes,
-                    seed,
-                    args.random_draws,
-                    partial(measure_sensitivity, dense, searched_bytes[0], loss),
-                )
-                arms = [(run_name, None, draw, prepare) for run_name, draw, prepare, _ in made]
-            switch_at = None
-            if name.endswith("-scheduled"):
-                switch_at = plan.switch_step if name in plan.prepares else searched[2]
-            for run_name, run_rank, draw, prepare in arms:
-                with headers.run(run_name):
-                    search = make_search(seed) if make_search else None
-                    result, trainer = run_one(
-                        run_name, method, run_rank, search, seed, args, size, data, switch_at, prepare
-                    )
-                trained[run_name] = (result, trainer.model)
-                if draw is not None:
-                    result["draw"] = draw
-                results["runs"].append(result)
-                if trainer.is_world_process_zero():
-                    shown = ("name", "seed", "metrics", "attention_params", "linear_bytes", "ranks", "factor_bits")
-                    print(json.dumps({k: result[k] for k in shown}))
-                    write_results(results, args.output_dir)
-            if name == "smartformer-bytes":
-                found = trainer.search
-                searched_bytes = (
-                    found.groups,
-                    {g.name: (found.ranks[g.name], found.bits[g.name]) for g in found.groups},
-                )
-                if seed == args.seeds[0] and trainer.is_world_process_zero():
-                    trainer.model.save_pretrained(os.path.join(args.output_dir, "smartformer-bytes-model"))
-            if name == "smartformer":
-                searched = (trainer.search.groups, dict(trainer.search.ranks), search_end_step(trainer.search.trace))
-            if name == "smartformer" and seed == args.seeds[0] and trainer.is_world_process_zero():
-                smart_model, smart_dir = trainer.model, trainer.args.output_dir
+    states = [run_seed(seed, plan, args, size, data, results, headers) for seed in args.seeds]
+    trainer, smart = states[-1].trainer, states[0].smart
     if not trainer.is_world_process_zero():
         return results
     write_results(results, args.output_dir)
     table = write_tables(results, args.output_dir, len(args.seeds))
-    if smart_model is not None:  # --runs without smartformer: nothing searched, no model to save
+    if smart is not None:  # --runs without smartformer: nothing searched, no model to save
+        smart_model, smart_dir = smart
         for file in ("smartformer_trace.json", "smartformer_trace.png"):
             if os.path.exists(os.path.join(smart_dir, file)):
                 os.replace(os.path.join(smart_dir, file), os.path.join(args.output_dir, file))

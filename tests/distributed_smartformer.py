@@ -2,7 +2,8 @@
 
 Trains a tiny PatchTST with the search, then writes, per process, the ranks it held after every stage, a
 fingerprint of its final parameters and the gradients of one backward pass on process-specific data. With a second
-argument ``bytes``: the byte search (rank and factor width of every Linear) on a tiny PatchTST whose every Linear is SVD.
+argument ``bytes``: the byte search (rank and factor width of every Linear) on a tiny PatchTST whose every Linear is SVD;
+``forms``: the search over the form of every Linear of a dense tiny PatchTST.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch.distributed as dist
 from transformers import TrainingArguments
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from smartformer_fixtures import sines, tiny_patchtst  # noqa: E402
+from smartformer_fixtures import dense_patchtst, sines, tiny_patchtst  # noqa: E402
 from test_byte_search import every_linear_svd  # noqa: E402
 
 from hf_tensorcompress.search import SearchConfig  # noqa: E402
@@ -24,8 +25,11 @@ from hf_tensorcompress.search.trainer import SmartformerTrainer  # noqa: E402
 
 
 def main(output_dir: str, mode: str = "ranks") -> None:
-    model = tiny_patchtst(layers=2) if mode == "ranks" else every_linear_svd()
+    models = {"ranks": lambda: tiny_patchtst(layers=2), "bytes": every_linear_svd, "forms": lambda: dense_patchtst(1)}
+    model = models[mode]()
     budget = {"param_budget": 0.45} if mode == "ranks" else {"byte_budget": 1 / 6, "factor_widths": (8, 4, 2)}
+    if mode == "forms":
+        budget.update(byte_budget=1 / 8, forms=("dense", "lowbit", "svd", "cp", "biprop"), weight_group_sizes=(16,))
     search = SearchConfig(
         interval=3, consecutive_actions=2, max_actions_per_layer=4, epsilon_start=0.9, seed=2, **budget
     )
@@ -56,6 +60,8 @@ def main(output_dir: str, mode: str = "ranks") -> None:
         "rank_history": trainer.rank_history,
         "bits_history": [record.get("bits") for record in trainer.search.trace],
         "factor_bits": {n: s.get("factor_bits") for n, s in model.config.compression_config["modules"].items()},
+        "chosen": [record.get("chosen") for record in trainer.search.trace],
+        "types": {name: type(module).__name__ for name, module in model.named_modules()},
         "trace_steps": [record["step"] for record in trainer.search.trace],
         "params": {name: p.detach().double().sum().item() for name, p in model.named_parameters()},
         "grads": {name: p.grad.double().sum().item() for name, p in model.named_parameters() if p.grad is not None},

@@ -38,6 +38,23 @@ CASES: dict[str, dict] = {
     "svd": {"family": "patchtst", "config": {"method": "svd", "rank": 4}},
     "svd-factor-bits": {"family": "patchtst", "config": {"method": "svd", "rank": 4, "factor_bits": 4}},
     "biprop": {"family": "patchtst", "config": {"method": "biprop", "keep_ratio": 0.5, "target_modules": "all-linear"}},
+    "lowbit": {"family": "patchtst", "config": {"method": "lowbit", "weight_bits": 2, "weight_group_size": 16}},
+    "lowbit-ternary": {
+        "family": "patchtst",
+        "config": {"method": "lowbit", "weight_bits": "ternary", "weight_group_size": 32},
+    },
+    "mixed": {
+        "family": "patchtst",
+        "config": {
+            "method": "mixed",
+            "forms": {
+                "q_proj": {"method": "lowbit", "weight_bits": 2, "weight_group_size": 16},
+                "k_proj": {"method": "svd", "rank": 4, "factor_bits": 4, "factor_group_size": 4},
+                "v_proj": {"method": "biprop", "keep_ratio": 0.5, "init": "dense", "bias": True},
+                "out_proj": {"method": "cp", "rank": 3, "cp_iterations": 5, "factor_bits": "ternary"},
+            },
+        },
+    },
     "tt": {"family": "llama", "config": {"method": "tt", "tt_shape": [4, 4, 4], "tt_ranks": 3}},
     "tt-storage-bits": {
         "family": "llama",

@@ -31,6 +31,21 @@ FORECAST_CASES = {
     "cp-int4-ortops": {"method": "cp", "rank": 16, "factor_bits": 4, "factor_group_size": 16},
     "svd-int4-ortops": {"method": "svd", "rank": 16, "factor_bits": 4, "factor_group_size": 16},
     "biprop": {"method": "biprop"},
+    "lowbit-int2": {"method": "lowbit", "weight_bits": 2, "weight_group_size": 8},
+    "lowbit-int3": {"method": "lowbit", "weight_bits": 3, "weight_group_size": 8},
+    "lowbit-ternary": {"method": "lowbit", "weight_bits": "ternary", "weight_group_size": 8},
+    "lowbit-int8": {"method": "lowbit", "weight_bits": 8, "weight_group_size": None},
+    # every Linear of the tiny PatchTST has 16 or 32 inputs: blocks of 16 take MatMulNBits
+    "lowbit-int4-ortops": {"method": "lowbit", "weight_bits": 4, "weight_group_size": 16},
+    "mixed": {
+        "method": "mixed",
+        "forms": {
+            "q_proj": {"method": "lowbit", "weight_bits": 4, "weight_group_size": 16},
+            "k_proj": {"method": "svd", "rank": 4, "factor_bits": 2},
+            "v_proj": {"method": "biprop", "keep_ratio": 0.5, "init": "dense", "bias": True},
+            "out_proj": {"method": "cp", "rank": 3, "cp_iterations": 5},
+        },
+    },
 }
 
 #: name → compression options of the tiny Autoformer and Informer cases
@@ -40,6 +55,7 @@ SEQ2SEQ_CASES = {
     "svd": {"method": "svd", "rank": 0.5},
     "svd-int4": {"method": "svd", "rank": 0.5, "factor_bits": 4},
     "biprop": {"method": "biprop"},
+    "lowbit-int4": {"method": "lowbit", "weight_bits": 4, "weight_group_size": 8},
 }
 
 #: name → compression options of the tiny Llama cases (None: the dense model)

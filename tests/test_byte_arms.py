@@ -12,28 +12,9 @@ from test_byte_search import WIDTHS, every_linear_svd
 
 from hf_tensorcompress.evaluation.naive import evaluate_naive, naive_forecast, natural_seasons
 from hf_tensorcompress.search import attention_groups
+from hf_tensorcompress.search.allocators import allocation_bytes, greedy_allocation, random_allocation
 
-from recipekit.byte_arms import (
-    BYTE_WIDTHS,
-    allocation_bytes,
-    greedy_allocation,
-    prepare_int_qat,
-    random_allocation,
-    searched_byte_budget,
-    uniform_allocation,
-)
-
-
-def test_the_budget_ratio_holds_for_every_linear_with_the_narrow_ones_kept_fp32():
-    """``--budget-ratio`` is a fraction of every Linear's fp32 bytes: a Linear too narrow to factor (16 inputs, like a
-    patch embedding) stays fp32, so the searched ones get what it leaves; one that alone exceeds it is an error."""
-    model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.Linear(64, 64), torch.nn.Linear(64, 32))
-    narrow, searched = 4 * (16 * 64 + 64), 4 * (64 * 64 + 64 + 64 * 32 + 32)
-    budget, kept = searched_byte_budget(model, 1 / 4)
-    assert kept == 1
-    assert narrow + budget * searched == pytest.approx((narrow + searched) / 4)
-    with pytest.raises(ValueError, match="--budget-ratio 0.1: the Linears too narrow to factor"):
-        searched_byte_budget(model, 0.1)
+from recipekit.byte_arms import BYTE_WIDTHS, lowbit_arm, prepare_int_qat
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +24,6 @@ def groups():
 
 def test_allocations_stay_within_the_bytes_they_are_given(groups):
     budget = 0.3 * sum(g.dense_bytes for g in groups)
-    uniform = uniform_allocation(groups, budget)
-    assert allocation_bytes(groups, uniform) <= budget and {bits for _, bits in uniform.values()} == {4}
     for draw in range(5):
         assert allocation_bytes(groups, random_allocation(groups, budget, random.Random(draw))) <= budget
     assert len({tuple(random_allocation(groups, budget, random.Random(d)).items()) for d in range(5)}) > 1
@@ -96,6 +75,25 @@ def test_the_recipes_take_16_bit_and_ternary_factor_widths(capsys):
         smartformer.parse_args(["--factor-widths", "5"])
     assert "'5': choose among 16 8 4 3 2 ternary" in capsys.readouterr().err
     assert parse_args(["--factor-widths", "16", "ternary"]).factor_widths == ["16", "ternary"]  # passed on as given
+
+
+def test_the_recipes_take_the_byte_search_start_form(capsys):
+    import smartformer
+    from byte_comparison import parse_args as comparison_args
+    from byte_comparison import passed
+
+    assert smartformer.parse_args([]).search_start == "dense"
+    assert smartformer.parse_args(["--search-start", "lowbit:2/g32"]).search_start == "lowbit:2/g32"
+    with pytest.raises(SystemExit):
+        smartformer.parse_args(["--search-start", "lowbit:2"])
+    assert "form 'lowbit:2': one of dense, lowbit:<bits>/<g<group>|row>" in capsys.readouterr().err
+    args = comparison_args(["--search-start", "lowbit:2/g32"])
+    assert passed(args)[-2:] == ["--search-start", "lowbit:2/g32"]  # the byte comparison passes it on
+
+
+def test_lowbit_arm_names():
+    assert lowbit_arm("lowbit-2-g128") == (2, 128) and lowbit_arm("lowbit-ternary-g64") == ("ternary", 64)
+    assert lowbit_arm("lowbit-5-g32") is None and lowbit_arm("qat-int2-all") is None
 
 
 def test_int_qat_trains_rounded_weights_and_counts_their_codes():

@@ -62,15 +62,15 @@ def test_byte_costs_match_what_the_layers_store():
 
 def test_byte_wall_offers_only_actions_that_keep_the_budget_reachable():
     groups = attention_groups(every_linear_svd(), 10, WIDTHS, 32)
-    ranks = {g.name: max(g.candidates) for g in groups}
+    ranks = {g.name: (max(g.candidates), None) for g in groups}
     width = max(len(g.actions) for g in groups)
-    mask = allowed_actions(groups, 0, ranks, set(), 1 / 4, width, {}, in_bytes=True)
+    mask = allowed_actions(groups, 0, ranks, set(), 1 / 4, width, in_bytes=True)
     limit = sum(g.dense_bytes for g in groups) / 4
     cheapest = sum(min(g.bytes_at(*a) for a in g.actions) for g in groups[1:])
     for slot, ok in enumerate(mask[: len(groups[0].actions)]):
         assert ok == (cheapest + groups[0].bytes_at(*groups[0].actions[slot]) <= limit)
     assert any(mask) and not all(mask[: len(groups[0].actions)])
-    unreachable = allowed_actions(groups, 0, ranks, set(), 1e-4, width, {}, in_bytes=True)
+    unreachable = allowed_actions(groups, 0, ranks, set(), 1e-4, width, in_bytes=True)
     assert sum(unreachable) == 1  # only the cheapest action: the wall cannot be met, the search still ends
 
 

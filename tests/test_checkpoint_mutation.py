@@ -43,6 +43,17 @@ KINDS = {
     "svd": dict(method="svd", rank=4),
     "svd_factor_bits4": dict(method="svd", rank=4, factor_bits=4, factor_group_size=8),
     "biprop": dict(method="biprop"),
+    "lowbit_int4": dict(method="lowbit", weight_bits=4, weight_group_size=16),
+    "lowbit_ternary": dict(method="lowbit", weight_bits="ternary", weight_group_size=32),
+    "mixed": dict(
+        method="mixed",
+        forms={
+            "q_proj": {"method": "lowbit", "weight_bits": 3, "weight_group_size": 32},
+            "k_proj": {"method": "svd", "rank": 4, "factor_bits": 2, "factor_group_size": 4},
+            "v_proj": {"method": "biprop", "keep_ratio": 0.5, "init": "dense"},
+            "down_proj": {"method": "cp", "rank": 3, "cp_iterations": 3, "factor_bits": 8},
+        },
+    ),
     "tt": dict(method="tt", tt_shape=[4, 4, 4], tt_ranks=3),
     "tt_storage_bits8": dict(method="tt", tt_shape=[4, 4, 4], tt_ranks=3, tt_storage_bits=8),
     "tiered": dict(method="tiered", tier_tokens=[64], tier_bits=[8, 3], tier_group_size=32, low_rank=4),

@@ -35,9 +35,21 @@ CASES: dict[tuple[str, str], dict] = {
     ("tt", "gpt2"): dict(tt_order=3, tt_ranks=[2, 3]),
     ("tt", "opt"): dict(tt_shape=[4, 6], tt_eps=0.5),
     ("tiered", "llama"): dict(tier_tokens=[40], tier_bits=[8, 3], tier_group_size=8),
+    ("lowbit", "patchtst"): dict(weight_bits=3, weight_group_size=8),
+    ("lowbit", "autoformer"): dict(weight_bits="ternary", weight_group_size=8),
+    ("lowbit", "informer"): dict(weight_bits=4, weight_group_size=None),
+    ("lowbit", "llama"): dict(weight_bits=2, weight_group_size=8),
+    ("lowbit", "gpt2"): dict(weight_bits=8, weight_group_size=8),
 }
 #: One family per method runs in the fast tier; the other families are marked slow.
-FAST = {("cp", "patchtst"), ("svd", "patchtst"), ("biprop", "patchtst"), ("tt", "llama"), ("tiered", "llama")}
+FAST = {
+    ("cp", "patchtst"),
+    ("svd", "patchtst"),
+    ("biprop", "patchtst"),
+    ("tt", "llama"),
+    ("tiered", "llama"),
+    ("lowbit", "patchtst"),
+}
 
 
 def _registered_cases() -> dict[tuple[str, str], dict]:
@@ -190,10 +202,10 @@ def test_apply(matrix, case):
 def reference_forward(layer: CompressedLayer, x: torch.Tensor) -> torch.Tensor:
     """What the layer computes, from its own definition: the dense weight its tensors represent."""
     if layer.layer_type in ("cp", "svd"):
-        return F.linear(x, layer.weight, layer.bias)
+        return F.linear(x, layer.dense_weight(), layer.bias)
     if layer.layer_type == "biprop":
         weight = layer.alpha * layer.signs().float() * layer.mask()
-        return F.linear(x, weight)
+        return F.linear(x, weight, layer.bias)
     if layer.layer_type == "tiered_embedding":  # the tiers decoded whole, in stored order, then put in token order
         return F.embedding(x, torch.cat([tier.dequantize() for tier in layer.tiers])[layer.slot.long()])
     if layer.layer_type == "tt_embedding":

@@ -71,3 +71,21 @@ def test_two_processes_hold_the_same_ranks_and_widths_in_the_byte_search(tmp_pat
     assert first["factor_bits"] == second["factor_bits"] and set(first["factor_bits"].values()) & {8, 4, 2}
     for name, value in first["params"].items():
         assert second["params"][name] == pytest.approx(value, rel=1e-6, abs=1e-9), name
+
+
+@pytest.mark.slow
+def test_two_processes_hold_the_same_forms_in_the_search_over_forms(tmp_path):
+    """The search over forms under DDP: both processes swap the same Linears into the same forms (new modules, new
+    parameters, the DDP wrapper rebuilt) and their parameters stay equal."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPT.parent.parent))
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(SCRIPT), str(tmp_path),
+               "forms"]  # fmt: skip
+    run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-4000:]
+    first, second = (json.loads((tmp_path / f"process-{i}.json").read_text()) for i in (0, 1))
+    assert first["chosen"] == second["chosen"] and first["types"] == second["types"]
+    assert {"LowBitLinear", "LowRankLinear", "CPLinear", "BipropLinear"} & set(first["types"].values())
+    assert first["params"].keys() == second["params"].keys()
+    for name, value in first["params"].items():
+        assert second["params"][name] == pytest.approx(value, rel=1e-6, abs=1e-9), name

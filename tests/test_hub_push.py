@@ -19,6 +19,16 @@ ROUND_TRIPS = {
     "cp": CompressionConfig(method="cp", rank=3, cp_iterations=5),
     "svd": CompressionConfig(method="svd", rank=4),
     "biprop": CompressionConfig(method="biprop", keep_ratio=0.5),
+    "lowbit": CompressionConfig(method="lowbit", weight_bits=3, weight_group_size=8),
+    "mixed": CompressionConfig(
+        method="mixed",
+        forms={
+            "q_proj": {"method": "lowbit", "weight_bits": 2, "weight_group_size": 16},
+            "k_proj": {"method": "svd", "rank": 4, "factor_bits": 4, "factor_group_size": 4},
+            "v_proj": {"method": "biprop", "keep_ratio": 0.5, "init": "dense", "bias": True},
+            "out_proj": {"method": "cp", "rank": 3, "cp_iterations": 5, "factor_bits": "ternary"},
+        },
+    ),
 }
 #: Methods for causal LMs, round-tripped on a small Llama (the SmolLM2 architecture).
 LM_ROUND_TRIPS = {

@@ -52,7 +52,7 @@ def test_biprop_takes_init_random_and_builds_on_the_meta_device_through_the_mode
     with torch.no_grad():
         out = model(past_values=torch.randn(2, 32, 3)).prediction_outputs
     assert torch.isfinite(out).all()
-    with pytest.raises(ValueError, match="always drawn at random"):
+    with pytest.raises(ValueError, match="signs always come from weight_seed"):
         CompressionConfig(method="biprop", init="decompose")
 
 

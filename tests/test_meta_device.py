@@ -16,6 +16,7 @@ CASES = {
     "cp": dict(method="cp", rank=0.5, cp_iterations=2),
     "svd": dict(method="svd", rank=0.5),
     "biprop": dict(method="biprop", attention="qkv_mask"),
+    "lowbit": dict(method="lowbit", weight_bits=4, init="random"),
     "tt": dict(method="tt", tt_order=3, tt_ranks=2),
 }
 

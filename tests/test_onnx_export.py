@@ -32,6 +32,7 @@ FAST_LMS = ("tiered-int4-int2",)
 MAPPED = {
     ("forecast", "cp-int4-ortops"): {"MatMulNBits", "GatherBlockQuantized"},  # out factor; the two small factors
     ("forecast", "svd-int4-ortops"): {"MatMulNBits"},
+    ("forecast", "lowbit-int4-ortops"): {"MatMulNBits"},
     ("lm", "tiered-ortops"): {"MatMulNBits", "GatherBlockQuantized"},  # int4 tier: head, lookup; int8 tier: lookup
 }
 

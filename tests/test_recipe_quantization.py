@@ -109,21 +109,28 @@ def test_post_training_arms_need_their_source(smartformer, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_byte_budget_arms_run_and_save_the_searched_model(smartformer, tmp_path):
-    """``--budget-ratio`` adds the byte search, its equal-bytes baselines and int-N QAT; the searched model is saved
-    with per-layer factor widths and the naive forecasts sit beside the arms."""
-    runs = ["dense", "smartformer-bytes", "uniform-q4-bytes", "random-bytes", "greedy-bytes", "qat-int4-all"]
+    """``--budget-ratio`` adds the byte search over forms, its equal-bytes baselines and int-N QAT, and
+    ``lowbit-<bits>-g<group>`` the lowbit method; the searched model is saved with every Linear's form, loads back
+    scoring what it scored trained, and the naive forecasts sit beside the arms."""
+    runs = ["dense", "smartformer-bytes", "uniform-svd-bytes", "random-bytes", "greedy-bytes", "qat-int4-all"]
+    runs += ["lowbit-2-g16"]
     results = smartformer.main(
         ["--model", "patchtst", "--dataset", str(series_csv(tmp_path / "s.csv")), "--context", "64", "--horizon", "16",
-         "--steps", "30", "--budget-ratio", "1/8", "--random-draws", "1", "--runs", *runs,
+         "--steps", "30", "--budget-ratio", "1/8", "--random-draws", "1", "--factor-widths", "4", "2",
+         "--max-candidates", "3", "--runs", *runs,
          "--output-dir", str(tmp_path / "out")]
     )  # fmt: skip
     assert [run["name"] for run in results["runs"]] == runs
     searched = results["runs"][1]
-    assert set(searched["factor_bits"].values()) <= {None, 16, 8, 4, 3, 2, "ternary"}
+    assert set(searched["factor_bits"].values()) <= {None, 4, 2}
+    assert searched["loaded_metrics"]["mse"] == pytest.approx(searched["metrics"]["mse"], rel=1e-5)
+    assert results["runs"][-1]["linear_bytes"]["disk_ratio"] < 0.2  # lowbit-2-g16: 4 bits a weight, and the biases
     assert set(results["naive"]) == {"training-mean", "last-value", "last-season-24"}  # a day; a week > 64 steps
     assert results["seasons"] == [24]
     saved = json.loads((tmp_path / "out" / "smartformer-bytes-model" / "config.json").read_text())
-    assert {name: spec.get("factor_bits") for name, spec in saved["compression_config"]["modules"].items()} == (
-        searched["factor_bits"]
-    )
+    assert saved["compression_config"]["method"] == "mixed"
+    modules = saved["compression_config"]["modules"]
+    assert {name: spec.get("factor_bits", spec.get("bits")) for name, spec in modules.items()} == searched[
+        "factor_bits"
+    ]
     assert "Naive forecasts" in (tmp_path / "out" / "results.md").read_text()

@@ -86,13 +86,13 @@ def test_attention_groups_need_a_compressed_model():
 def test_budget_wall_keeps_the_final_budget_reachable():
     groups = attention_groups(tiny_patchtst(layers=2))
     names = [g.name for g in groups]
-    ranks = {name: 10 for name in names}
+    ranks = {name: (10, None) for name in names}
     # budget 0.5 of 2 × (768 weights + 48 biases) = 816; a rank costs 72, the other group needs >= 72 + 48 (rank 1)
     assert groups[0].params_at(1) == 72 + 48 and groups[0].dense_params == 816
     mask = allowed_actions(groups, 0, ranks, set(), 0.5, 10)
     assert mask == [rank * 72 + 48 + 120 <= 816 for rank in range(1, 11)] and sum(mask) == 9
     # once the other group is decided at rank 6 (480), this one may take at most 4 (336)
-    mask = allowed_actions(groups, 0, {names[0]: 10, names[1]: 6}, {names[1]}, 0.5, 10)
+    mask = allowed_actions(groups, 0, {names[0]: (10, None), names[1]: (6, None)}, {names[1]}, 0.5, 10)
     assert [slot + 1 for slot, ok in enumerate(mask) if ok] == [1, 2, 3, 4]
 
 
@@ -141,7 +141,7 @@ def test_encoder_is_small_and_sees_the_ranks():
     encoder = search.agent.encoder
     assert sum(p.numel() for p in encoder.parameters()) < 100_000
     before = encoder(search._tokens(), 0)
-    search.ranks[search.groups[1].name] = 3  # another layer's rank changes the selected layer's state (biLSTM)
+    search.chosen[search.groups[1].name] = (3, None)  # another layer's rank changes the selected layer's state (biLSTM)
     assert before.shape == (128,) and not torch.allclose(before, encoder(search._tokens(), 0))
 
 

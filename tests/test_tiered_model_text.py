@@ -11,8 +11,8 @@ from test_tiered_budget import CALIBRATION, HIDDEN, VOCAB, tiny
 from tqdm.auto import tqdm
 
 from hf_tensorcompress import CompressionConfig, apply_tiered
-from hf_tensorcompress.methods.tiered.layer import tier_storage
 from hf_tensorcompress.methods.tiered import model_text
+from hf_tensorcompress.methods.tiered.layer import tier_storage
 from hf_tensorcompress.methods.tiered.model_text import RowOrderSampler, sample_model_text
 
 #: Calibration text that never uses the upper 700 tokens.

@@ -197,11 +197,11 @@ class StoredMatrix(nn.Module):
         return self
 
     def _apply(self, fn, recurse: bool = True) -> StoredMatrix:
-        """``.to(device)`` moves the buffers; ``.to(dtype)`` / ``.half()`` (e.g. the model's dtype at load time)
-        leave them alone."""
+        """``.to(device)`` moves the buffers (``to_empty`` allocates them, from the meta device); ``.to(dtype)`` /
+        ``.half()`` (e.g. the model's dtype at load time) leave them alone."""
         device = fn(torch.empty(0, device=self.codes.device)).device
-        for name, buffer in self._buffers.items():
-            self._buffers[name] = buffer.to(device)
+        for name, buffer in self._buffers.items():  # a meta buffer has no values to move: ``to_empty`` makes it anew
+            self._buffers[name] = fn(buffer).to(buffer.dtype) if buffer.is_meta else buffer.to(device)
         return self
 
     def storage_bits(self) -> int:

@@ -70,7 +70,14 @@ def for_this_class(model: nn.Module, compression: dict) -> dict:
             return prefix + name
         return name  # install_layers names the module it cannot find
 
-    renamed = {**compression, "modules": {rename(name): spec for name, spec in compression["modules"].items()}}
+    # a head class's checkpoint loaded into the base class: its modules outside the base model (the head's own
+    # Linears) are not built, as transformers drops the head's weights
+    into_base = getattr(model, "base_model", model) is model and type(model).__name__ not in (
+        getattr(model.config, "architectures", None) or [type(model).__name__]
+    )
+    outside = lambda name: name not in names and not name.startswith(prefix) and prefix + name not in names  # noqa: E731
+    modules = {rename(n): spec for n, spec in compression["modules"].items() if not (into_base and outside(n))}
+    renamed = {**compression, "modules": modules}
     if "attention_modules" in compression:
         renamed["attention_modules"] = [rename(name) for name in compression["attention_modules"]]
     return renamed

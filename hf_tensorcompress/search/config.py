@@ -9,6 +9,8 @@ from ..json_config import JsonConfig
 from ..runtime.marker import FACTOR_WIDTHS
 
 INTERVAL_UNITS = ("steps", "epochs")
+#: The forms the search over forms chooses among for a Linear (``forms.FORM_KINDS``; here without torch).
+FORM_KINDS = ("dense", "lowbit", "svd", "cp", "biprop")
 REWARDS = ("loss", "accuracy", "validation_loss")
 #: The paper's tolerances: ε = 1.125 for the loss reward (14), ε = 0.1 for the accuracy reward (13); the
 #: validation-loss reward is (14) on held-out batches, with the same ε.
@@ -60,6 +62,34 @@ class SearchConfig(JsonConfig):
             train quantization-aware at the width currently chosen (straight-through, rounded as that width stores)
             and the final model saves them packed with per-layer ``factor_bits``. ``None``: ranks only, factors as they are. Needs SVD layers.
         factor_group_size: group size of the low-bit factors' scales (rows that it does not divide use one group).
+        forms: the search over forms (``search.forms``): for every targeted Linear of a *dense* model, the agent
+            chooses among these forms: ``"dense"``; ``"lowbit"`` (the full weight at each of ``factor_widths`` and
+            ``weight_group_sizes``); ``"svd"`` (each candidate rank, factors at each width); ``"cp"`` (the same, for
+            the attention's q/k/v projections); ``"biprop"`` (a 1-bit mask at each of ``keep_ratios``, started from
+            the trained weights, the Linear's bias kept). Every form trains in the precision it is stored in; the
+            model records the chosen forms as ``method="mixed"`` and saves each Linear packed. ``None``: the rank
+            (and width) search over the attention groups of a ``cp``/``svd`` model.
+        target_modules: the Linears the search over forms acts on (names, suffixes or a regex); ``None``: every
+            Linear but a language model's output head.
+        keep_ratios: the keep ratios of the ``"biprop"`` form.
+        weight_group_sizes: the group sizes of the ``"lowbit"`` form's weights (input columns per scale); larger
+            groups cost fewer bytes (2 bits in groups of 32: 3 bits a weight; of 128: 2.25).
+        start: the form every searched Linear starts in (a ``Form`` label: ``"dense"``, ``"lowbit:2/g32"``,
+            ``"biprop:0.5"``, ...); the agent then moves each one to the form it chooses. ``"dense"`` is the model as
+            given; any other start must be a form the search may choose for every searched Linear (one of ``forms``
+            at a listed width, group size or keep ratio), since a Linear left undecided keeps it. Starting from a
+            form that trains well at few bytes (a 2-bit weight) lets the reward, measured a stage after each change,
+            compare the cheaper forms with it instead of with the dense layer.
+        pace: budget pacing in the search over forms (with ``byte_budget``): a Linear's forms are offered only where
+            they cost within ± ``pace`` of its share of the bytes left (the budget not yet spent, split over the
+            undecided Linears by their fp32 bytes; the closest form where none is), so the search spends its budget
+            across the model instead of ending far below it with whatever the first actions took. ``None``: the
+            budget wall alone.
+        front_only: per-layer sensitivity in the search over forms: when the agent first acts on a Linear, each of
+            its forms is built from the weights it has then and scored on the ``validation_batches`` (no training),
+            and the agent chooses only among the forms no other form beats in both bytes and that loss (the
+            Linear's Pareto front; the budget wall still applies, and ``pace`` picks among the front's forms: the
+            one closest to the Linear's share where none is within it). Needs the trainer's ``eval_dataset``.
         gamma: the actor-critic's discount (paper: 0.95).
         learning_rate: the actor-critic's learning rate (paper: 1e-3).
         hidden_units: units of each of the actor-critic's two hidden layers (paper: 40).
@@ -86,6 +116,13 @@ class SearchConfig(JsonConfig):
     byte_budget: float | None = None
     factor_widths: tuple[int | str | None, ...] | None = None
     factor_group_size: int | None = 32
+    forms: tuple[str, ...] | None = None
+    target_modules: list[str] | str | None = None
+    keep_ratios: tuple[float, ...] = (0.5,)
+    weight_group_sizes: tuple[int | None, ...] = (32,)
+    start: str = "dense"
+    pace: float | None = 0.5
+    front_only: bool = False
     gamma: float = 0.95
     learning_rate: float = 1e-3
     hidden_units: int = 40
@@ -97,8 +134,9 @@ class SearchConfig(JsonConfig):
     plot_file: str | None = "smartformer_trace.png"
 
     def __post_init__(self) -> None:
-        if self.factor_widths is not None:
-            self.factor_widths = tuple(self.factor_widths)  # a JSON round trip gives a list
+        for name in ("factor_widths", "forms", "keep_ratios", "weight_group_sizes"):
+            if getattr(self, name) is not None:
+                setattr(self, name, tuple(getattr(self, name)))  # a JSON round trip gives a list
         if self.tolerance is None and self.reward in DEFAULT_TOLERANCE:
             self.tolerance = DEFAULT_TOLERANCE[self.reward]
         self.validate()
@@ -169,6 +207,7 @@ class SearchConfig(JsonConfig):
                 )
         if self.factor_group_size is not None:
             _positive_int(self.factor_group_size, "factor_group_size")
+        self._validate_forms()
         if (
             isinstance(self.learning_rate, bool)
             or not isinstance(self.learning_rate, (int, float))
@@ -179,6 +218,43 @@ class SearchConfig(JsonConfig):
             _positive_int(getattr(self, name), name)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
+
+    def _validate_forms(self) -> None:
+        if not isinstance(self.start, str):
+            raise ValueError(f"start must be a form label such as 'dense' or 'lowbit:2/row', got {self.start!r}")
+        if self.forms is None:
+            if self.front_only or self.start != "dense":
+                option = "front_only prunes" if self.front_only else f"start={self.start!r} is the first of"
+                raise ValueError(f"{option} the forms of the search over forms; pass forms=(...) too")
+            return
+        wrong = [form for form in self.forms if form not in FORM_KINDS]
+        if wrong or not self.forms or len(set(self.forms)) != len(self.forms):
+            raise ValueError(f"forms={list(self.forms)}: distinct values among {list(FORM_KINDS)}, at least one")
+        if self.param_budget is not None:
+            raise ValueError("the search over forms counts bytes: pass byte_budget, not param_budget")
+        if set(self.forms) & {"lowbit", "svd", "cp"} and not [w for w in self.widths if w is not None]:
+            raise ValueError(
+                f"forms={list(self.forms)} store weights or factors in factor_widths; pass some, e.g. (4, 2, 'ternary')"
+            )
+        for keep in self.keep_ratios:
+            _probability(keep, "keep_ratios")
+            if keep == 0:
+                raise ValueError("keep_ratios: a biprop mask keeps a fraction in (0, 1] of the weights, not 0")
+        for group in self.weight_group_sizes:
+            if group is not None:
+                _positive_int(group, "weight_group_sizes")
+        kind = self.start.partition(":")[0]
+        if self.start != "dense" and kind not in self.forms:
+            raise ValueError(
+                f"start={self.start!r}: a form of one of forms={list(self.forms)} (a Linear left undecided keeps its "
+                "start form), or 'dense' (the model as given)"
+            )
+        if self.pace is not None and (
+            isinstance(self.pace, bool) or not isinstance(self.pace, (int, float)) or self.pace < 0
+        ):
+            raise ValueError(f"pace={self.pace!r}: a fraction >= 0 around each Linear's share of the budget, or None")
+        if not isinstance(self.front_only, bool):
+            raise ValueError(f"front_only must be True or False, got {self.front_only!r}")
 
     @property
     def widths(self) -> tuple[int | str | None, ...]:

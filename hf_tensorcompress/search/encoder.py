@@ -4,7 +4,8 @@ Follows the paper (after Cai et al. 2018): each layer is described as "<type>-<p
 tokens are embedded, a 1-layer bidirectional LSTM (64 units) runs over the layers, and the output at the selected
 layer's position is the state. The vocabulary holds only the tokens that can occur (a few dozen), so the encoder
 has tens of thousands of parameters, not the 459M of the public code's embedding. In the byte search a sixth
-field holds the layer's factor width ("bits:4", "bits:ternary", "bits:None" for fp32).
+field holds the layer's factor width ("bits:4", "bits:ternary", "bits:None" for fp32); the search over forms
+describes each Linear by its form, position, sizes, rank, width and keep ratio (``forms.LinearSlot.describe``).
 """
 
 from __future__ import annotations
@@ -12,28 +13,16 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .space import AttentionGroup, Width
-
-FIELDS = ("type", "pos", "heads", "dim", "rank")
+from .space import FIELDS
 
 
-def describe(group: AttentionGroup, rank: int, bits: Width = None) -> list[str]:
-    """The token string of one attention layer, e.g. ``['type:cp', 'pos:0', 'heads:4', 'dim:8', 'rank:6']`` (plus
-    ``'bits:4'`` when the search chooses widths)."""
-    values = (group.layer_type, group.position, group.heads, group.head_dim, rank)
-    tokens = [f"{name}:{value}" for name, value in zip(FIELDS, values)]
-    return tokens if group.widths == (None,) else [*tokens, f"bits:{bits}"]
-
-
-def build_vocabulary(
-    groups: list[AttentionGroup], ranks: dict[str, int], bits: dict[str, Width] | None = None
-) -> list[str]:
-    """Every token that can occur: all layers' descriptions at every candidate action and as they are now."""
-    bits = bits or {}
+def build_vocabulary(groups: list, chosen: dict) -> list[str]:
+    """Every token that can occur: all layers' descriptions (``group.describe``) at every candidate action and at
+    the one each holds now (``chosen``)."""
     tokens = {"<unk>"}
     for group in groups:
-        for rank, width in (*group.actions, (ranks[group.name], bits.get(group.name))):
-            tokens.update(describe(group, rank, width))
+        for action in (*group.actions, chosen[group.name]):
+            tokens.update(group.describe(action))
     return sorted(tokens)
 
 

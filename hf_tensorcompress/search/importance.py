@@ -8,8 +8,18 @@ from torch import nn
 from .space import AttentionGroup
 
 
+def searched_parameters(module: nn.Module) -> list[nn.Parameter]:
+    """The parameters whose (grad · param)² measure a searched layer: its factors, else every parameter but the
+    bias (a dense or low-bit weight, Biprop's scores)."""
+    factors = getattr(module, "factors", None)
+    if factors is not None:
+        return list(factors)
+    return [param for name, param in module.named_parameters() if name != "bias"]
+
+
 class TaylorImportance:
-    """Accumulates, per attention group, Σ over its factor parameters of (grad · param)² at every optimizer step.
+    """Accumulates, per attention group, Σ over its factor parameters of (grad · param)² at every optimizer step (a
+    Linear of the search over forms: over the parameters of its current form, bias aside).
 
     Called right before ``optimizer.step()``, where gradients are complete (and, under DDP, already averaged
     over processes, so every process sees the same score).
@@ -25,7 +35,7 @@ class TaylorImportance:
         for group in self.groups:
             total = None
             for name in group.modules:
-                for param in model.get_submodule(name).factors:
+                for param in searched_parameters(model.get_submodule(name)):
                     if param.grad is None:
                         continue
                     term = (param.grad.float() * param.float()).square().sum()

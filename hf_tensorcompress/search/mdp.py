@@ -19,7 +19,8 @@ import torch
 
 from .agent import ActorCritic, masked_log_softmax
 from .config import SearchConfig
-from .encoder import StateEncoder, build_vocabulary, describe
+from .encoder import StateEncoder, build_vocabulary
+from .forms import pareto_front
 from .importance import TaylorImportance
 from .reward import REWARDS
 from .space import AttentionGroup, Width, allowed_actions
@@ -29,60 +30,117 @@ AGENT_FILE = "search_agent.pt"
 
 
 class RankSearch:
+    """The search over ``groups``: attention groups choosing (rank, factor width), or, in the search over forms, one
+    Linear each choosing a ``forms.Form``; a group describes, costs, saves and reads back its own actions
+    (``describe``, ``cost``, ``dump``, ``parse``), so the MDP is the same for both. ``chosen`` holds every group's
+    current action (default: ``ranks`` and ``bits`` as (rank, width) pairs)."""
+
     def __init__(
         self,
         groups: list[AttentionGroup],
         ranks: dict[str, int],
         config: SearchConfig,
         bits: dict[str, Width] | None = None,
+        chosen: dict | None = None,
     ) -> None:
         self.groups = groups
         self.by_name = {group.name: group for group in groups}
         self.config = config
-        self.ranks = dict(ranks)
-        self.bits = {group.name: (bits or {}).get(group.name) for group in groups}
+        if chosen is None:
+            chosen = {group.name: (ranks[group.name], (bits or {}).get(group.name)) for group in groups}
+        self.chosen = dict(chosen)
         self.width = max(len(group.actions) for group in groups)
         with torch.random.fork_rng():  # agent init must not disturb (or depend on) the training RNG
             torch.manual_seed(config.seed)
-            vocabulary = build_vocabulary(groups, ranks, self.bits)
-            fields = len(describe(groups[0], ranks[groups[0].name], self.bits[groups[0].name]))
+            vocabulary = build_vocabulary(groups, self.chosen)
+            fields = len(groups[0].describe(self.chosen[groups[0].name]))
             encoder = StateEncoder(vocabulary, config.embedding_dim, config.lstm_units, fields)
             self.agent = ActorCritic(encoder, self.width, config.hidden_units, config.gamma, config.learning_rate)
         self.rng = random.Random(config.seed)
         self.importance = TaylorImportance(groups)
         self.decided: dict[str, int] = {}
         self.current: str | None = None
-        self.actions: dict[str, list[tuple[int, Width]]] = {group.name: [] for group in groups}
+        self.actions: dict[str, list] = {group.name: [] for group in groups}
         self.pending: dict | None = None
         self.actions_taken = 0
         self.trace: list[dict] = []
         self.metric_sum = 0.0
         self.metric_count = 0
+        #: the search over forms with ``front_only``: each Linear's Pareto front (action indices), measured by
+        #: ``measure(name) -> {action: loss increase}`` (set by the trainer) when the agent first acts on it
+        self.front: dict[str, list[int]] = {}
+        self.measure = None
+        #: with ``pace``: each Linear's share of the bytes left when it last acted, and whether no form was within it
+        self.shares: dict[str, tuple[float, bool]] = {}
 
     # ------------------------------------------------------------------ observation
     @property
     def done(self) -> bool:
         return len(self.decided) == len(self.groups)
 
+    @property
+    def ranks(self) -> dict[str, int]:
+        """Every group's current rank (a full-rank form: the rank of its weight)."""
+        return {group.name: group.rank_of(self.chosen[group.name]) for group in self.groups}
+
+    @property
+    def bits(self) -> dict[str, Width]:
+        """Every group's current width (factors, or the weight of a full-rank low-bit form; ``None``: fp32)."""
+        return {group.name: group.bits_of(self.chosen[group.name]) for group in self.groups}
+
+    def _dumped(self) -> dict:
+        return {group.name: group.dump(self.chosen[group.name]) for group in self.groups}
+
     def _tokens(self) -> list[list[int]]:
         encoder = self.agent.encoder
-        return encoder.encode_tokens(
-            [describe(group, self.ranks[group.name], self.bits[group.name]) for group in self.groups]
-        )
+        return encoder.encode_tokens([group.describe(self.chosen[group.name]) for group in self.groups])
 
     def _mask(self, name: str) -> list[bool]:
         index = self.by_name[name].position
         in_bytes = self.config.byte_budget is not None
-        return allowed_actions(
-            self.groups, index, self.ranks, set(self.decided), self.config.budget, self.width, self.bits, in_bytes
+        mask = allowed_actions(
+            self.groups, index, self.chosen, set(self.decided), self.config.budget, self.width, in_bytes
         )
+        if name in self.front:  # pacing then chooses among the front's forms
+            kept = set(self.front[name])
+            fronted = [ok and slot in kept for slot, ok in enumerate(mask)]
+            mask = fronted if any(fronted) else mask  # the wall allows none of the front: the wall's own choice
+        if self.config.forms is not None and self.config.pace is not None and self.config.byte_budget is not None:
+            mask = self._paced(name, mask)
+        return mask
+
+    def _paced(self, name: str, mask: list[bool]) -> list[bool]:
+        """``mask`` narrowed to the forms that cost within ± ``pace`` of ``name``'s share of the bytes left (the
+        allowed form closest to the share where none does)."""
+        group = self.by_name[name]
+        budget = self.config.byte_budget * sum(g.dense_bytes for g in self.groups)
+        spent = sum(self.by_name[other].cost(self.chosen[other], True) for other in self.decided)
+        undecided = sum(g.dense_bytes for g in self.groups if g.name not in self.decided)
+        share = (budget - spent) * group.dense_bytes / undecided
+        costs = [
+            group.cost(group.actions[slot], True) if slot < len(group.actions) else 0.0 for slot in range(self.width)
+        ]
+        low, high = share * (1 - self.config.pace), share * (1 + self.config.pace)
+        paced = [ok and low <= cost <= high for ok, cost in zip(mask, costs)]
+        self.shares[name] = (share, not any(paced))
+        if any(paced):
+            return paced
+        closest = min((slot for slot, ok in enumerate(mask) if ok), key=lambda slot: abs(costs[slot] - share))
+        return [slot == closest for slot in range(self.width)]
 
     # ------------------------------------------------------------------ one stage
     def end_stage(self, step: int, metric: float) -> dict:
         """Advance the MDP by one stage; returns the record (``changes`` = {group: new rank}, ``bit_changes`` =
-        {group: new factor bits} to apply)."""
+        {group: new factor bits}, ``form_changes`` = {Linear: its new form, dumped} to apply)."""
         importance = self.importance.state_dict()
-        record: dict = {"step": step, "metric": metric, "importance": importance, "changes": {}, "bit_changes": {}}
+        record: dict = {
+            "step": step,
+            "metric": metric,
+            "importance": importance,
+            "changes": {},
+            "bit_changes": {},
+            "form_changes": {},
+        }
         if self.pending is not None:
             self._complete_transition(record, metric)
         if not self.done:
@@ -90,7 +148,9 @@ class RankSearch:
                 undecided = [g for g in self.groups if g.name not in self.decided]
                 self.current = min(undecided, key=lambda g: (importance[g.name], g.position)).name
             self._act(record, metric)
-        record.update(ranks=dict(self.ranks), bits=dict(self.bits), decided=sorted(self.decided), done=self.done)
+        record.update(
+            ranks=self.ranks, bits=self.bits, chosen=self._dumped(), decided=sorted(self.decided), done=self.done
+        )
         self.trace.append(record)
         self.importance.reset()
         return record
@@ -116,15 +176,19 @@ class RankSearch:
             self._take(name, action, record)
             self._decide(name, record)
 
-    def _take(self, name: str, action: tuple[int, Width], record: dict) -> None:
-        """Set ``name`` to ``action`` (rank, factor bits), noting in ``record`` what the trainer must change."""
-        rank, bits = action
-        if rank != self.ranks[name]:
-            record["changes"][name] = rank
-        if bits != self.bits[name] and self.by_name[name].widths != (None,):
-            record["bit_changes"][name] = bits
-            self.bits[name] = bits
-        self.ranks[name] = rank
+    def _take(self, name: str, action, record: dict) -> None:
+        """Set ``name`` to ``action``, noting in ``record`` what the trainer must change: an attention group's rank
+        and factor bits, or a Linear's form."""
+        group, before = self.by_name[name], self.chosen[name]
+        self.chosen[name] = action
+        if not isinstance(group, AttentionGroup):
+            if action != before:
+                record["form_changes"][name] = group.dump(action)
+            return
+        if action[0] != before[0]:
+            record["changes"][name] = action[0]
+        if action[1] != before[1] and group.widths != (None,):
+            record["bit_changes"][name] = action[1]
 
     def _decide(self, name: str, record: dict) -> None:
         self.decided[name] = self.ranks[name]
@@ -134,36 +198,43 @@ class RankSearch:
     def _act(self, record: dict, metric: float) -> None:
         name = self.current
         group = self.by_name[name]
+        if self.measure is not None and name not in self.front:
+            self.front[name] = pareto_front(group, self.measure(name))
+            record["front"] = [group.dump(group.actions[slot]) for slot in self.front[name]]
         mask = self._mask(name)
         tokens = self._tokens()
         epsilon = self.config.epsilon(self.actions_taken)
         slot, explored = self.agent.act(tokens, group.position, mask, epsilon, self.rng)
-        rank, bits = group.actions[slot]
+        action = group.actions[slot]
         self.pending = {"group": name, "tokens": tokens, "action": slot, "mask": mask, "metric": metric}
-        self.actions[name].append((rank, bits))
+        self.actions[name].append(action)
         self.actions_taken += 1
+        previous = self.chosen[name]
         record.update(
             layer=name,
             position=group.position,
             layer_importance=record["importance"][name],
-            rank=rank,
-            previous_rank=self.ranks[name],
-            bits_chosen=bits,
-            previous_bits=self.bits[name],
+            rank=group.rank_of(action),
+            previous_rank=group.rank_of(previous),
+            bits_chosen=group.bits_of(action),
+            previous_bits=group.bits_of(previous),
+            action=group.dump(action),
             explored=explored,
             epsilon=epsilon,
         )
-        self._take(name, (rank, bits), record)
+        if name in self.shares:
+            record.update(share=self.shares[name][0], closest=self.shares[name][1], cost=group.cost(action, True))
+        self._take(name, action, record)
 
     def observe(self, metric: float) -> None:
         self.metric_sum += float(metric)
         self.metric_count += 1
 
     def mirror(self, record: dict) -> None:
-        """Follow the main process's decision on another process (ranks and progress, not the agent)."""
-        self.ranks = dict(record["ranks"])
-        self.bits = dict(record.get("bits", self.bits))
-        self.decided = {name: self.ranks[name] for name in record["decided"]}
+        """Follow the main process's decision on another process (actions and progress, not the agent)."""
+        self.chosen = {name: self.by_name[name].parse(value) for name, value in record["chosen"].items()}
+        ranks = self.ranks
+        self.decided = {name: ranks[name] for name in record["decided"]}
         self.trace.append(record)
 
     # ------------------------------------------------------------------ checkpointing
@@ -174,15 +245,17 @@ class RankSearch:
             "vocabulary": self.agent.encoder.vocabulary,
             "ranks": self.ranks,
             "bits": self.bits,
+            "chosen": self._dumped(),
             "decided": self.decided,
             "current": self.current,
-            "actions": self.actions,
+            "actions": {name: [self.by_name[name].dump(a) for a in values] for name, values in self.actions.items()},
             "pending": self.pending,
             "actions_taken": self.actions_taken,
             "trace": self.trace,
             "importance": self.importance.state_dict(),
             "metric_sum": self.metric_sum,
             "metric_count": self.metric_count,
+            "front": self.front,
             "rng": [version, list(internal), gauss],
         }
 
@@ -192,16 +265,22 @@ class RankSearch:
                 "the checkpoint's search state was made for different attention layers (its state vocabulary "
                 "differs); resume with the same model and compression config"
             )
-        self.ranks = {name: int(rank) for name, rank in state["ranks"].items()}
+        if "chosen" in state:
+            self.chosen = {name: self.by_name[name].parse(value) for name, value in state["chosen"].items()}
+        else:  # written before the search over forms: ranks and bits
+            bits = state.get("bits", {})
+            self.chosen = {name: (int(rank), bits.get(name)) for name, rank in state["ranks"].items()}
         self.decided = {name: int(rank) for name, rank in state["decided"].items()}
         self.current = state["current"]
-        self.bits = {name: state.get("bits", {}).get(name) for name in self.bits}
-        self.actions = {name: [_action(value) for value in values] for name, values in state["actions"].items()}
+        self.actions = {
+            name: [self.by_name[name].parse(value) for value in values] for name, values in state["actions"].items()
+        }
         self.pending = state["pending"]
         self.actions_taken = int(state["actions_taken"])
         self.trace = list(state["trace"])
         self.importance.load_state_dict(state["importance"])
         self.metric_sum, self.metric_count = float(state["metric_sum"]), int(state["metric_count"])
+        self.front = {name: [int(slot) for slot in slots] for name, slots in state.get("front", {}).items()}
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
 
@@ -214,8 +293,3 @@ class RankSearch:
         with open(os.path.join(folder, STATE_FILE), encoding="utf-8") as handle:
             self.load_state_dict(json.load(handle))
         self.agent.load_full_state_dict(torch.load(os.path.join(folder, AGENT_FILE), weights_only=True))
-
-
-def _action(value) -> tuple[int, Width]:
-    """An action history entry as saved (a [rank, bits] pair, or a bare rank from a rank-only search)."""
-    return (int(value), None) if isinstance(value, int) else (int(value[0]), value[1])

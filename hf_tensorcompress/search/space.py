@@ -18,6 +18,8 @@ from ..runtime.factor_storage import stored_form
 
 #: A factor width an action chooses: bits (16, 8, 4, 3, 2), ``"ternary"``, or ``None`` for fp32 factors.
 Width = int | str | None
+#: The fields of a group's token string (the state encoder's input), after the paper (Cai et al. 2018).
+FIELDS = ("type", "pos", "heads", "dim", "rank")
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,31 @@ class AttentionGroup:
     def cost(self, action: tuple[int, Width], in_bytes: bool) -> float:
         """What the budget counts of ``action``: bytes as stored, or parameters."""
         return self.bytes_at(*action) if in_bytes else self.params_at(action[0])
+
+    def describe(self, action: tuple[int, Width]) -> list[str]:
+        """The token string of this group at ``action``, e.g. ``['type:cp', 'pos:0', 'heads:4', 'dim:8', 'rank:6']``
+        (plus ``'bits:4'`` when the search chooses widths)."""
+        rank, bits = action
+        values = (self.layer_type, self.position, self.heads, self.head_dim, rank)
+        tokens = [f"{name}:{value}" for name, value in zip(FIELDS, values)]
+        return tokens if self.widths == (None,) else [*tokens, f"bits:{bits}"]
+
+    @staticmethod
+    def dump(action: tuple[int, Width]) -> list:
+        return [action[0], action[1]]
+
+    @staticmethod
+    def parse(value) -> tuple[int, Width]:
+        """An action as saved (a [rank, bits] pair, or a bare rank from a rank-only search)."""
+        return (int(value), None) if isinstance(value, int) else (int(value[0]), value[1])
+
+    @staticmethod
+    def rank_of(action: tuple[int, Width]) -> int:
+        return action[0]
+
+    @staticmethod
+    def bits_of(action: tuple[int, Width]) -> Width:
+        return action[1]
 
     @property
     def dense_params(self) -> int:
@@ -158,32 +185,28 @@ def current_bits(model: nn.Module, group: AttentionGroup) -> Width:
 
 
 def allowed_actions(
-    groups: list[AttentionGroup],
+    groups: list,
     index: int,
-    ranks: dict[str, int],
+    chosen: dict,
     decided: set[str],
     budget: float | None,
     width: int,
-    bits: dict[str, Width] | None = None,
     in_bytes: bool = False,
 ) -> list[bool]:
     """Mask over the ``width`` action slots of ``groups[index]``: a slot exists and respects the budget wall.
 
-    AMC's wall: an action is allowed only if this group with it, the decided groups as they are and every other
-    undecided group at its cheapest action still fit in ``budget`` × the dense cost of all groups: parameters
-    (weights and biases, so the budget is what a parameter count of the projections shows) or, with ``in_bytes``,
-    bytes as stored against fp32 (``bits``: the decided groups' factor widths).
+    AMC's wall: an action is allowed only if this group with it, the decided groups as they are (``chosen``: each
+    group's current action) and every other undecided group at its cheapest action still fit in ``budget`` × the
+    dense cost of all groups: parameters (weights and biases, so the budget is what a parameter count of the
+    projections shows) or, with ``in_bytes``, bytes as stored against fp32.
     """
     group = groups[index]
     mask = [slot < len(group.actions) for slot in range(width)]
     if budget is None:
         return mask
-    bits = bits or {}
     dense = sum(g.dense_bytes if in_bytes else g.dense_params for g in groups)
     others = sum(
-        g.cost((ranks[g.name], bits.get(g.name)), in_bytes)
-        if g.name in decided
-        else min(g.cost(action, in_bytes) for action in g.actions)
+        g.cost(chosen[g.name], in_bytes) if g.name in decided else min(g.cost(action, in_bytes) for action in g.actions)
         for g in groups
         if g.name != group.name
     )

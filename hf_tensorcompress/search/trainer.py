@@ -29,6 +29,17 @@ from ..compress import refresh_compression_config
 from ..core.metrics import linear_bytes
 from ..runtime.structure import install_layers
 from .config import SearchConfig
+from .form_swap import (
+    change_forms,
+    finish_forms,
+    form_module,
+    load_latents,
+    prepare_for_forms,
+    record_forms,
+    save_latents,
+    swap_parameters,
+)
+from .forms import Form, linear_slots, start_form
 from .mdp import STATE_FILE, RankSearch
 from .optim import replace_parameters_in_optimizer
 from .plot import plot_trace
@@ -91,6 +102,8 @@ class SmartformerCallback(TrainerCallback):
 
     def on_train_end(self, args, state, control, **kwargs):
         search = self.trainer.search
+        if self.trainer.search_config.forms is not None:
+            finish_forms(self.trainer.model, search.groups, search.chosen)
         if not search.done and self.trainer.is_world_process_zero():
             undecided = [group.name for group in search.groups if group.name not in search.decided]
             logger.warning(
@@ -113,7 +126,9 @@ def _distributed() -> bool:
 
 
 class SmartformerTrainer(Trainer):
-    """``Trainer`` plus the Smartformer search. The model must already be compressed with ``cp`` or ``svd``.
+    """``Trainer`` plus the Smartformer search. The model must already be compressed with ``cp`` or ``svd``; for the
+    search over forms (``SearchConfig(forms=...)``) it is dense, and every searched Linear starts in
+    ``SearchConfig.start`` (dense by default).
 
     Args:
         *args: the positional arguments of ``transformers.Trainer``.
@@ -130,15 +145,27 @@ class SmartformerTrainer(Trainer):
         self.search_config = search if search is not None else SearchConfig()
         self.search_config.validate()
         config = self.search_config
-        groups = attention_groups(self.model, config.max_candidates, config.widths, config.factor_group_size)
-        ranks = {group.name: current_rank(self.model, group) for group in groups}
-        bits = {group.name: current_bits(self.model, group) for group in groups}
         if self.search_config.reward == "validation_loss" and self.eval_dataset is None:
             raise ValueError(
                 "SearchConfig(reward='validation_loss') scores each stage on held-out batches: pass "
                 "eval_dataset=... to the trainer, or use reward='loss'"
             )
-        self.search = RankSearch(groups, ranks, self.search_config, bits)
+        if config.forms is not None:
+            if config.front_only and self.eval_dataset is None:
+                raise ValueError("SearchConfig(front_only=True) scores each form on eval_dataset; pass one")
+            slots = linear_slots(self.model, config)
+            start = start_form(slots, config.start)  # checked before the model changes
+            prepare_for_forms(self.model, slots)
+            change_forms(self.model, {slot.name: slot for slot in slots}, {slot.name: start for slot in slots})
+            self.search = RankSearch(slots, {}, config, chosen={slot.name: start for slot in slots})
+            record_forms(self.model, slots, self.search.chosen)
+            if config.front_only:
+                self.search.measure = self._measure_forms
+        else:
+            groups = attention_groups(self.model, config.max_candidates, config.widths, config.factor_group_size)
+            ranks = {group.name: current_rank(self.model, group) for group in groups}
+            bits = {group.name: current_bits(self.model, group) for group in groups}
+            self.search = RankSearch(groups, ranks, self.search_config, bits)
         self.rank_history: list[tuple[int, dict[str, int]]] = []
         self.search_seconds = {"agent": 0.0, "redecompose": 0.0, "importance": 0.0}
         self._stage_metric: torch.Tensor | None = None
@@ -223,6 +250,7 @@ class SmartformerTrainer(Trainer):
                 self.search.mirror(record)
         start = time.perf_counter()
         self._apply_ranks(record["changes"], record.get("bit_changes", {}))
+        self._apply_forms({name: Form.parse(value) for name, value in record.get("form_changes", {}).items()})
         self.search_seconds["redecompose"] += time.perf_counter() - start
         record.update(self._searched_size())
         self.rank_history.append((self.state.global_step, dict(record["ranks"])))
@@ -247,6 +275,32 @@ class SmartformerTrainer(Trainer):
                 self.model.get_submodule(name).set_factor_bits(bits, self.search_config.factor_group_size)
         if bit_changes:
             refresh_compression_config(self.model)
+
+    @torch.no_grad()
+    def _measure_forms(self, name: str) -> dict[Form, float]:
+        """The loss increase (``_validation_loss``) of the model with Linear ``name`` alone in each of its forms, built
+        from the weights it has now, untrained; the model is left as it was."""
+        slot, module = self.search.by_name[name], self.model.get_submodule(name)
+        base, losses = self._validation_loss(), {}
+        for form in slot.actions:
+            if form == self.search.chosen[name]:
+                losses[form] = 0.0
+                continue
+            self.model.set_submodule(name, form_module(self.model, slot, module, form))
+            losses[form] = self._validation_loss() - base
+        self.model.set_submodule(name, module)
+        return losses
+
+    def _apply_forms(self, forms: dict[str, Form]) -> None:
+        """The search over forms: each Linear of ``forms`` takes its new form; the optimizer, the DDP wrapper and
+        ``compression_config`` follow."""
+        if not forms:
+            return
+        removed = change_forms(self.model, self.search.by_name, forms)
+        if self.optimizer is not None:
+            swap_parameters(getattr(self.optimizer, "optimizer", self.optimizer), self.model, removed)
+        record_forms(self.model, self.search.groups, self.search.chosen)
+        _rewrap_ddp(self)
 
     # ------------------------------------------------------------------ visibility
     def _log_decision(self, record: dict) -> None:
@@ -289,9 +343,14 @@ class SmartformerTrainer(Trainer):
                 self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             )
             self.search.save(folder)
+            if self.search_config.forms is not None:
+                save_latents(self.model, self.search.groups, folder)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
-        """Rebuild the model at the checkpoint's ranks, then load its weights and the search state."""
+        """Rebuild the model at the checkpoint's ranks (or forms), then load its weights and the search state."""
+        if self.search_config.forms is not None:
+            self._resume_forms(resume_from_checkpoint, model)
+            return
         target = model if model is not None else self.model
         with open(os.path.join(resume_from_checkpoint, "config.json"), encoding="utf-8") as handle:
             saved = json.load(handle).get("compression_config") or {}
@@ -310,3 +369,15 @@ class SmartformerTrainer(Trainer):
             self.search.load(resume_from_checkpoint)
             if not self.is_world_process_zero():  # the stage's metric so far is counted once, on the main process
                 self.search.metric_sum, self.search.metric_count = 0.0, 0
+
+    def _resume_forms(self, resume_from_checkpoint: str, model: nn.Module | None) -> None:
+        """The search over forms: the search state first (every Linear's form), the layers built in those forms,
+        then the checkpoint's weights into them, the low-bit ones' fp32 weights last."""
+        self.search.load(resume_from_checkpoint)
+        if not self.is_world_process_zero():
+            self.search.metric_sum, self.search.metric_count = 0.0, 0
+        target = model if model is not None else self.model
+        change_forms(target, self.search.by_name, dict(self.search.chosen))
+        record_forms(target, self.search.groups, self.search.chosen)
+        super()._load_from_checkpoint(resume_from_checkpoint, model)
+        load_latents(target, resume_from_checkpoint)

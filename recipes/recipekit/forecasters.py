@@ -39,6 +39,8 @@ class Size:
     max_actions_per_layer: int
     grid: tuple[float, ...]
     validate_every: int
+    patch_length: int = 16
+    patch_stride: int = 8
 
 
 SMALL = Size(32, 4, 2, 1, 64, 600, 32, 8, 16, 8, 3, 6, (0.3, 0.6, 1.0), 25)
@@ -61,8 +63,8 @@ def build_model(family: str, channels: int, context: int, horizon: int, size: Si
             num_input_channels=channels,
             context_length=context,
             prediction_length=horizon,
-            patch_length=16,
-            patch_stride=8,
+            patch_length=size.patch_length,
+            patch_stride=size.patch_stride,
             d_model=size.d_model,
             num_attention_heads=size.heads,
             num_hidden_layers=size.encoder_layers,

@@ -15,15 +15,10 @@ from accelerate import PartialState
 from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total_params, uniform_ranks
+from hf_tensorcompress.search.config import FORM_KINDS
+from hf_tensorcompress.search.forms import Form
 
-from .byte_arms import (
-    BYTE_DERIVED,
-    BYTE_WIDTHS,
-    INT_QAT_ARMS,
-    prepare_allocation,
-    prepare_int_qat,
-    searched_byte_budget,
-)
+from .byte_arms import BYTE_DERIVED, BYTE_WIDTHS, INT_QAT_ARMS, lowbit_arm, prepare_int_qat, prepare_lowbit
 from .forecasters import Size
 from .quantization_arms import (
     FACTOR_SCHEMES,
@@ -54,21 +49,27 @@ class Plan:
     post_arms: dict[str, tuple[str, Callable]] = field(default_factory=dict)
 
 
-def search_factory(size: Size, args: argparse.Namespace, byte_budget: float | None) -> Callable[..., SearchConfig]:
-    """``make(seed, reward)``: a fresh search config per run (the trainer keeps it); ``byte_budget`` is the byte
-    search's, as a fraction of the searched Linears' fp32 bytes (``searched_byte_budget``)."""
+def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., SearchConfig]:
+    """``make(seed, reward)``: a fresh search config per run (the trainer keeps it); ``in_bytes``: the search over the
+    form of every Linear under ``--budget-ratio`` of their fp32 bytes."""
 
     def make(seed: int, reward: str = "loss", in_bytes: bool = False) -> SearchConfig:
-        if in_bytes:  # rank and factor width of every Linear, under a byte budget
+        if in_bytes:
             return SearchConfig(
                 seed=seed,
                 interval=size.interval,
                 consecutive_actions=size.consecutive_actions,
                 max_actions_per_layer=size.max_actions_per_layer,
-                byte_budget=byte_budget,
+                max_candidates=args.max_candidates,
+                byte_budget=args.budget_ratio,
+                forms=tuple(args.forms),
                 factor_widths=tuple(args.factor_widths),
-                reward=reward,
+                keep_ratios=tuple(args.keep_ratios),
+                weight_group_sizes=tuple(args.weight_group_sizes),
+                reward=args.byte_reward,
                 validation_batches=args.validation_batches,
+                front_only=args.front_only,
+                start=args.search_start,
             )
         return SearchConfig(
             seed=seed,
@@ -85,15 +86,12 @@ def search_factory(size: Size, args: argparse.Namespace, byte_budget: float | No
 
 def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Module) -> Plan:
     """Every arm of the comparison, ``--runs`` applied; a ``ValueError`` names a flag that cannot be used."""
-    byte_budget = None
-    if args.budget_ratio is not None:
-        byte_budget, kept = searched_byte_budget(shape_model, args.budget_ratio)
-        if PartialState().is_main_process:
-            print(
-                f"byte search: --budget-ratio {args.budget_ratio:.4g} of every Linear's fp32 bytes; {kept} Linear(s) "
-                f"too narrow to factor stay fp32, so the searched ones get {byte_budget:.4f} of theirs"
-            )
-    search = search_factory(size, args, byte_budget)
+    if args.budget_ratio is not None and PartialState().is_main_process:
+        print(
+            f"byte search: the form of every Linear ({' '.join(args.forms)}) within --budget-ratio "
+            f"{args.budget_ratio:.4g} of their fp32 bytes"
+        )
+    search = search_factory(size, args)
     plan = Plan(
         [("dense", None, 1.0, None), ("smartformer", "cp", 1.0, search)],
         args.switch_step or size.steps // 2,
@@ -111,6 +109,10 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
         add_svd_all(plan, ratio, shape_model)
     if args.budget_ratio is not None:
         add_byte_arms(plan, search)
+    for name in args.runs or []:
+        if lowbit_arm(name) is not None:
+            plan.arms.append((name, None, None, None))
+            plan.prepares[name] = prepare_lowbit(*lowbit_arm(name))
     if args.runs is not None:
         plan.arms = chosen_runs(plan, args.runs)
     check_switch_step(plan, size.steps, args.switch_step is not None)
@@ -159,6 +161,7 @@ def run_names_help() -> str:
         "with --budget-ratio: smartformer-bytes",
         *BYTE_DERIVED,
         *INT_QAT_ARMS,
+        'lowbit-<bits>-g<group> (every Linear as method="lowbit", e.g. lowbit-2-g128)',
         "svd-all-<ratio>[-q4][-scheduled] and svd-all-<ratio>[-scheduled]+<int8|int4|int2> (each --all-linear-ratios ratio)",
     ]
     text = "runs (--runs NAME ...): " + ", ".join(names)
@@ -166,10 +169,9 @@ def run_names_help() -> str:
 
 
 def add_byte_arms(plan: Plan, search: Callable[..., SearchConfig]) -> None:
-    """``smartformer-bytes`` (every Linear at full rank and fp32 factors, then searched in rank and width), the
-    allocations derived from each seed's search (their ``prepare`` is made per seed) and int-N weight QAT."""
+    """``smartformer-bytes`` (every Linear dense, then searched in form), the allocations derived from each seed's
+    search (their ``prepare`` is made per seed) and int-N weight QAT."""
     plan.arms.append(("smartformer-bytes", None, None, lambda seed: search(seed, in_bytes=True)))
-    plan.prepares["smartformer-bytes"] = prepare_allocation(None, None)
     plan.arms += [(name, None, None, None) for name in BYTE_DERIVED]
     plan.arms += [(name, None, None, None) for name in INT_QAT_ARMS]
     plan.prepares.update({name: prepare_int_qat(int(name.split("-")[1][3:])) for name in INT_QAT_ARMS})
@@ -221,11 +223,76 @@ def search_end_step(trace: list[dict]) -> int:
     return next((record["step"] for record in trace if record["done"]), trace[-1]["step"])
 
 
+def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str], float]) -> None:
+    """The byte search's flags: its budget, the forms and their widths, group sizes and keep ratios."""
+    parser.add_argument(
+        "--budget-ratio",
+        type=fraction,
+        default=None,
+        help="byte budget of the smartformer-bytes search, a fraction of the fp32 bytes of every Linear (e.g. 1/16); "
+        "adds smartformer-bytes, the allocations at its bytes and int4/int2 weight QAT",
+    )
+    parser.add_argument(
+        "--forms", nargs="+", default=list(FORM_KINDS), choices=FORM_KINDS, help="the forms the byte search offers"
+    )
+    parser.add_argument(
+        "--factor-widths", type=factor_width, nargs="+", default=list(BYTE_WIDTHS), help=byte_widths_help()
+    )
+    parser.add_argument(
+        "--weight-group-sizes",
+        type=group_size,
+        nargs="+",
+        default=[32],
+        help="group sizes of the lowbit form's weights (input columns per scale; 'row': one scale per output row)",
+    )
+    parser.add_argument("--keep-ratios", type=float, nargs="+", default=[0.5], help="keep ratios of the biprop form")
+    parser.add_argument(
+        "--max-candidates", type=int, default=10, help="ranks the svd and cp forms offer (parameter ratios 1/n … 1)"
+    )
+    parser.add_argument(
+        "--search-schedule",
+        type=int,
+        nargs=3,
+        metavar=("INTERVAL", "AGREEING", "MOST"),
+        help="every search's stage (optimizer steps), the agreeing actions that decide a layer, and the most actions "
+        "a layer gets (default by --size: 8 3 6 for demo and medium)",
+    )
+    parser.add_argument(
+        "--search-start",
+        type=form_label,
+        default="dense",
+        help="the form every Linear starts the byte search in: dense (the model as given) or a form the search may "
+        "choose for every Linear, e.g. lowbit:2/g32 (SearchConfig.start)",
+    )
+    parser.add_argument(
+        "--front-only",
+        action="store_true",
+        help="per-layer sensitivity: the byte search chooses each Linear's form among its Pareto front of bytes and "
+        "the loss increase each form gives when first tried (SearchConfig.front_only)",
+    )
+    parser.add_argument(
+        "--byte-reward",
+        choices=("loss", "validation_loss"),
+        default="loss",
+        help="the byte search's reward: the training loss of each stage or the loss on --validation-batches held-out "
+        "batches",
+    )
+
+
 def byte_widths_help() -> str:
     return (
         f"factor widths the byte search chooses among per Linear (default {' '.join(map(str, BYTE_WIDTHS))}; 16 is "
         "bfloat16 factors, ternary BitNet b1.58's three levels per group in 2-bit codes)"
     )
+
+
+def group_size(text: str) -> int | None:
+    """One ``--weight-group-sizes`` value: a positive int, or ``row`` (one group per output row)."""
+    if text == "row":
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a group size is a positive int or 'row'")
+    return int(text)
 
 
 def factor_width(text: str) -> int | str:
@@ -234,3 +301,12 @@ def factor_width(text: str) -> int | str:
     if value not in FACTOR_WIDTHS:
         raise argparse.ArgumentTypeError(f"{text!r}: choose among {' '.join(map(str, FACTOR_WIDTHS))}")
     return value
+
+
+def form_label(text: str) -> str:
+    """``--search-start``: a form's label (``Form.from_label``), checked here and kept as text (``SearchConfig.start``)."""
+    try:
+        Form.from_label(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text

@@ -98,11 +98,10 @@ def run_one(
     ranks, factor_bits = {}, {}
     if method is not None:
         ranks = {group.name: model.get_submodule(group.modules[0]).rank for group in attention_groups(model)}
-    elif prepare is not None and getattr(model.config, "compression_config", None):
-        ranks = {name: spec["rank"] for name, spec in model.config.compression_config["modules"].items()}
-        factor_bits = {
-            name: spec.get("factor_bits") for name, spec in model.config.compression_config["modules"].items()
-        }
+    elif getattr(model.config, "compression_config", None):  # every Linear of its own: its rank and width
+        specs = model.config.compression_config["modules"]
+        ranks = {name: spec["rank"] for name, spec in specs.items() if "rank" in spec}
+        factor_bits = {name: spec.get("factor_bits", spec.get("bits")) for name, spec in specs.items()}
     result = {
         "name": name,
         "seed": seed,

@@ -14,6 +14,7 @@ from torch import nn
 
 from ...methods.biprop.layer import BipropLinear
 from ...methods.cp.layer import STORED_NAMES, CPLinear
+from ...methods.lowbit.layer import LowBitLinear
 from ...methods.svd.layer import LowRankLinear
 from ...runtime.factor_storage import stored
 from .unpack import GraphLowBit, unpack_codes
@@ -96,12 +97,33 @@ class GraphBiprop(nn.Module):
         self.register_buffer("mask_bits", layer.mask_bits.detach().clone())
         self.register_buffer("sign_bits", layer.sign_bits().detach().clone())
         self.register_buffer("alpha", layer.alpha.detach().float().clone())
+        self.bias = _bias(layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         numel = self.shape[0] * self.shape[1]
         mask, sign = _bits(self.mask_bits, numel), _bits(self.sign_bits, numel)
         ternary = mask * (2 * sign - 1)
-        return x @ (ternary.reshape(self.shape) * self.alpha).T
+        y = x @ (ternary.reshape(self.shape) * self.alpha).T
+        return y if self.bias is None else y + self.bias
 
 
-GRAPH_FORMS: dict[type, type[nn.Module]] = {CPLinear: GraphCP, LowRankLinear: GraphSVD, BipropLinear: GraphBiprop}
+class GraphLowBitLinear(nn.Module):
+    """``y = x Wᵀ + b`` on the full weight's packed codes: ``MatMulNBits`` where the width and groups map
+    (``ortops.py``), else the codes decoded in the graph before one ``MatMul``."""
+
+    def __init__(self, layer: LowBitLinear) -> None:
+        super().__init__()
+        self.weight = GraphLowBit(layer.packed())
+        self.bias = _bias(layer)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.weight.matmul_t(x)
+        return y if self.bias is None else y + self.bias
+
+
+GRAPH_FORMS: dict[type, type[nn.Module]] = {
+    CPLinear: GraphCP,
+    LowRankLinear: GraphSVD,
+    BipropLinear: GraphBiprop,
+    LowBitLinear: GraphLowBitLinear,
+}

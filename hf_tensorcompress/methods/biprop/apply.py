@@ -55,8 +55,14 @@ def build(
         sign_seed=seed,
         save_scores=config.save_scores,
         generator=torch.Generator().manual_seed(seed),
+        bias=config.bias and dense.bias is not None,
     )
-    return layer.to(device=dense.weight.device, dtype=dense.weight.dtype)
+    if config.init == "dense":
+        layer.start_from(dense.weight.cpu().float())
+    layer = layer.to(device=dense.weight.device, dtype=dense.weight.dtype)
+    if layer.bias is not None:  # after the move: the bias of a model on the meta device is meta too
+        layer.bias.data.copy_(dense.bias)
+    return layer
 
 
 def attention_length(model: nn.Module, config: BipropConfig) -> int:
@@ -121,7 +127,7 @@ METHOD = Method(
     accepts=projection_types(),
     keywords={"all-linear": encoder_linears},
     model_options=model_options,
-    reads_weights=lambda config: False,  # frozen random weights from the seed: the dense weights are not used
+    reads_weights=lambda config: config.init == "dense" or config.bias,  # random: frozen weights from the seed
     layers=(BipropLinear,),
     options=(SBTAttention,),
 )

@@ -9,6 +9,8 @@ from ...config import CompressionConfig, check_choice, check_fraction, check_int
 
 #: Initialisations of the frozen random weights.
 WEIGHT_INITS = ("kaiming_normal", "signed_constant")
+#: ``random``: the paper's init; ``dense``: started from the dense weights (``BipropLinear.start_from``).
+BIPROP_INITS = ("random", "dense")
 #: The paper's attention options.
 ATTENTION_OPTIONS = ("step_t", "qkv_mask")
 
@@ -36,8 +38,10 @@ class BipropConfig(CompressionConfig):
         attention_length: ``qkv_mask``: the sequence length the masks cover; ``None`` derives it from the model
             config where it can (PatchTST: number of patches).
         attention_modules: filled by ``apply_compression``: the attention modules the option applies to.
-        init: ``"random"``, the only value: the frozen weights are always drawn from ``weight_seed``. Accepted so that
-            code passing ``init="random"`` to every method (e.g. to build on the meta device) works for biprop too.
+        init: ``"random"`` (the paper's: frozen weights and scores drawn from ``weight_seed``) or ``"dense"``: the
+            frozen magnitudes are the dense weights' and the first mask keeps the largest weights whose sign the
+            seed's signs agree with (the signs always come from the seed), so the layer starts near what it replaced.
+        bias: keep the replaced Linear's bias (fp32, trained); SBT's layers have none.
     """
 
     method: str = "biprop"
@@ -49,7 +53,8 @@ class BipropConfig(CompressionConfig):
     attention_keep_ratio: float | None = None
     attention_length: int | None = None
     attention_modules: list[str] = field(default_factory=list)
-    init: str = "random"
+    init: str = "random"  # not a one_of: --init is one flag of several methods, each with its own values
+    bias: bool = False
 
     method_name: ClassVar[str] = "biprop"
     #: Version-1 dicts held every method's fields: their ``init`` was cp/svd's (``"decompose"``), not this one.
@@ -62,11 +67,14 @@ class BipropConfig(CompressionConfig):
         if self.attention_keep_ratio is not None:
             check_fraction(self.attention_keep_ratio, "attention_keep_ratio", meaning)
         check_choice(self.weight_init, "weight_init", WEIGHT_INITS)
-        if self.init != "random":
+        if self.init not in BIPROP_INITS:
             raise ValueError(
-                f"init={self.init!r}: biprop's frozen weights are always drawn at random from weight_seed, so init "
-                "can only be 'random' ('decompose' computes cp/svd factors from the dense weights)"
+                f"init={self.init!r}: biprop's signs always come from weight_seed, so init is 'random' (frozen "
+                "magnitudes and scores drawn too) or 'dense' (magnitudes and first mask from the dense weights); "
+                "'decompose' computes cp/svd factors"
             )
+        if not isinstance(self.bias, bool):
+            raise ValueError(f"bias must be True or False, got {self.bias!r}")
         check_int(self.weight_seed, "weight_seed", 0)
         if not isinstance(self.save_scores, bool):
             raise ValueError(f"save_scores must be True or False, got {self.save_scores!r}")

@@ -122,7 +122,8 @@ class _ScaledMask(torch.autograd.Function):
 
 
 class BipropLinear(CompressedLinear):
-    """``y = x (α · sign(W) ⊙ M)ᵀ``: frozen random ``W``, learned scores choose ``M``; no bias (as in SBT).
+    """``y = x (α · sign(W) ⊙ M)ᵀ (+ b)``: frozen random ``W``, learned scores choose ``M``; no bias (as in SBT)
+    unless ``bias=True`` (an fp32 bias, e.g. the replaced Linear's, kept where a layer must compute what it did).
 
     Args:
         keep_ratio: fraction of weights kept (the paper's "prune rate p" — its code keeps that fraction).
@@ -132,6 +133,7 @@ class BipropLinear(CompressedLinear):
         save_scores: also store ``scores`` and ``frozen_weight`` in checkpoints (to resume training); otherwise a saved
             layer is only ``mask_bits`` + ``alpha`` and loads as an inference-only layer.
         trainable: ``False`` builds the inference-only form (no scores, no ``W``), as loaded from a bits checkpoint.
+        bias: an fp32 bias added to the output (trained, saved).
     """
 
     layer_type = "biprop"
@@ -146,6 +148,7 @@ class BipropLinear(CompressedLinear):
         save_scores: bool = False,
         trainable: bool = True,
         generator: torch.Generator | None = None,
+        bias: bool = False,
     ) -> None:
         super().__init__()
         if not 0.0 < keep_ratio <= 1.0:
@@ -160,6 +163,7 @@ class BipropLinear(CompressedLinear):
         self._sign_bits: dict[torch.device, torch.Tensor] = {}
         self.register_buffer("mask_bits", torch.zeros((numel + 7) // 8, dtype=torch.uint8))
         self.register_buffer("alpha", torch.zeros(1))
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
         if trainable:
             self.scores = nn.Parameter(torch.empty(out_features, in_features))
             self.register_buffer("frozen_weight", torch.empty(out_features, in_features))
@@ -197,6 +201,24 @@ class BipropLinear(CompressedLinear):
                 mask = top_mask(scores, self.keep)
                 self.mask_bits.copy_(pack_bits(mask.bool()))
                 self.alpha.copy_((magnitude * mask).sum() / mask.sum())
+            if self.bias is not None:
+                self.bias.zero_()
+
+    @torch.no_grad()
+    def start_from(self, weight: torch.Tensor) -> None:
+        """Start a trainable layer from a dense ``(out, in)`` weight: the frozen magnitudes are ``|weight|`` (the signs
+        stay the seed's) and the scores favour the large weights whose sign the seed agrees with, so the first mask
+        keeps those and ``α · sign ⊙ M`` approximates ``weight`` where it can (a layer switched to biprop mid-training
+        keeps much of what it computed, instead of starting from a random mask)."""
+        if not self.trainable:
+            raise ValueError("start_from needs the trainable form (scores and frozen weights)")
+        signs = self.signs().to(weight.dtype)
+        magnitude = weight.detach().abs().to(self.frozen_weight.device)
+        self.frozen_weight.copy_(signs * magnitude)
+        agree = (torch.sign(weight.detach()) == signs).to(magnitude.dtype)
+        self.scores.copy_(magnitude * agree + 1e-6 * magnitude.mean() * (1 - agree))
+        self._refresh_packed()
+        self._cache = None
 
     @property
     def weight(self) -> torch.Tensor:
@@ -256,7 +278,8 @@ class BipropLinear(CompressedLinear):
             minus = table[(block_mask & ~block_signs).long()].view(-1)
             weight = (plus - minus)[: (stop - start) * self.in_features].view(stop - start, self.in_features) * alpha
             outputs.append(F.linear(x, weight))
-        return torch.cat(outputs, dim=-1)
+        output = torch.cat(outputs, dim=-1)
+        return output if self.bias is None else output + self.bias
 
     def effective_weight(self) -> torch.Tensor:
         """``α · sign(W) ⊙ M`` with gradients to the scores (training path)."""
@@ -296,7 +319,7 @@ class BipropLinear(CompressedLinear):
             weight = self.effective_weight()
         else:
             weight = self.folded_weight()
-        return F.linear(x, weight.to(x.dtype))
+        return F.linear(x, weight.to(x.dtype), self.bias)
 
     def check_state(self) -> None:
         """The mask keeps exactly ``keep`` weights with nothing in the padding bits, and ``α`` is positive: the
@@ -325,7 +348,7 @@ class BipropLinear(CompressedLinear):
             "sign_seed": self.sign_seed,
             "sign_check": sign_check(self.sign_seed, self.in_features * self.out_features),
             "save_scores": self.save_scores,
-        }
+        } | ({"bias": True} if self.bias is not None else {})
 
     @classmethod
     def from_spec(cls, spec: dict) -> BipropLinear:
@@ -348,6 +371,7 @@ class BipropLinear(CompressedLinear):
             spec["sign_seed"],
             save_scores=spec["save_scores"],
             trainable=spec["save_scores"],
+            bias=spec.get("bias", False),
         )
 
     # ------------------------------------------------------------------ costs
@@ -356,12 +380,12 @@ class BipropLinear(CompressedLinear):
         return self.in_features * self.out_features + self.out_features
 
     def stored_parameters(self) -> int:
-        """Non-zero binary weights plus α: what inference needs (the paper's "Params (Binary)")."""
-        return self.keep + 1
+        """Non-zero binary weights plus α (and the bias): what inference needs (the paper's "Params (Binary)")."""
+        return self.keep + 1 + (0 if self.bias is None else self.out_features)
 
     def storage_bits(self) -> int:
-        """Bits of the saved inference form: one mask bit per weight (padded to bytes) + fp32 α."""
-        return self.mask_bits.numel() * 8 + 32
+        """Bits of the saved inference form: one mask bit per weight (padded to bytes) + fp32 α (+ the bias)."""
+        return self.mask_bits.numel() * 8 + 32 + (0 if self.bias is None else 32 * self.out_features)
 
     def multiply_adds(self, tokens: int, cached: bool = False) -> tuple[int, str]:
         """Non-zero multiply-adds: only kept weights multiply (paper §5.1: ``d·m·p``)."""

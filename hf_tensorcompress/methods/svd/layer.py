@@ -154,6 +154,14 @@ class LowRankLinear(CompressedLinear):
             return self.stored_out.dequantize() @ self.stored_in.dequantize()
         return self.factor_out @ self.factor_in.T
 
+    def dense_weight(self) -> torch.Tensor:
+        """The weight the forward computes (``decompress``): with low-bit factors, the product of the rounded ones
+        (``weight`` is the fp32 factors' product, which ``set_rank`` re-truncates)."""
+        if self.stored or self.factor_bits is None:
+            return self.weight
+        out_t, in_t = self.rounded_factors()
+        return out_t @ in_t
+
     def load_factors(self, factors: list[torch.Tensor]) -> None:
         for name, value in zip(("factor_out", "factor_in"), factors):
             old = getattr(self, name)

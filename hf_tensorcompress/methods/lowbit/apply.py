@@ -1,0 +1,50 @@
+"""``method="lowbit"``: every target Linear keeps its full weight in a few bits, trained quantization-aware."""
+
+from __future__ import annotations
+
+from torch import nn
+
+from ...core.registry import Method
+from ...core.targets import dense_projection, projection_types
+from .config import LowBitConfig
+from .layer import LowBitLinear
+
+
+def all_linear(model: nn.Module) -> list[str]:
+    """Every ``nn.Linear`` (and GPT-2 ``Conv1D``) of the model but its output embeddings (a language model's head,
+    often tied to the token embedding, which these layers would untie)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    kinds = projection_types()
+    return [name for name, module in model.named_modules() if isinstance(module, kinds) and module is not head]
+
+
+def build(
+    model: nn.Module, name: str, linear: nn.Module, config: LowBitConfig, calibration: None = None
+) -> LowBitLinear:
+    dense = dense_projection(linear)
+    layer = LowBitLinear(
+        dense.in_features,
+        dense.out_features,
+        config.weight_bits,
+        config.weight_group_size,
+        bias=dense.bias is not None,
+    )
+    layer = layer.to(device=dense.weight.device, dtype=dense.weight.dtype)
+    if config.init == "copy":
+        layer.latent.data.copy_(dense.weight)
+    if dense.bias is not None:  # after the move: the bias of a model on the meta device is meta too
+        layer.bias.data.copy_(dense.bias)
+    return layer
+
+
+#: The method's build code (its package's ``MethodRecord`` points here).
+METHOD = Method(
+    "lowbit",
+    LowBitConfig,
+    all_linear,
+    build,
+    accepts=projection_types(),
+    keywords={"all-linear": all_linear},
+    reads_weights=lambda config: config.init == "copy",
+    layers=(LowBitLinear,),
+)

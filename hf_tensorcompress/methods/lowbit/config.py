@@ -1,0 +1,50 @@
+"""Options of ``method="lowbit"`` (full-rank Linear weights stored in a few bits, trained quantization-aware)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ...config import CompressionConfig, check_choice, check_int, one_of
+from ...runtime.marker import FACTOR_WIDTHS
+
+#: ``"copy"``: start from the dense weights (a fresh model trains from scratch, a trained one goes on from there);
+#: ``"random"``: ``nn.Linear``'s own init (what a model built on the meta device needs: no weights to read).
+LOWBIT_INITS = ("copy", "random")
+
+
+@dataclass
+class LowBitConfig(CompressionConfig):
+    """Each target Linear keeps its full ``out × in`` weight, stored in ``bits`` with one scale per group.
+
+    Args:
+        target_modules: ``None`` or ``"all-linear"`` (every Linear but a language model's output head), names, or a
+            regex.
+        weight_bits: the stored width of every weight: 8, 4, 3 or 2 (round-to-nearest codes with an fp16 scale and minimum
+            per group), ``"ternary"`` (BitNet b1.58's levels {-s, 0, +s} per group in 2-bit codes) or 16 (bfloat16).
+        weight_group_size: input columns per scale/minimum group (``None``, or a size that does not divide a layer's
+            inputs: one group per output row). Larger groups cost fewer bytes: at 2 bits, 32 → 3 bits a weight, 128
+            → 2.25.
+        init: ``"copy"`` (the dense weights, rounded) or ``"random"`` (``nn.Linear``'s init).
+
+    The layer trains fp32 weights and computes with them rounded exactly as they will be stored (straight-through
+    gradients), so training with it is quantization-aware training; saved, it holds only the packed codes, on disk
+    and, once loaded, in memory.
+    """
+
+    method: str = "lowbit"
+    weight_bits: int | str = one_of(4, FACTOR_WIDTHS)
+    weight_group_size: int | None = 32
+    init: str = "copy"  # not a one_of: --init is one flag of several methods, each with its own values
+
+    method_name: ClassVar[str] = "lowbit"
+
+    def validate(self) -> None:
+        super().validate()
+        if isinstance(self.weight_bits, bool) or self.weight_bits not in FACTOR_WIDTHS:
+            raise ValueError(
+                f"weight_bits={self.weight_bits!r} is not a stored width; choose one of {list(FACTOR_WIDTHS)}"
+            )
+        if self.weight_group_size is not None:
+            check_int(self.weight_group_size, "weight_group_size", 1, " (input columns per scale group) or None")
+        check_choice(self.init, "init", LOWBIT_INITS)

@@ -1,0 +1,163 @@
+"""Changing a Linear's form in the middle of ``SmartformerTrainer.train`` (the search over forms).
+
+Within a kind the layer changes in place (a low-bit weight's width with ``set_bits``; low-rank or CP factors'
+rank with ``set_rank`` and width with ``set_factor_bits``); across kinds the new layer is built by the ``mixed``
+method's builder from the weight the old one computes with (the fp32 weight behind a low-bit one), so it starts near
+what the layer computed, and its bias is the old bias parameter itself. The optimizer drops the old parameters and
+takes the new ones into the old weight's group, each group kept in the model's parameter order (so a checkpoint's
+optimizer state matches the optimizer a resumed run builds); ``compression_config`` records every Linear's form and
+spec (``method="mixed"``). A trainable low-bit Linear's checkpoint holds its codes only (what the model loads as), so
+a checkpoint inside the search also keeps the fp32 weights behind them (``LATENT_FILE``), which a resumed search
+trains on exactly as the interrupted one would have.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from ..compress import check_not_compressed
+from ..config import CompressionConfig
+from ..core.export import mark_compressed
+from ..methods.mixed.apply import build_form
+from ..runtime.contract import CompressedLayer
+from ..saving import save_extras
+from .forms import Form, LinearSlot
+
+#: The fp32 weights behind the trainable low-bit Linears, kept beside a checkpoint's model weights.
+LATENT_FILE = "search_latents.safetensors"
+
+
+def prepare_for_forms(model: nn.Module, slots: list[LinearSlot]) -> None:
+    """Record a dense ``model`` as a ``mixed`` model whose searched Linears are all still dense (so checkpoints
+    saved while the search runs carry the structure and the code)."""
+    check_not_compressed(model)
+    config = CompressionConfig(method="mixed", target_modules=[slot.name for slot in slots])
+    mark_compressed(model, {**config.to_dict(), "modules": {}}, save_hook=save_extras)
+
+
+def current_weight(module: nn.Module) -> torch.Tensor:
+    """The ``(out, in)`` weight ``module`` computes with, before any rounding: what a new form starts from."""
+    if isinstance(module, nn.Linear):
+        return module.weight.detach()
+    if getattr(module, "layer_type", "") == "lowbit" and not module.stored:
+        return module.latent.detach()
+    if getattr(module, "layer_type", "") == "biprop":
+        return module.dense_weight().detach()
+    return module.weight.detach()
+
+
+def _same_kind(module: nn.Module, form: Form) -> bool:
+    return getattr(module, "layer_type", "dense" if isinstance(module, nn.Linear) else "") == form.kind
+
+
+def _in_place(module: nn.Module, form: Form, slot: LinearSlot) -> dict[nn.Parameter, nn.Parameter]:
+    """Change ``module`` (of ``form``'s kind) to ``form`` where it is; returns {old: new} parameters."""
+    if form.kind == "lowbit":
+        module.set_bits(form.bits, form.group)
+        return {}
+    replaced = module.set_rank(form.rank, n_iter=slot.cp_iterations)
+    module.set_factor_bits(form.bits, slot.factor_group_size)
+    return replaced
+
+
+def form_module(model: nn.Module, slot: LinearSlot, module: nn.Module, form: Form) -> nn.Module:
+    """A new module of ``form`` for ``slot``, started from ``module``'s weight, sharing its bias parameter."""
+    weight = current_weight(module)
+    dense = nn.Linear(slot.in_features, slot.out_features, bias=slot.bias, device=weight.device, dtype=weight.dtype)
+    with torch.no_grad():
+        dense.weight.copy_(weight)
+        if slot.bias:
+            dense.bias.copy_(module.bias)
+    options = form.options(slot.factor_group_size, slot.cp_iterations)
+    new = dense if options is None else build_form(model, slot.name, dense, options)
+    if slot.bias and getattr(new, "bias", None) is not None:
+        new.bias = module.bias
+    return new
+
+
+def swap_parameters(optimizer: torch.optim.Optimizer, model: nn.Module, removed: list[nn.Parameter]) -> None:
+    """Every ``removed`` parameter leaves ``optimizer`` (and its state), every parameter of ``model`` that no group
+    holds joins the group the removed ones were in (the old weights'), and every group is sorted in the model's
+    parameter order."""
+    order = {id(p): index for index, p in enumerate(model.parameters())}
+    held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    anchors = {id(old) for old in removed}
+    target = next(
+        (group for group in optimizer.param_groups if any(id(p) in anchors for p in group["params"])),
+        optimizer.param_groups[0],
+    )
+    for group in optimizer.param_groups:
+        group["params"] = [p for p in group["params"] if id(p) not in anchors]
+    for old in removed:
+        optimizer.state.pop(old, None)
+    held -= anchors
+    target["params"] += [p for p in model.parameters() if id(p) not in held and p.requires_grad]
+    for group in optimizer.param_groups:
+        group["params"].sort(key=lambda p: order.get(id(p), len(order)))
+
+
+def change_forms(model: nn.Module, slots: dict[str, LinearSlot], forms: dict[str, Form]) -> list[nn.Parameter]:
+    """Give each Linear of ``forms`` its new form; returns every parameter that left the model."""
+    removed: list[nn.Parameter] = []
+    for name, form in forms.items():
+        module, slot = model.get_submodule(name), slots[name]
+        if _same_kind(module, form) and form.kind == "dense":
+            continue
+        if _same_kind(module, form) and form.kind != "biprop":
+            removed += [old for old, new in _in_place(module, form, slot).items() if old is not new]
+            continue
+        new = form_module(model, slot, module, form)
+        kept = {id(p) for p in new.parameters()}
+        removed += [p for p in module.parameters() if id(p) not in kept]
+        model.set_submodule(name, new)
+    return removed
+
+
+def record_forms(model: nn.Module, slots: list[LinearSlot], chosen: dict[str, Form]) -> None:
+    """Re-record every searched Linear's form (``forms``) and spec (``modules``) in ``compression_config``."""
+    recorded = model.config.compression_config
+    recorded["forms"] = {
+        slot.name: chosen[slot.name].options(slot.factor_group_size, slot.cp_iterations)
+        for slot in slots
+        if chosen[slot.name].kind != "dense"
+    }
+    layers = {slot.name: model.get_submodule(slot.name) for slot in slots}
+    recorded["modules"] = {name: layer.spec() for name, layer in layers.items() if isinstance(layer, CompressedLayer)}
+
+
+def finish_forms(model: nn.Module, slots: list[LinearSlot], chosen: dict[str, Form]) -> None:
+    """Once training ends: the biprop layers save their mask only (the scores were kept for resuming), so the
+    saved model is every Linear packed as it is stored."""
+    for slot in slots:
+        layer = model.get_submodule(slot.name)
+        if getattr(layer, "layer_type", "") == "biprop":
+            layer.save_scores = False
+    record_forms(model, slots, chosen)
+    for options in model.config.compression_config["forms"].values():
+        if options["method"] == "biprop":
+            options["save_scores"] = False
+
+
+def save_latents(model: nn.Module, slots: list[LinearSlot], folder: str) -> None:
+    """Write the fp32 weight of every trainable low-bit Linear of ``slots`` into ``folder`` (a checkpoint)."""
+    layers = {slot.name: model.get_submodule(slot.name) for slot in slots}
+    latents = {
+        name: layer.latent.detach().cpu().contiguous()
+        for name, layer in layers.items()
+        if getattr(layer, "layer_type", "") == "lowbit" and not layer.stored
+    }
+    save_file(latents, os.path.join(folder, LATENT_FILE))
+
+
+def load_latents(model: nn.Module, folder: str) -> None:
+    """Give the low-bit Linears the fp32 weights ``save_latents`` kept (after the checkpoint's codes loaded)."""
+    path = os.path.join(folder, LATENT_FILE)
+    if not os.path.exists(path):
+        return
+    with torch.no_grad():
+        for name, latent in load_file(path).items():
+            model.get_submodule(name).latent.copy_(latent)

@@ -1,0 +1,340 @@
+"""The search over forms: per Linear of a dense model, dense, a full-rank low-bit weight, low-rank or CP factors at a
+width, or a Biprop mask, chosen by the RL agent under a byte budget as stored; every form trains in the precision it
+is stored in; the model saves each Linear packed in its form (``method="mixed"``) and loads back scoring the same."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from smartformer_fixtures import dense_patchtst, sines
+from transformers import TrainerCallback, TrainingArguments
+
+from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress.core.metrics import linear_bytes
+from hf_tensorcompress.loading import load_model
+from hf_tensorcompress.search import SearchConfig
+from hf_tensorcompress.search.allocators import (
+    allocation_bytes,
+    greedy_allocation,
+    measure_form_sensitivity,
+    random_allocation,
+    uniform_forms,
+)
+from hf_tensorcompress.search.forms import FORM_KINDS, Form, form_bytes, form_spec, linear_slots, pareto_front
+from hf_tensorcompress.search.mdp import RankSearch
+from hf_tensorcompress.search.trainer import SmartformerTrainer
+from tests.helpers import run_without_library
+
+FORMS = dict(forms=FORM_KINDS, factor_widths=(8, 4, 2, "ternary"), keep_ratios=(0.5,), weight_group_sizes=(16,))
+
+
+def search_config(budget: float, **overrides) -> SearchConfig:
+    options = dict(interval=2, consecutive_actions=2, max_actions_per_layer=3, byte_budget=budget, **FORMS)
+    return SearchConfig(**{**options, **overrides})
+
+
+def test_every_form_costs_what_its_layer_stores():
+    """The bytes the budget counts are those of the layer the form builds (apply_compression of that form)."""
+    model = dense_patchtst(layers=1)
+    slots = linear_slots(model, search_config(1 / 8))
+    kinds = {form.kind for slot in slots for form in slot.actions}
+    assert kinds == set(FORM_KINDS)
+    cp_slots = {slot.name for slot in slots if any(form.kind == "cp" for form in slot.actions)}
+    assert cp_slots and all(name.endswith(("q_proj", "k_proj", "v_proj")) for name in cp_slots)  # cp: attention only
+    for slot in slots:
+        forms = {form.kind: form for form in slot.actions}  # one form of each kind
+        for form in forms.values():
+            options = form.options(slot.factor_group_size, 2)
+            if options is None:
+                assert slot.bytes_at(form) == slot.dense_bytes
+                continue
+            built = apply_compression(
+                dense_patchtst(layers=1), CompressionConfig(method="mixed", forms={slot.name: options})
+            )
+            layer = built.get_submodule(slot.name)
+            assert slot.bytes_at(form) == layer.storage_bits() / 8 == linear_bytes(built)["modules"][slot.name]["disk"]
+            seeded = ("sign_seed", "sign_check", "save_scores")  # biprop's per-layer seed; scores kept while training
+            assert {k: v for k, v in layer.spec().items() if k not in seeded} == {
+                k: v for k, v in form_spec(slot, form).items() if k not in seeded
+            }
+
+
+def test_config_checks_the_form_fields():
+    with pytest.raises(ValueError, match="forms=\\['quantized'\\]"):
+        SearchConfig(forms=("quantized",))
+    with pytest.raises(ValueError, match="byte_budget, not param_budget"):
+        SearchConfig(forms=("lowbit",), factor_widths=(4,), param_budget=0.5)
+    with pytest.raises(ValueError, match="factor_widths"):
+        SearchConfig(forms=("lowbit",))
+    with pytest.raises(ValueError, match="keep_ratios"):
+        SearchConfig(forms=("biprop",), keep_ratios=(0.0,))
+
+
+def train_search(folder, budget: float, steps: int = 40, save_steps: int | None = None, **overrides):
+    """A short search over forms on a tiny dense PatchTST (``eval_dataset``: held-out sines)."""
+    args = TrainingArguments(
+        str(folder), max_steps=steps, per_device_train_batch_size=16, learning_rate=1e-3, report_to=[],
+        use_cpu=True, seed=0, data_seed=0, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+    )  # fmt: skip
+    trainer = SmartformerTrainer(
+        model=dense_patchtst(layers=1),
+        args=args,
+        train_dataset=sines(400),
+        eval_dataset=sines(200, seed=2),
+        search=search_config(budget, **overrides),
+    )
+    return trainer
+
+
+def test_search_over_forms_meets_its_budget_and_saves_every_linear_packed(tmp_path):
+    trainer = train_search(tmp_path / "run", 1 / 8)
+    trainer.train()
+    search = trainer.search
+    assert search.done
+    model = trainer.model
+    rows = linear_bytes(model)["modules"]
+    names = [slot.name for slot in search.groups]
+    assert sum(rows[name]["disk"] for name in names) <= sum(rows[name]["dense"] for name in names) / 8
+    recorded = model.config.compression_config
+    assert recorded["method"] == "mixed"
+    for slot in search.groups:  # every Linear holds the form the search decided, and the config records it
+        form = search.chosen[slot.name]
+        layer = model.get_submodule(slot.name)
+        assert getattr(layer, "layer_type", "dense") == form.kind
+        assert recorded["forms"].get(slot.name) == form.options(slot.factor_group_size, slot.cp_iterations) or (
+            form.kind == "biprop" and recorded["forms"][slot.name]["save_scores"] is False
+        )
+        assert rows[slot.name]["disk"] == slot.bytes_at(form)
+    model.eval()
+    past = sines(200, seed=3)[0]["past_values"][None]
+    with torch.no_grad():
+        expected = model(past_values=past).prediction_outputs
+    model.save_pretrained(tmp_path / "saved")
+    loaded = load_model(tmp_path / "saved").eval()
+    for name in recorded["modules"]:  # packed in RAM: no fp32 weight behind a low-bit one, no Biprop scores
+        layer = loaded.get_submodule(name)
+        assert getattr(layer, "stored", True) and getattr(layer, "trainable", False) is False
+    with torch.no_grad():
+        assert torch.allclose(loaded(past_values=past).prediction_outputs, expected, atol=1e-5)
+    torch.save({"past": past, "expected": expected}, tmp_path / "io.pt")
+
+
+def test_a_form_change_keeps_the_optimizer_in_the_models_order(tmp_path):
+    """After the search swapped layers, the optimizer holds exactly the model's trainable parameters, in the model's
+    order (what a resumed run's fresh optimizer holds), and the bias of a swapped Linear kept its Adam state."""
+    trainer = train_search(tmp_path / "run", 1 / 8, steps=12)
+    trainer.train()
+    optimizer = trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer
+    held = [p for group in optimizer.param_groups for p in group["params"]]
+    trainable = [p for p in trainer.model.parameters() if p.requires_grad]
+    assert {id(p) for p in held} == {id(p) for p in trainable} and len(held) == len(trainable)
+    order = {id(p): i for i, p in enumerate(trainable)}
+    for group in optimizer.param_groups:
+        positions = [order[id(p)] for p in group["params"]]
+        assert positions == sorted(positions)
+    changed = [s for s in trainer.search.groups if trainer.search.chosen[s.name] != Form("dense")]
+    assert changed
+    bias = trainer.model.get_submodule(changed[0].name).bias
+    assert bias is not None and optimizer.state[bias]["step"] == 12
+
+
+@pytest.mark.slow
+def test_searched_forms_load_in_a_new_process_natively_and_with_remote_code(tmp_path):
+    test_search_over_forms_meets_its_budget_and_saves_every_linear_packed(tmp_path)
+    check = """
+        import torch
+        io = torch.load("io.pt")
+        model = {load}
+        model.eval()
+        with torch.no_grad():
+            got = model(past_values=io["past"]).prediction_outputs
+        assert torch.allclose(got, io["expected"], atol=1e-5), (got - io["expected"]).abs().max()
+        print("ok")
+    """
+    native = "__import__('hf_tensorcompress.loading').loading.load_model('saved')"
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(check.format(load=native))],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+    remote = "__import__('transformers').AutoModel.from_pretrained('saved', trust_remote_code=True)"
+    assert "ok" in run_without_library(check.format(load=remote), tmp_path).stdout
+
+
+@pytest.mark.slow
+class StopAt(TrainerCallback):
+    """Ends training after optimizer step ``step``: a run of ``max_steps`` interrupted there (its learning-rate
+    schedule is that of the whole run, which a shorter ``max_steps`` would not be)."""
+
+    def __init__(self, step: int) -> None:
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        control.should_training_stop = control.should_training_stop or state.global_step == self.step
+
+
+@pytest.mark.parametrize("start", ["dense", "lowbit:2/g16"])
+def test_search_over_forms_resumes_from_a_checkpoint_where_it_stopped(tmp_path, start):
+    """A checkpoint inside the search holds every Linear in its current form (Biprop with its scores); resuming
+    rebuilds those forms, from dense or from the start form, and continues with the same decisions, and the same
+    training, as an uninterrupted run."""
+    whole = train_search(tmp_path / "whole", 1 / 8, steps=20, start=start)
+    whole.train()
+    first = train_search(tmp_path / "part", 1 / 8, steps=20, save_steps=8, start=start)
+    first.add_callback(StopAt(8))
+    first.train()
+    assert not first.search.done and any(f.label() != start for f in first.search.chosen.values())
+    assert any(f.label() == start for f in first.search.chosen.values())  # undecided Linears still in the start form
+    resumed = train_search(tmp_path / "part", 1 / 8, steps=20, save_steps=8, start=start)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "part" / "checkpoint-8"))
+    assert resumed.search.chosen == whole.search.chosen
+    assert [r["chosen"] for r in resumed.search.trace] == [r["chosen"] for r in whole.search.trace]
+    assert [r["metric"] for r in resumed.search.trace] == [r["metric"] for r in whole.search.trace]
+
+
+def test_the_search_state_round_trips_every_draw_and_update(tmp_path):
+    """``RankSearch.save`` / ``load`` carry the agent (weights and Adam), its random draws, the pending action and
+    the layer being searched: a search stopped after any stage and loaded into a fresh one makes the decisions of
+    one that never stopped."""
+    slots = linear_slots(dense_patchtst(layers=1), search_config(1 / 8))
+    config = search_config(1 / 8, epsilon_end=0.5)  # exploring: every stage draws from the search's RNG
+    metrics = [0.9 - 0.05 * stage + 0.03 * (stage % 3) for stage in range(12)]
+
+    def search() -> RankSearch:
+        return RankSearch(slots, {}, config, chosen={slot.name: Form("dense") for slot in slots})
+
+    whole = search()
+    expected = [whole.end_stage(stage, metric) for stage, metric in enumerate(metrics)]
+    for stop in (3, 6):
+        first = search()
+        for stage in range(stop):
+            first.end_stage(stage, metrics[stage])
+        first.save(str(tmp_path))
+        resumed = search()
+        resumed.load(str(tmp_path))
+        records = [resumed.end_stage(stage, metrics[stage]) for stage in range(stop, len(metrics))]
+        assert records == expected[stop:] and resumed.chosen == whole.chosen
+
+
+def test_allocators_over_forms_stay_within_their_bytes():
+    """One form everywhere at the most bytes that fit, random forms and the greedy allocation: each within the bytes
+    it is given; a form that cannot take every Linear (cp: the attention's q/k/v only) has no uniform allocation."""
+    slots = linear_slots(dense_patchtst(layers=1), search_config(1 / 8))
+    budget = sum(slot.dense_bytes for slot in slots) / 8  # the tiny model's biases: 2-bit weights cost 1/6
+    lowbit = uniform_forms(slots, 2 * budget, "lowbit")
+    assert {form.kind for form in lowbit.values()} == {"lowbit"} and allocation_bytes(slots, lowbit) <= 2 * budget
+    assert len({(form.bits, form.group) for form in lowbit.values()}) == 1
+    svd = uniform_forms(slots, 2 * budget, "svd")  # any rank, not only the candidates
+    assert {form.kind for form in svd.values()} == {"svd"}
+    assert sum(form_bytes(s, svd[s.name]) for s in slots) <= 2 * budget
+    assert uniform_forms(slots, budget, "cp") is None
+    assert uniform_forms(slots, budget, "lowbit") is None  # nothing that small
+    for draw in range(5):
+        assert allocation_bytes(slots, random_allocation(slots, budget, random.Random(draw))) <= budget
+    # greedy: every form free on one Linear, costly everywhere else: that Linear takes the cheapest form
+    free = slots[-1].name
+    sensitivity = {
+        slot.name: {form: 0.0 if slot.name == free else 1.0 / slot.bytes_at(form) for form in slot.actions}
+        for slot in slots
+    }
+    greedy = greedy_allocation(slots, budget, sensitivity)
+    assert allocation_bytes(slots, greedy) <= budget
+    assert greedy[free] == min(slots[-1].actions, key=slots[-1].bytes_at)
+
+
+def test_sensitivity_is_the_loss_increase_of_one_linear_in_each_form():
+    model = dense_patchtst(layers=1).eval()
+    slots = linear_slots(model, search_config(1 / 8, forms=("dense", "lowbit", "biprop")))
+    batch = sines(200, seed=1)[0]
+    inputs = {key: value[None] for key, value in batch.items()}
+
+    def loss(m):
+        return float(m(**inputs).loss)
+
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    sensitivity = measure_form_sensitivity(model, slots[:2], loss)
+    assert all(torch.equal(p, before[name]) for name, p in model.named_parameters())  # the model is as it was
+    for slot in slots[:2]:
+        assert sensitivity[slot.name][Form("dense")] == 0.0
+        for form in slot.actions:
+            if form.kind == "dense":
+                continue
+            changed = apply_compression(
+                dense_patchtst(layers=1).eval(),
+                CompressionConfig(method="mixed", forms={slot.name: form.options(slot.factor_group_size, 12)}),
+            )
+            assert sensitivity[slot.name][form] == pytest.approx(loss(changed) - loss(model), abs=1e-6)
+
+
+def test_pareto_front_keeps_the_forms_nothing_beats_in_bytes_and_loss():
+    slot = linear_slots(dense_patchtst(layers=1), search_config(1 / 8, forms=("dense", "lowbit", "biprop")))[1]
+    losses = {form: 1.0 / slot.bytes_at(form) for form in slot.actions}  # more bytes, less loss: all efficient
+    by_bytes = sorted({slot.bytes_at(f) for f in slot.actions})
+    assert {slot.bytes_at(slot.actions[i]) for i in pareto_front(slot, losses)} == set(by_bytes)
+    worst = max(slot.actions, key=slot.bytes_at)
+    losses[worst] = 10.0  # the costliest form loses the most: dominated
+    assert slot.actions.index(worst) not in pareto_front(slot, losses)
+
+
+def test_front_only_search_chooses_on_each_linears_front(tmp_path):
+    trainer = train_search(tmp_path / "run", 1 / 2, front_only=True, reward="validation_loss")  # a loose wall
+    trainer.train()
+    search = trainer.search
+    assert search.done and set(search.front) == {slot.name for slot in search.groups}
+    for slot in search.groups:
+        front = {slot.actions[i] for i in search.front[slot.name]}
+        taken = {action for action in search.actions[slot.name]}
+        assert len(front) < len(slot.actions) and taken <= front
+
+
+def test_pacing_spends_the_budget_across_the_linears(tmp_path):
+    """Paced, every Linear's form costs about its share of the bytes left, so the search ends near its budget; with
+    the wall alone it may end far below it (whatever the first actions took)."""
+    spent = {}
+    for pace in (None, 0.25):
+        trainer = train_search(tmp_path / f"run-{pace}", 1 / 4, steps=60, pace=pace)  # time to decide every Linear
+        trainer.train()
+        search = trainer.search
+        assert search.done
+        budget = sum(slot.dense_bytes for slot in search.groups) / 4
+        spent[pace] = allocation_bytes(search.groups, search.chosen) / budget
+        for record in search.trace:
+            if pace is not None and "action" in record:  # every action within ± pace of its share (or the closest)
+                assert (
+                    record.get("share") is None
+                    or abs(record["cost"] / record["share"] - 1) <= pace + 1e-9
+                    or (record["closest"])
+                )
+    assert 1 - 0.25 - 0.1 <= spent[0.25] <= 1.0 and spent[0.25] >= spent[None]
+
+
+def test_form_labels_and_a_search_that_starts_from_low_bit_weights(tmp_path):
+    for label in ("dense", "lowbit:2/row", "lowbit:ternary/g32", "svd:r8:4", "cp:r3:None", "biprop:0.5"):
+        assert Form.from_label(label).label() == label
+    for label in ("lowbit:2", "lowbit:None/row", "lowbit:5/g32", "svd:r8", "svd:8:4", "dense:", "int4", ""):
+        with pytest.raises(ValueError, match="e.g. lowbit:2/row"):
+            Form.from_label(label)
+    with pytest.raises(ValueError, match="start='lowbit:2/row': a form of one of forms=\\['svd'\\]"):
+        SearchConfig(forms=("svd",), factor_widths=(2,), start="lowbit:2/row")
+    with pytest.raises(ValueError, match="start='lowbit:2/row' is the first of the forms"):
+        SearchConfig(start="lowbit:2/row")
+    with pytest.raises(ValueError, match="start must be a form label"):
+        SearchConfig(forms=("lowbit",), factor_widths=(2,), start=2)
+    with pytest.raises(ValueError, match="e.g. lowbit:2/row"):
+        train_search(tmp_path / "bad", 1 / 6, start="lowbit:2")
+    with pytest.raises(ValueError, match="start from 'dense' or one of: .*lowbit:2/g16"):  # 3 bits: not a listed width
+        train_search(tmp_path / "bad", 1 / 6, start="lowbit:3/g16")
+    trainer = train_search(tmp_path / "run", 1 / 6, start="lowbit:4/g16", steps=2)
+    assert {type(trainer.model.get_submodule(s.name)).__name__ for s in trainer.search.groups} == {"LowBitLinear"}
+    assert trainer.model.config.compression_config["forms"][trainer.search.groups[0].name]["weight_bits"] == 4
+    trainer.train()  # the agent's first action moves one Linear away from the start form
+    first = trainer.search.trace[0]
+    assert first["previous_bits"] == 4 and first["form_changes"] == {first["layer"]: first["action"]}
