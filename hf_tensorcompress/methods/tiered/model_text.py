@@ -24,7 +24,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from ...progress import progress
+from ...core.progress import progress
 
 #: Most sequences sampled side by side, and their longest length after the start token (shorter where the model's
 #: positions end sooner).
