@@ -215,8 +215,10 @@ def report_guards(model, tokenizer, caught: list) -> None:
     for warning in caught:
         fired |= issubclass(warning.category, BudgetCheckWarning)
         print(f"warning: {warning.message}", file=sys.stderr)
+    if not fired:  # only a size_ratio embedding has a guard; other models may have no input embedding at all
+        return
     check = getattr(model.get_input_embeddings(), "budget_check", None)
-    if not fired or check is None or not check.worst_served:
+    if check is None or not check.worst_served:
         return
     print("size_ratio: the rows served worst on held-back text (token, uses there, stored width):", file=sys.stderr)
     for token, uses, width in check.worst_served:
