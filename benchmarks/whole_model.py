@@ -54,9 +54,9 @@ from tensorslm_domains import byte_arms, corpora  # noqa: E402  (the recipe's co
 
 from hf_tensorcompress import assets, quantize_linears  # noqa: E402
 from hf_tensorcompress.cli import linear_quantization  # noqa: E402  (the CLI's --quantize-linears configs)
+from hf_tensorcompress.core.extras import require  # noqa: E402
 from hf_tensorcompress.data.text import token_ids  # noqa: E402
 from hf_tensorcompress.evaluation.quantized_embedding import quantize_embedding  # noqa: E402
-from hf_tensorcompress.extras import require  # noqa: E402
 from hf_tensorcompress.loading import load_model  # noqa: E402
 from hf_tensorcompress.methods.tt.calibration import TTCalibration, hidden_covariance  # noqa: E402
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from .core.lazy import lazy_exports
+from .core.log_noise import silence_third_party_noise
 from .core.registry import add_method_package
-from .lazy import lazy_exports
-from .noise import silence_third_party_noise
 from .registration import register_with_transformers
 
 silence_third_party_noise()  # before transformers imports torchao with its quantizers

@@ -10,9 +10,9 @@ from transformers import PretrainedConfig
 
 from .config import CompressionConfig, as_config
 from .core.export import mark_compressed
+from .core.progress import progress
 from .core.registry import get_method, method_for, records
 from .core.targets import match_targets
-from .progress import progress
 from .runtime.contract import CompressedLayer
 from .runtime.modeling_tensorcompress import is_compressed
 from .runtime.structure import bind_layers, install_model_options

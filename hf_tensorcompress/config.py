@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, ClassVar
 
 from .core import registry
-from .json_config import JsonConfig
+from .core.json_config import JsonConfig
 from .runtime.marker import QUANT_METHOD
 
 #: 2: one config per method, only its own fields are written. 1: one flat config holding every method's fields.

@@ -15,7 +15,7 @@ import transformers
 from torch import nn
 
 from .config import CompressionConfig
-from .extras import require
+from .core.extras import require
 from .quantizer import check_method
 from .runtime.atomic import recover
 from .runtime.modeling_tensorcompress import CLASS_PREFIX

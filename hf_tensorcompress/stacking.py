@@ -23,7 +23,7 @@ from torch import nn
 from transformers import BitsAndBytesConfig, TorchAoConfig
 from transformers.quantizers.auto import AutoHfQuantizer
 
-from .extras import require
+from .core.extras import require
 from .runtime.bnb_linears import packed_linear
 from .runtime.contract import QUANT_METHOD
 from .runtime.modeling_tensorcompress import is_compressed

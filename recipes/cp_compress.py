@@ -40,13 +40,13 @@ from transformers import (
 )
 
 from hf_tensorcompress import CompressionConfig, apply_compression, compression_report
+from hf_tensorcompress.cli.script_errors import user_errors
 from hf_tensorcompress.data import describe_forecasting, describe_source, forecasting_windows, standardization_of
 from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_forecasting_from_args
 from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
 from hf_tensorcompress.evaluation.tables import runs_table
 from hf_tensorcompress.runtime.atomic import atomic_folder
 from hf_tensorcompress.training.forecasting import BestValidation, ForecastTrainer
-from hf_tensorcompress.usage import user_errors
 
 from recipekit.forecasters import CLASSES
 

@@ -40,11 +40,11 @@ import torch
 from accelerate import Accelerator
 
 from hf_tensorcompress.baselines import quantization
+from hf_tensorcompress.cli.script_errors import user_errors
 from hf_tensorcompress.data.arguments import add_classification_arguments, add_forecasting_arguments
 from hf_tensorcompress.evaluation.sequences import forecast_scores
 from hf_tensorcompress.runtime.atomic import atomic_folder
 from hf_tensorcompress.training import StepBudget, train_for_steps
-from hf_tensorcompress.usage import user_errors
 
 from recipekit.costs import scope_names
 from recipekit.quantization_arms import ternary

@@ -56,10 +56,10 @@ from fractions import Fraction
 
 from accelerate import PartialState
 
+from hf_tensorcompress.cli.script_errors import user_errors
 from hf_tensorcompress.data import describe_forecasting, describe_source, forecasting_windows, standardization_of
 from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_forecasting_from_args
 from hf_tensorcompress.evaluation.naive import evaluate_naive, natural_seasons
-from hf_tensorcompress.usage import user_errors
 
 from recipekit.forecasters import FAMILIES, FULL, SIZES, Size, build_model, covariate_note
 from recipekit.run_headers import RunHeaders

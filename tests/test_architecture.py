@@ -12,13 +12,13 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[1] / "hf_tensorcompress"
 NAME = PACKAGE.name
 #: The layers, bottom up: a module may import its own layer and those below, never one above. ``runtime`` is what
-#: checkpoints ship; ``core`` what every method uses; then the configs and small helpers; the methods; the
+#: checkpoints ship; ``core`` what every method uses (and the package's plumbing); then the configs; the methods; the
 #: application (compress, save, load, quantizer, Hub, reports); the experiment code; the command line and the package
 #: entry. A top-level module not named here is application.
 LAYERS = (
     ("runtime",),
     ("core",),
-    ("config", "json_config", "progress", "lazy", "extras"),
+    ("config",),
     ("methods",),
     (),
     ("data", "evaluation", "training", "baselines", "search", "assets"),
@@ -105,9 +105,9 @@ def test_the_runtime_imports_only_itself_torch_transformers_and_the_standard_lib
 DYNAMIC_IMPORTS = {
     "core/registry.py",
     "runtime/optional.py",
-    "lazy.py",
+    "core/lazy.py",
     "__init__.py",
-    "extras.py",
+    "core/extras.py",
     "runtime/torchao_linears.py",
     "runtime/bnb_linears.py",
 }

@@ -14,7 +14,7 @@ from test_cli import ROOT, cli
 from transformers import LlamaForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression
-from hf_tensorcompress.noise import NOISE, DropMatching, silence_third_party_noise
+from hf_tensorcompress.core.log_noise import NOISE, DropMatching, silence_third_party_noise
 
 TORCHAO_LINE = "Failed to load /venv/site-packages/torchao/_C_mxfp8.cpython-310-x86_64-linux-gnu.so: Could not load"
 PYTREE_LINE = (

@@ -17,8 +17,8 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, BitsAndBytesConfig, LlamaForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression, quantize_linears
-from hf_tensorcompress.checkpoint_size import weight_bytes
 from hf_tensorcompress.cli import main
+from hf_tensorcompress.cli.checkpoint_size import weight_bytes
 
 TIERED = ["--method", "tiered", "--tier-tokens", "16", "--tier-bits", "8", "4", "--tier-group-size", "16"]
 IDS = torch.tensor([[1, 5, 9, 33, 2, 60]])

@@ -13,7 +13,7 @@ import pytest
 
 from hf_tensorcompress.cli import build_parser, compression_config, exit_code
 from hf_tensorcompress.cli.common import UsageError
-from hf_tensorcompress.extras import MissingExtraError, require
+from hf_tensorcompress.core.extras import MissingExtraError, require
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What --help must not load: torch, transformers, the model code, the data and evaluation stacks.

@@ -9,9 +9,9 @@ from helpers import save_word_level_lm
 from transformers import LlamaForCausalLM
 
 from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress.core.progress import PROGRESS_ENV
 from hf_tensorcompress.methods.tiered.codebook_rounding import codebook_codes
 from hf_tensorcompress.methods.tiered.rounding import output_aware_codes
-from hf_tensorcompress.progress import PROGRESS_ENV
 
 
 def covariance(size: int) -> torch.Tensor:

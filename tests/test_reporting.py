@@ -71,7 +71,7 @@ def test_every_line_compares_against_the_dense_model_in_one_precision(tmp_path):
 
 def test_the_size_line_names_packed_linears_as_such(tmp_path):
     """NF4 codes were listed as "uncompressed U8"."""
-    from hf_tensorcompress.checkpoint_size import bytes_by_part
+    from hf_tensorcompress.cli.checkpoint_size import bytes_by_part
 
     stacked_bf16_llama().save_pretrained(tmp_path)
     parts = bytes_by_part(tmp_path)

@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM, BitsAndBytesConfig, LlamaForCausa
 from transformers.quantizers.auto import AutoHfQuantizer
 
 from hf_tensorcompress import CompressedCheckpointError, CompressionConfig, apply_compression, quantize_linears
-from hf_tensorcompress.extras import MissingExtraError
+from hf_tensorcompress.core.extras import MissingExtraError
 
 IDS = torch.randint(3, 120, (2, 9), generator=torch.Generator().manual_seed(2))
 GREEDY = dict(max_new_tokens=6, do_sample=False)

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from ..extras import require
+from ..core.extras import require
 
 #: scheme -> (bits, group size along the input axis; None = one scale per output row)
 SCHEMES: dict[str, tuple[int, int | None]] = {"int8": (8, None), "int4": (4, 32), "int2": (2, 32)}

@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 
 from ..core import registry
-from ..extras import check_installed
+from ..core.extras import check_installed
 from .common import PROG, UsageError, quoted, tokenizer_of
 from .config_flags import add_config_flags, compression_config
 
@@ -242,11 +242,11 @@ def run(args: argparse.Namespace) -> int:
     check_output(source, output, args.overwrite)
     config = compression_config(args)
     check_installed(LINEAR_PACKAGES[args.quantize_linears], f"--quantize-linears {args.quantize_linears}")
-    from ..checkpoint_size import DTYPES, size_line, source_dtype
     from ..hub import CardInfo, set_card_info
     from ..loading import gguf_provenance, load_model
     from ..methods.tiered.guard import BudgetCheckWarning
     from ..runtime.atomic import atomic_folder
+    from .checkpoint_size import DTYPES, size_line, source_dtype
 
     compress = calibrated_compression(config, args.calibration)
     linears = linear_quantization(args.quantize_linears)

@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     folder = existing_folder(args.folder)
     if args.standardization and not Path(args.standardization).is_file():
         raise UsageError(f"--standardization {args.standardization} does not exist; pass a standardization.json")
-    from ..extras import require_all
+    from ..core.extras import require_all
 
     require_all(("onnx", "onnxscript"), "exporting to ONNX")
     from ..deploy.onnx.export import describe, export_onnx

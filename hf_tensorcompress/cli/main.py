@@ -7,7 +7,7 @@ import errno
 import sys
 
 from ..config import config_classes
-from ..extras import MissingExtraError
+from ..core.extras import MissingExtraError
 from .common import PROG, UsageError
 from .config_flags import config_flags, method_of
 from .messages import in_flag_terms

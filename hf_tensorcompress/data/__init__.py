@@ -1,7 +1,7 @@
 """Forecasting data: load (Appliances Energy by default, or the user's), read its layout, split 7:1:2,
 standardise, window; classification data (UEA names, .ts/.arff, CSV, datasets folders) padded with masks."""
 
-from ..lazy import lazy_exports
+from ..core.lazy import lazy_exports
 
 #: public name -> the module (relative to this package) defining it; imported on first use, so the command line's
 #: data flags (``arguments.py``) are read without pandas or datasets

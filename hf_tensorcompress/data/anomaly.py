@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..extras import require
+from ..core.extras import require
 from .columns import not_numeric
 from .tables import read_table
 

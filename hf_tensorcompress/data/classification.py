@@ -17,7 +17,7 @@ import datasets
 import numpy as np
 import pandas as pd
 
-from ..extras import require
+from ..core.extras import require
 from .columns import not_numeric
 from .tables import looks_like_path, read_table
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import datasets
 import torch
 
-from ..progress import progress
+from ..core.progress import progress
 
 
 def natural_key(path: Path) -> list:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..extras import require
+from ..core.extras import require
 from ..reporting import markdown_table
 
 #: Arms that are what a user would pick instead (weight-only PTQ, low-bit QAT) and the uncompressed model.

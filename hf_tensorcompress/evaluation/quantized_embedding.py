@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from ..extras import require
+from ..core.extras import require
 from ..runtime.lowbit import LowBitTensor
 
 #: ``(weight) -> (dequantized weight, stored bytes)``

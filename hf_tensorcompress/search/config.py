@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from ..json_config import JsonConfig
+from ..core.json_config import JsonConfig
 from ..runtime.marker import FACTOR_WIDTHS
 
 INTERVAL_UNITS = ("steps", "epochs")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..extras import require
+from ..core.extras import require
 
 
 def plot_trace(trace: list[dict], path: str) -> None:

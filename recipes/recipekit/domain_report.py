@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hf_tensorcompress.extras import require
+from hf_tensorcompress.core.extras import require
 
 
 def table(results: dict) -> str:

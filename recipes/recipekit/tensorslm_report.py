@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from hf_tensorcompress.extras import require
+from hf_tensorcompress.core.extras import require
 
 
 def plot(results: dict, path: Path) -> None:

@@ -5,7 +5,7 @@ Names are imported on first use, so ``hf_tensorcompress.deploy.onnx.runner`` imp
 
 from __future__ import annotations
 
-from ...lazy import lazy_exports
+from ...core.lazy import lazy_exports
 
 _EXPORTS = {"export_onnx": ".export", "OnnxExportError": ".export"}
 __all__ = list(_EXPORTS)

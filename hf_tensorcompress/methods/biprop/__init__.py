@@ -4,8 +4,8 @@
 ``apply.py`` (targets, the attention option, ``apply_attention`` for a dense baseline with the same attention).
 """
 
+from ...core.lazy import lazy_exports
 from ...core.registry import MethodRecord, register_method
-from ...lazy import lazy_exports
 
 _EXPORTS = {
     "BipropConfig": ".config",

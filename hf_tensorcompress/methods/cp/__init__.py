@@ -4,8 +4,8 @@
 dense projection (tensorly CP-ALS of the folded weight).
 """
 
+from ...core.lazy import lazy_exports
 from ...core.registry import MethodRecord, register_method
-from ...lazy import lazy_exports
 
 _EXPORTS = {
     "CPConfig": ".config",

@@ -3,8 +3,8 @@
 ``config.py`` ``SVDConfig`` · ``layer.py`` ``LowRankLinear`` (shipped in checkpoints) · ``apply.py``.
 """
 
+from ...core.lazy import lazy_exports
 from ...core.registry import MethodRecord, register_method
-from ...lazy import lazy_exports
 
 _EXPORTS = {
     "SVDConfig": ".config",

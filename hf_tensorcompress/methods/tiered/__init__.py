@@ -6,8 +6,8 @@
 (``apply_tiered``).
 """
 
+from ...core.lazy import lazy_exports
 from ...core.registry import MethodRecord, register_method
-from ...lazy import lazy_exports
 
 _EXPORTS = {
     "TieredConfig": ".config",

@@ -17,7 +17,7 @@ from itertools import combinations
 
 import torch
 
-from ...progress import progress
+from ...core.progress import progress
 from ...runtime.codebook import CodebookTensor
 from ...runtime.lowbit import LowBitTensor
 from .codebook_rounding import codebook_codes, kmeans

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ...progress import progress
+from ...core.progress import progress
 from ...runtime.codebook import CodebookTensor
 from .rounding import _inverse_hessian_factor
 

@@ -25,7 +25,7 @@ from torch import nn
 from tqdm.auto import tqdm
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from ...progress import progress
+from ...core.progress import progress
 
 #: The sampled sequences' length after the start token (shorter where the model's positions end sooner).
 LENGTH = 128

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from ...progress import progress
+from ...core.progress import progress
 from ...runtime.lowbit import LowBitTensor, check_lowbit, group_params
 
 

@@ -6,8 +6,8 @@
 dense rows + SVD tail at a parameter budget).
 """
 
+from ...core.lazy import lazy_exports
 from ...core.registry import MethodRecord, register_method
-from ...lazy import lazy_exports
 
 _EXPORTS = {
     "TTConfig": ".config",

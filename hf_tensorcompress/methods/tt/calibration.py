@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ...progress import progress
+from ...core.progress import progress
 from .config import EXACT_PRIORS, TTConfig
 
 

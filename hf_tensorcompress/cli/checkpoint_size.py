@@ -41,8 +41,8 @@ def bytes_by_part(folder: str | Path) -> dict[str, int]:
     packed codes and scales) in another, the rest by dtype (from the safetensors headers, nothing loaded)."""
     from safetensors import safe_open
 
-    from .runtime.checkpoint_files import stored_metadata
-    from .runtime.checks import torchao_weights
+    from ..runtime.checkpoint_files import stored_metadata
+    from ..runtime.checks import torchao_weights
 
     folder = Path(folder)
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
