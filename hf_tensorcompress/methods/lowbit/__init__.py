@@ -4,8 +4,8 @@ quantization-aware (straight-through).
 ``config.py`` ``LowBitConfig`` · ``layer.py`` ``LowBitLinear`` (shipped in checkpoints) · ``apply.py``.
 """
 
+from ...core.lazy import lazy_exports
 from ...core.registry import MethodRecord, register_method
-from ...lazy import lazy_exports
 
 _EXPORTS = {
     "LowBitConfig": ".config",

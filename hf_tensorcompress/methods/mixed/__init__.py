@@ -5,8 +5,8 @@ result as a config.
 methods', shipped in checkpoints).
 """
 
+from ...core.lazy import lazy_exports
 from ...core.registry import MethodRecord, register_method
-from ...lazy import lazy_exports
 
 _EXPORTS = {"MixedConfig": ".config"}
 __all__ = list(_EXPORTS)
