@@ -1,5 +1,5 @@
 """stderr carries the library's own lines and real problems, not third-party noise: torchao's kernels a CPU install
-cannot load and torch's pytree deprecation notes are dropped once ``hf_tensorcompress`` is imported (a user's script
+cannot load, bitsandbytes' note about a Hub kernel and torch's pytree deprecation notes are dropped once ``hf_tensorcompress`` is imported (a user's script
 and the command line alike); anything else those libraries log still shows."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.core.log_noise import NOISE, DropMatching, silence_third_party_noise
 
 TORCHAO_LINE = "Failed to load /venv/site-packages/torchao/_C_mxfp8.cpython-310-x86_64-linux-gnu.so: Could not load"
+BNB_LINE = "Failed to load CPU gemm_4bit_forward from kernels-community: No module named 'kernels'. Please make sure"
 PYTREE_LINE = (
     "<enum 'KernelPreference'> is an Enum subclass and is now natively supported by torch.compile as an opaque value "
     "type. Calling register_constant() on Enum subclasses is deprecated and will be an error in a future release."
@@ -42,6 +43,7 @@ def test_the_filters_drop_only_the_known_lines(caplog, monkeypatch):
     with caplog.at_level(logging.WARNING):
         logging.getLogger("torchao").warning(TORCHAO_LINE)
         logging.getLogger("torch.utils._pytree").warning(PYTREE_LINE)
+        logging.getLogger("bitsandbytes.backends.cpu.ops").warning(BNB_LINE)
         logging.getLogger("torchao").warning("Failed to quantize layer 3: shape mismatch")
         logging.getLogger("torch.utils._pytree").warning("register_constant(cls) expects a non-default __eq__")
     assert [record.getMessage() for record in caplog.records] == [
@@ -57,7 +59,7 @@ def test_importing_the_library_quiets_the_model_loads_of_a_script(tmp_path):
     apply_compression(model, CompressionConfig(method="svd", rank=4, target_modules=["q_proj"]))
     model.save_pretrained(tmp_path / "svd")
     code = (
-        "import sys, hf_tensorcompress\n"
+        "import sys, hf_tensorcompress, bitsandbytes\n"  # bitsandbytes noted a Hub kernel it does without
         "from transformers import AutoModelForCausalLM\n"
         "AutoModelForCausalLM.from_pretrained(sys.argv[1])\n"
         "print('loaded')\n"
