@@ -169,7 +169,6 @@ def test_searched_forms_load_in_a_new_process_natively_and_with_remote_code(tmp_
     assert "ok" in run_without_library(check.format(load=remote), tmp_path).stdout
 
 
-@pytest.mark.slow
 class StopAt(TrainerCallback):
     """Ends training after optimizer step ``step``: a run of ``max_steps`` interrupted there (its learning-rate
     schedule is that of the whole run, which a shorter ``max_steps`` would not be)."""
@@ -181,6 +180,7 @@ class StopAt(TrainerCallback):
         control.should_training_stop = control.should_training_stop or state.global_step == self.step
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start", ["dense", "lowbit:2/g16"])
 def test_search_over_forms_resumes_from_a_checkpoint_where_it_stopped(tmp_path, start):
     """A checkpoint inside the search holds every Linear in its current form (Biprop with its scores); resuming
