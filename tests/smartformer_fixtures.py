@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import torch
 from transformers import PatchTSTConfig, PatchTSTForPrediction
 
@@ -64,3 +69,33 @@ def appliances(rows: int = 1200) -> Windows:
     frame = pd.read_csv(appliances_energy_csv(), usecols=["Appliances", "lights", "T1"], nrows=rows)
     values = torch.tensor(frame.to_numpy(), dtype=torch.float32)
     return Windows((values - values.mean(0)) / values.std(0).clamp_min(1e-6), stride=2)
+
+
+FORECAST_CHECK = """
+    import torch
+    io = torch.load("io.pt")
+    model = {load}
+    model.eval()
+    with torch.no_grad():
+        got = model(past_values=io["past"]).prediction_outputs
+    assert torch.allclose(got, io["expected"], atol=1e-5), (got - io["expected"]).abs().max()
+    print("ok")
+"""
+
+
+def assert_forecasts_in_new_processes(folder: Path) -> None:
+    """``folder/saved`` forecasts ``folder/io.pt``'s expected outputs in a new process, loaded by the library and
+    with ``trust_remote_code`` where the library is not installed."""
+    from tests.helpers import run_without_library
+
+    native = "__import__('hf_tensorcompress.loading').loading.load_model('saved')"
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(FORECAST_CHECK.format(load=native))],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+    remote = "__import__('transformers').AutoModel.from_pretrained('saved', trust_remote_code=True)"
+    assert "ok" in run_without_library(textwrap.dedent(FORECAST_CHECK.format(load=remote)), folder).stdout

@@ -4,13 +4,10 @@ trained at the chosen widths, saved packed with per-layer ``factor_bits`` and lo
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
-from smartformer_fixtures import dense_patchtst, sines
+from smartformer_fixtures import assert_forecasts_in_new_processes, dense_patchtst, sines
 from transformers import PatchTSTForPrediction, TrainingArguments
 
 from hf_tensorcompress import CompressionConfig, apply_compression
@@ -20,7 +17,6 @@ from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search import SearchConfig, attention_groups
 from hf_tensorcompress.search.space import allowed_actions
 from hf_tensorcompress.search.trainer import SmartformerTrainer
-from tests.helpers import run_without_library
 
 WIDTHS = (8, 4, 2)
 
@@ -134,27 +130,7 @@ def search_save_and_reload(tmp_path, widths: tuple, budget: float) -> None:
 @pytest.mark.slow
 def test_searched_model_loads_in_a_new_process_natively_and_with_remote_code(tmp_path):
     search_save_and_reload(tmp_path, (16, 8, 4, 2, "ternary"), 1 / 6)
-    check = """
-        import torch
-        io = torch.load("io.pt")
-        model = {load}
-        model.eval()
-        with torch.no_grad():
-            got = model(past_values=io["past"]).prediction_outputs
-        assert torch.allclose(got, io["expected"], atol=1e-5), (got - io["expected"]).abs().max()
-        print("ok")
-    """
-    native = "__import__('hf_tensorcompress.loading').loading.load_model('saved')"
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(check.format(load=native))],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
-    remote = "__import__('transformers').AutoModel.from_pretrained('saved', trust_remote_code=True)"
-    assert "ok" in run_without_library(check.format(load=remote), tmp_path).stdout
+    assert_forecasts_in_new_processes(tmp_path)
 
 
 @pytest.mark.slow

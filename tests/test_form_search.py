@@ -5,13 +5,10 @@ is stored in; the model saves each Linear packed in its form (``method="mixed"``
 from __future__ import annotations
 
 import random
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
-from smartformer_fixtures import dense_patchtst, sines
+from smartformer_fixtures import assert_forecasts_in_new_processes, dense_patchtst, sines
 from transformers import TrainerCallback, TrainingArguments
 
 from hf_tensorcompress import CompressionConfig, apply_compression
@@ -28,7 +25,6 @@ from hf_tensorcompress.search.allocators import (
 from hf_tensorcompress.search.forms import FORM_KINDS, Form, form_bytes, form_spec, linear_slots, pareto_front
 from hf_tensorcompress.search.mdp import RankSearch
 from hf_tensorcompress.search.trainer import SmartformerTrainer
-from tests.helpers import run_without_library
 
 FORMS = dict(forms=FORM_KINDS, factor_widths=(8, 4, 2, "ternary"), keep_ratios=(0.5,), weight_group_sizes=(16,))
 
@@ -146,27 +142,7 @@ def test_a_form_change_keeps_the_optimizer_in_the_models_order(tmp_path):
 @pytest.mark.slow
 def test_searched_forms_load_in_a_new_process_natively_and_with_remote_code(tmp_path):
     test_search_over_forms_meets_its_budget_and_saves_every_linear_packed(tmp_path)
-    check = """
-        import torch
-        io = torch.load("io.pt")
-        model = {load}
-        model.eval()
-        with torch.no_grad():
-            got = model(past_values=io["past"]).prediction_outputs
-        assert torch.allclose(got, io["expected"], atol=1e-5), (got - io["expected"]).abs().max()
-        print("ok")
-    """
-    native = "__import__('hf_tensorcompress.loading').loading.load_model('saved')"
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(check.format(load=native))],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
-    remote = "__import__('transformers').AutoModel.from_pretrained('saved', trust_remote_code=True)"
-    assert "ok" in run_without_library(check.format(load=remote), tmp_path).stdout
+    assert_forecasts_in_new_processes(tmp_path)
 
 
 class StopAt(TrainerCallback):
