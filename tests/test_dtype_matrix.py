@@ -25,7 +25,8 @@ from hf_tensorcompress.cli import main as cli_main
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 #: name -> (family, config options, --quantize-linears choice): every method, every storage form of its tensors
-#: (fp32 factors, bf16 values, packed codes, ternary codes, codebooks, low-rank tails, SBT attention), biased Linears
+#: (fp32 factors, bf16 values, packed codes, ternary codes, codebooks, low-rank tails, SBT attention, full-rank
+#: low-bit weights, a form per Linear), biased Linears
 #: (PatchTST) and bias-free ones (Llama), and the quantized Linears a compressed model can carry. The stored forms
 #: do not depend on how factors were initialised: ``init="random"`` skips the CP decomposition where it is not the
 #: point.
@@ -40,6 +41,20 @@ CASES = {
     "svd-3": ("llama", dict(method="svd", rank=0.5, factor_bits=3, factor_group_size=8), "none"),
     "biprop": ("patchtst", dict(method="biprop", keep_ratio=0.5), "none"),
     "biprop-sbt": ("patchtst", dict(method="biprop", keep_ratio=0.5, attention="qkv_mask"), "none"),
+    "lowbit-4": ("llama", dict(method="lowbit", weight_bits=4, weight_group_size=8), "none"),
+    "lowbit-ternary-biased": ("patchtst", dict(method="lowbit", weight_bits="ternary", weight_group_size=8), "none"),
+    "mixed": (
+        "patchtst",
+        dict(
+            method="mixed",
+            forms={
+                "q_proj": {"method": "svd", "rank": 2, "factor_bits": 4},
+                "v_proj": {"method": "lowbit", "weight_bits": 2, "weight_group_size": 8},
+                "ff.0": {"method": "biprop", "keep_ratio": 0.5, "init": "dense", "bias": True},
+            },
+        ),
+        "none",
+    ),
     "tt": ("llama", dict(method="tt", tt_order=3, tt_ranks=2), "none"),
     "tt-4": ("llama", dict(method="tt", tt_order=3, tt_ranks=2, tt_storage_bits=4), "none"),
     "tiered": ("llama", dict(method="tiered", tier_tokens=[40], tier_bits=[8, 3], tier_group_size=8), "none"),
