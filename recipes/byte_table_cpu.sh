@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CPU-sized byte comparison of docs/results/timeseries_vs_quantization.md ("The search over forms on the CPU"):
+# The CPU-sized byte comparison of the search over forms against the uniform forms, greedy, random and QAT:
 # PatchTST d_model 128 (--size medium: 8 heads, 2 layers, FFN 256), a week of context, a day ahead, patches of a day,
 # 2,000 steps of batch 64 over every window (batch 16 for the four channels of Appliances Energy); electricity, bike
 # rentals (the count alone) and Appliances Energy; 3 seeds; every arm at budget 1/16 of every Linear's fp32 bytes.
