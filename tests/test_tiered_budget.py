@@ -138,3 +138,17 @@ def test_a_budget_below_the_narrowest_rows_names_the_largest_ratio_there():
 def test_bad_budget_options_name_the_fix(options, message):
     with pytest.raises(ValueError, match=message):
         CompressionConfig(method="tiered", **options)
+
+
+@pytest.mark.parametrize("most", [1000, 40])  # a permutation of every vector's index, and a drawn sample
+def test_the_codebook_sample_is_a_subset_of_the_scaled_vectors_whatever_the_row_order(most):
+    from hf_tensorcompress.methods.tiered.budget import codebook_vectors
+
+    weight = torch.randn(64, 16, generator=torch.Generator().manual_seed(0))
+    scale = weight.pow(2).mean(1, keepdim=True).sqrt()
+    sample = codebook_vectors(weight, scale, 4, most)
+    every = {tuple(v.tolist()) for v in (weight / scale).reshape(-1, 4)}
+    assert 0.9 * min(most, 256) <= len(sample) <= min(most, 256) and {tuple(v.tolist()) for v in sample} <= every
+    order = torch.randperm(64, generator=torch.Generator().manual_seed(1))
+    again = codebook_vectors(weight[order], scale[order], 4, most)
+    assert sorted(map(tuple, sample.tolist())) == sorted(map(tuple, again.tolist()))

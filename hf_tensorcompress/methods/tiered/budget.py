@@ -92,7 +92,11 @@ def codebook_vectors(weight: torch.Tensor, scale: torch.Tensor, dim: int, most: 
     )
     order, per_row = keys.argsort(stable=True), columns // dim
     total = rows * per_row
-    pick = torch.randperm(total, generator=torch.Generator().manual_seed(0))[:most].sort().values
+    generator = torch.Generator().manual_seed(0)
+    if total <= 4 * most:
+        pick = torch.randperm(total, generator=generator)[:most].sort().values
+    else:  # a permutation of every vector's index takes 8 bytes a vector (335 MB at 262,144 × 640): draw the sample
+        pick = torch.randint(total, (most,), generator=generator).unique()  # sorted, a few repeats dropped
     at_rows, at = order[pick // per_row].to(weight.device), (pick % per_row).to(weight.device)
     return weight.reshape(rows, per_row, dim)[at_rows, at].float() / scale[at_rows]
 
