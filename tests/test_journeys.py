@@ -165,7 +165,7 @@ def test_the_docs_python_blocks_run_as_scripts_in_reading_order(path, request, t
         assert result.returncode == 0, f"{group[0].where}:\n{result.stderr[-3000:]}"
 
 
-def test_a_4bit_checkpoint_names_every_package_the_bare_environment_lacks(envs, tmp_path):
+def test_a_4bit_checkpoint_names_every_package_the_bare_environment_lacks(journey_envs, tmp_path):
     """Where only torch and transformers are, a checkpoint with NF4 Linears asked for bitsandbytes, then (once
     installed) for accelerate: one message names both."""
     from test_stacked_bnb import stacked
@@ -175,7 +175,7 @@ def test_a_4bit_checkpoint_names_every_package_the_bare_environment_lacks(envs, 
     script += "AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=True)\n"
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"} | {"HF_HUB_OFFLINE": "1"}
     result = subprocess.run(
-        [str(envs["bare"]), "-c", script, str(tmp_path / "nf4")],
+        [str(journey_envs["bare"]), "-c", script, str(tmp_path / "nf4")],
         cwd=tmp_path,
         env=environment,
         capture_output=True,
