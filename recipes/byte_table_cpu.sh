@@ -3,30 +3,61 @@
 # PatchTST d_model 128 (--size medium: 8 heads, 2 layers, FFN 256), a week of context, a day ahead, patches of a day,
 # 2,000 steps of batch 64 over every window (batch 16 for the four channels of Appliances Energy); electricity, bike
 # rentals (the count alone) and Appliances Energy; 3 seeds; every arm at budget 1/16 of every Linear's fp32 bytes.
-# One thread a process (OMP_NUM_THREADS=1: threads that wait on a shared CPU burn it); the three data sets are three
-# processes, run one after another (on 2 free cores, run two at once).
+# Every (data set, seed) is its own process with one thread (OMP_NUM_THREADS=1: threads that wait on a shared CPU
+# burn it), writing <OUTPUT_DIR>/<data set>-seed<S>/; JOBS of them run at once (JOBS=2 on 2 free cores), a finished
+# one is kept when the run is stopped and skipped when it is started again, and the last step merges them all.
 #
-#     bash recipes/byte_table_cpu.sh [OUTPUT_DIR] [SEEDS...]
+#     JOBS=2 bash recipes/byte_table_cpu.sh [OUTPUT_DIR] [SEEDS...]
 set -euo pipefail
 cd "$(dirname "$0")"
 out=${1:-byte-table-cpu}
 shift || true
-seeds=("${@:-0 1 2}")
+seeds=(${@:-0 1 2})
+jobs=${JOBS:-1}
 export OMP_NUM_THREADS=1
 python=${PYTHON:-python}
+datasets=(electricity bikesharing appliances_energy)
 
 common=(--device cpu --size medium --context 168 --horizon 24 --patch 24 24 --learning-rate 1e-3 --steps 2000
         --train-stride 1 --random-draws 1 --budget-ratio 1/16 --forms dense lowbit svd cp biprop
         --factor-widths 4 2 ternary --weight-group-sizes 32 row --keep-ratios 0.5 --max-candidates 4
-        --search-schedule 4 2 3 --byte-reward validation_loss --seeds ${seeds[*]})
+        --search-schedule 4 2 3 --byte-reward validation_loss)
 runs=(dense ptq-int8-all ptq-int4-all qat-int4-all qat-int2-all qat-ternary-all lowbit-2-g128 lowbit-ternary-g128
       smartformer-bytes uniform-lowbit-bytes uniform-svd-bytes uniform-biprop-bytes random-bytes greedy-bytes)
 
-"$python" byte_comparison.py "${common[@]}" --runs "${runs[@]}" --datasets electricity --batch-size 64 \
-    --output-dir "$out/electricity"
-"$python" byte_comparison.py "${common[@]}" --runs "${runs[@]}" --datasets bikesharing --batch-size 64 \
-    --output-dir "$out/bikesharing" --data --target count --drop-columns date tmin tmax pn
-"$python" byte_comparison.py "${common[@]}" --runs "${runs[@]}" --datasets appliances_energy --batch-size 16 \
-    --output-dir "$out/appliances_energy" --data --target Appliances T1 RH_1 T_out
-"$python" byte_comparison.py --merge "$out/electricity" "$out/bikesharing" "$out/appliances_energy" \
-    --datasets electricity bikesharing appliances_energy --budget-ratio 1/16 --output-dir "$out"
+data_flags() {  # what each data set reads: its batch and, for the CSVs, the columns
+    case $1 in
+        electricity) echo --batch-size 64 ;;
+        bikesharing) echo --batch-size 64 --data --target count --drop-columns date tmin tmax pn ;;
+        appliances_energy) echo --batch-size 16 --data --target Appliances T1 RH_1 T_out ;;
+    esac
+}
+
+one() {  # one data set and seed, unless an earlier run finished it (its comparison.json is written last)
+    local folder="$out/$1-seed$2"
+    [[ -f "$folder/comparison.json" ]] && return 0
+    # --data passes the rest of the line to the recipe: the data flags come last
+    "$python" byte_comparison.py "${common[@]}" --runs "${runs[@]}" --datasets "$1" --seeds "$2" \
+        --output-dir "$folder" $(data_flags "$1") > "$folder.log" 2>&1
+}
+
+mkdir -p "$out"
+failed=0
+for seed in "${seeds[@]}"; do
+    for dataset in "${datasets[@]}"; do
+        while (( $(jobs -rp | wc -l) >= jobs )); do wait -n || failed=1; done
+        echo "$(date +%T) $dataset seed $seed → $out/$dataset-seed$seed.log"
+        one "$dataset" "$seed" &
+    done
+done
+while (( $(jobs -rp | wc -l) > 0 )); do wait -n || failed=1; done
+if (( failed )); then
+    echo "byte_table_cpu.sh: a run failed (its log is $out/<data set>-seed<S>.log); finished runs are kept" >&2
+    exit 1
+fi
+folders=()
+for seed in "${seeds[@]}"; do
+    for dataset in "${datasets[@]}"; do folders+=("$out/$dataset-seed$seed"); done
+done
+"$python" byte_comparison.py --merge "${folders[@]}" --datasets "${datasets[@]}" --budget-ratio 1/16 \
+    --output-dir "$out"

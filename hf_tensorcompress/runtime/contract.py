@@ -7,10 +7,13 @@ subclass (behaviour a method records beside its layers) likewise registers under
 
 from __future__ import annotations
 
+from functools import cache
 from typing import ClassVar
 
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.utils.hooks import RemovableHandle
 
 from .marker import LINEARS_KEY, QUANT_METHOD, QUANTIZATION_MARKER, STACKED_VERSION, quantization_marker  # noqa: F401
 
@@ -63,6 +66,24 @@ def expect_tensor(tensor: torch.Tensor, key: str, dtype: torch.dtype, shape: tup
         )
 
 
+def _mark_stepped(optimizer: torch.optim.Optimizer, args: tuple, kwargs: dict) -> None:
+    """Every parameter an optimizer step may have changed, marked changed (its version counter bumped)."""
+    for group in optimizer.param_groups:
+        torch.autograd.graph.increment_version(group["params"])
+
+
+@cache
+def watch_optimizer_steps() -> RemovableHandle:
+    """Bump the version of every parameter after each optimizer step, once per process.
+
+    Layers cache what they derive from their parameters (packed codes, a rounded or rebuilt weight) by the
+    parameters' version counters, and a fused optimizer (``torch.optim.AdamW(fused=True)``, the Trainer's default
+    ``adamw_torch_fused``) writes the parameters without bumping them: without this, evaluation between training
+    steps would keep serving the weights of the first evaluation. Other optimizers bump them already; once more
+    changes nothing."""
+    return register_optimizer_step_post_hook(_mark_stepped)
+
+
 class CompressedLayer(nn.Module):
     """A module that replaces a dense one. What the library relies on:
 
@@ -90,6 +111,10 @@ class CompressedLayer(nn.Module):
         super().__init_subclass__(**kwargs)
         if cls.layer_type:
             CompressedLayer.types[cls.layer_type] = cls
+
+    def __init__(self) -> None:
+        super().__init__()
+        watch_optimizer_steps()  # the caches of derived weights key on parameter versions
 
     def spec(self) -> dict:
         raise NotImplementedError(f"{type(self).__name__} must describe its structure in spec()")
