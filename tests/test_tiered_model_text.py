@@ -115,3 +115,23 @@ def test_tied_logits_are_broken_by_the_rows_values_not_by_id():
 def test_model_text_tokens_must_be_a_count():
     with pytest.raises(ValueError, match=r"model_text_tokens must be an int >= 0"):
         CompressionConfig(method="tiered", size_ratio=4, model_text_tokens=-1)
+
+
+def test_model_text_seed_draws_another_sample_and_the_same_one_again():
+    counts = torch.bincount(NARROW_CALIBRATION, minlength=VOCAB)
+    first, again, other = (sample_model_text(peaked(), 256, counts, seed=seed).frequencies for seed in (0, 0, 1))
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    builds = [
+        row_bytes(
+            apply_tiered(
+                peaked(),
+                CompressionConfig(**{**budget(256).to_dict(), "model_text_seed": seed}),
+                NARROW_CALIBRATION,
+                256,
+            )
+        )
+        for seed in (0, 1)
+    ]
+    assert not torch.equal(*builds), "model_text_seed never reached the sampler"
+    with pytest.raises(ValueError, match=r"model_text_seed must be an int >= 0"):
+        CompressionConfig(method="tiered", size_ratio=4, model_text_seed=-1)

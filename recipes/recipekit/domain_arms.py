@@ -16,7 +16,8 @@ from hf_tensorcompress.methods.tt.solver import balanced_shape
 #: ``method="tiered"`` settings of the byte comparison (``--byte-arms``), from 2× to 12× smaller than bf16. Tokens
 #: are tiered by id (BPE merge order: no domain in it) except in the ``size_ratio`` byte budgets
 #: (``tiered-budget-*``: each row's width by how often the calibration text and the model's own text use its token ×
-#: output-aware error; ``-no-model-text``: by the calibration counts alone); ``rounding="output"`` uses the
+#: output-aware error; ``-no-model-text``: by the calibration counts alone; ``-text-seed<S>``: the model's own
+#: text sampled with seed S, for the spread one sample leaves); ``rounding="output"`` uses the
 #: calibration corpus's hidden-state covariance (half of it the model's own text's in the budgets). ``rows16+svd``: dense (bf16) rows + output-aware SVD of the others, the README's 2× arm.
 TIERED_ARMS: dict[str, dict] = {
     "tiered-int4": dict(tier_bits=[4], rounding="output"),
@@ -38,6 +39,11 @@ TIERED_ARMS: dict[str, dict] = {
     **{
         f"tiered-budget-{ratio}x-no-model-text": dict(size_ratio=ratio, rounding="output", model_text_tokens=0)
         for ratio in (4, 6, 8, 10)
+    },
+    **{  # the same budgets on other samples of the model's own text: the spread one sample leaves
+        f"tiered-budget-{ratio}x-text-seed{seed}": dict(size_ratio=ratio, rounding="output", model_text_seed=seed)
+        for ratio in (4, 6, 8)
+        for seed in (1, 2)
     },
 }
 

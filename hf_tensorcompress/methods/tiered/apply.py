@@ -81,7 +81,9 @@ def build(
     weight = embedding.weight.detach()
     tied = tied_output_name(model, embedding)
     if config.size_ratio is not None:
-        text = sample_model_text(model, config.model_text_tokens, calibration.counts, held=CHECK_SEQUENCES)
+        text = sample_model_text(
+            model, config.model_text_tokens, calibration.counts, seed=config.model_text_seed, held=CHECK_SEQUENCES
+        )
         return budget_tiers(model, embedding, weight, config, calibration, scale, tied, text)
     layer = fixed_tiers(weight.float(), config, calibration, scale)
     if scale is not None:

@@ -75,6 +75,8 @@ class TieredConfig(CompressionConfig):
             weigh rows beside the calibration text: their expected counts count as much as the calibration text,
             and their hidden states make half the output-aware covariance, so tokens one calibration text never
             uses keep the rows other text needs (0: the calibration text alone).
+        model_text_seed: the seed of that sample (a build is reproducible; other seeds show how much the
+            allocation's quality depends on the one sample drawn).
         protected_tokens: with ``size_ratio``, token ids whose rows are never stored narrower than int8, beside the
             ones always protected: the start, end and padding tokens of the model's config and generation config.
             Chat models read tokens prose never contains (``<|im_start|>``, role names, the template's separators):
@@ -94,6 +96,7 @@ class TieredConfig(CompressionConfig):
     codebook_dim: int = 4
     codebook_size: int = one_of(1024, CODEBOOK_SIZES)
     model_text_tokens: int = 8192
+    model_text_seed: int = 0
     protected_tokens: list[int] | None = None
 
     method_name: ClassVar[str] = "tiered"
@@ -155,6 +158,7 @@ class TieredConfig(CompressionConfig):
         if not isinstance(self.tier_group_size, int) or isinstance(self.tier_group_size, bool):
             raise ValueError(f"with size_ratio, tier_group_size must be one int, got {self.tier_group_size!r}")
         check_int(self.model_text_tokens, "model_text_tokens", 0, " (tokens of the model's own text; 0: none)")
+        check_int(self.model_text_seed, "model_text_seed", 0, " (the seed of the model's own text)")
         tokens = self.protected_tokens
         if tokens is not None and (not _int_list(tokens) or any(token < 0 for token in tokens)):
             raise ValueError(f"protected_tokens must be a list of token ids (ints >= 0) or None, got {tokens!r}")
