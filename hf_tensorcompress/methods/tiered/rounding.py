@@ -46,15 +46,21 @@ def output_aware_codes(
             scales.append(scale)
             minima.append(minimum)
         step, low = scales[-1].float()[:, 0], minima[-1].float()[:, 0]
-        errors = torch.empty(rows, end - start, device=weight.device)
-        for column in range(start, end):
-            values = work[:, column]
+        # the block's columns as contiguous rows: a column of the row-major matrix is strided, and reading it
+        # column by column cost most of the rounding's time
+        columns_now = work[:, start:end].T.contiguous()
+        errors = torch.empty(end - start, rows, device=weight.device)
+        block_codes = torch.empty(end - start, rows, dtype=torch.uint8, device=weight.device)
+        diagonal = factor[start:end, start:end]
+        for index in range(end - start):
+            values = columns_now[index]
             code = torch.round((values - low) / step).clamp(0, top)
-            codes[:, column] = code.to(torch.uint8)
-            error = (values - (code * step + low)) / factor[column, column]
-            work[:, column:end] -= error[:, None] * factor[column, column:end][None]
-            errors[:, column - start] = error
-        work[:, end:] -= errors @ factor[start:end, end:]
+            block_codes[index] = code.to(torch.uint8)
+            error = (values - (code * step + low)) / diagonal[index, index]
+            columns_now[index:] -= diagonal[index, index:, None] * error[None]
+            errors[index] = error
+        codes[:, start:end] = block_codes.T
+        work[:, end:] -= errors.T @ factor[start:end, end:]
     stored = LowBitTensor(weight.shape, bits, group).to(weight.device)
     return stored.set_codes(codes, torch.cat(scales, dim=1), torch.cat(minima, dim=1))
 
