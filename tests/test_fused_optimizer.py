@@ -17,7 +17,7 @@ from test_dtype_matrix import CASES, dense, inputs_of, output_of
 from hf_tensorcompress import CompressionConfig, apply_compression
 
 #: The matrix's fp32 cases with parameters to train (the tiered embedding is training-free).
-TRAINABLE = [case for case, (_, options, linears) in CASES.items() if options["method"] != "tiered"]
+TRAINABLE = [case for case, (_, options, _) in CASES.items() if options["method"] != "tiered"]
 
 
 def compressed(case: str) -> torch.nn.Module:

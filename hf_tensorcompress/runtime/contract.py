@@ -112,9 +112,11 @@ class CompressedLayer(nn.Module):
         if cls.layer_type:
             CompressedLayer.types[cls.layer_type] = cls
 
-    def __init__(self) -> None:
-        super().__init__()
-        watch_optimizer_steps()  # the caches of derived weights key on parameter versions
+    def __new__(cls, *args, **kwargs) -> CompressedLayer:
+        """Every layer, however its ``__init__`` chain runs (TT skips ``nn.Embedding.__init__``), watches optimizer
+        steps: the caches of derived weights key on parameter versions."""
+        watch_optimizer_steps()
+        return super().__new__(cls)
 
     def spec(self) -> dict:
         raise NotImplementedError(f"{type(self).__name__} must describe its structure in spec()")

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ...runtime.contract import CompressedLayer, TensorProblem, untie_word_embeddings, watch_optimizer_steps
+from ...runtime.contract import CompressedLayer, TensorProblem, untie_word_embeddings
 from .head import TTTiedHead
 from .logits import FACTORED_BLOCK, TensorsState, TTLogits, token_minor_blocks
 from .solver import RECONSTRUCT_BLOCK, tt_reconstruct, tt_svd
@@ -69,7 +69,6 @@ class TTEmbedding(TTVocabulary, TTLogits, CompressedLayer, nn.Embedding):
         code_group_size: int | None = None,
     ) -> None:
         nn.Module.__init__(self)  # not nn.Embedding's: it would allocate the V×d weight
-        watch_optimizer_steps()  # CompressedLayer.__init__'s one step: the cached blocks key on core versions
         self.padding_idx, self.max_norm, self.norm_type, self.scale_grad_by_freq, self.sparse = (
             None,
             None,
