@@ -7,6 +7,9 @@
 # burn it), writing <OUTPUT_DIR>/<data set>-seed<S>/; JOBS of them run at once (JOBS=2 on 2 free cores), a finished
 # one is kept when the run is stopped and skipped when it is started again, and the last step merges them all.
 #
+# RUNS replaces the arms and FLAGS adds the byte search's flags, e.g. the search on each Linear's Pareto front beside
+# dense and greedy: RUNS="dense smartformer-bytes greedy-bytes" FLAGS=--front-only.
+#
 #     JOBS=2 bash recipes/byte_table_cpu.sh [OUTPUT_DIR] [SEEDS...]
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -22,8 +25,10 @@ common=(--device cpu --size medium --context 168 --horizon 24 --patch 24 24 --le
         --train-stride 1 --random-draws 1 --budget-ratio 1/16 --forms dense lowbit svd cp biprop
         --factor-widths 4 2 ternary --weight-group-sizes 32 row --keep-ratios 0.5 --max-candidates 4
         --search-schedule 4 2 3 --byte-reward validation_loss)
-runs=(dense ptq-int8-all ptq-int4-all qat-int4-all qat-int2-all qat-ternary-all lowbit-2-g128 lowbit-ternary-g128
-      smartformer-bytes uniform-lowbit-bytes uniform-svd-bytes uniform-biprop-bytes random-bytes greedy-bytes)
+runs=(${RUNS:-dense ptq-int8-all ptq-int4-all qat-int4-all qat-int2-all qat-ternary-all lowbit-2-g128
+      lowbit-ternary-g128 smartformer-bytes uniform-lowbit-bytes uniform-svd-bytes uniform-biprop-bytes random-bytes
+      greedy-bytes})
+flags=(${FLAGS:-})
 
 data_flags() {  # what each data set reads: its batch and, for the CSVs, the columns
     case $1 in
@@ -37,7 +42,7 @@ one() {  # one data set and seed, unless an earlier run finished it (its compari
     local folder="$out/$1-seed$2"
     [[ -f "$folder/comparison.json" ]] && return 0
     # --data passes the rest of the line to the recipe: the data flags come last
-    "$python" byte_comparison.py "${common[@]}" --runs "${runs[@]}" --datasets "$1" --seeds "$2" \
+    "$python" byte_comparison.py "${common[@]}" "${flags[@]}" --runs "${runs[@]}" --datasets "$1" --seeds "$2" \
         --output-dir "$folder" $(data_flags "$1") > "$folder.log" 2>&1
 }
 
