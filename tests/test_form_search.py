@@ -314,3 +314,47 @@ def test_form_labels_and_a_search_that_starts_from_low_bit_weights(tmp_path):
     trainer.train()  # the agent's first action moves one Linear away from the start form
     first = trainer.search.trace[0]
     assert first["previous_bits"] == 4 and first["form_changes"] == {first["layer"]: first["action"]}
+
+
+def test_a_warmup_trains_the_start_forms_before_the_agent_first_acts(tmp_path):
+    """With ``warmup`` the first stage ends ``interval`` steps after it, and neither the stage metric nor the
+    Taylor importance counts a warmup step: the agent's first reward is of the trained model alone."""
+    trainer = train_search(tmp_path / "run", 1 / 8, steps=50, warmup=10, reward="loss")
+    counted = {"metric": [], "importance": []}
+    add_metric, accumulate = trainer._add_metric, trainer.search.importance.accumulate
+
+    def recording_metric(value):
+        counted["metric"].append(trainer.state.global_step)
+        add_metric(value)
+
+    def recording_importance(model):
+        counted["importance"].append(trainer.state.global_step)
+        accumulate(model)
+
+    trainer._add_metric, trainer.search.importance.accumulate = recording_metric, recording_importance
+    forms_at_warmup_end = {}
+
+    class Look(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 10:
+                forms_at_warmup_end.update(trainer.search.chosen)
+
+    trainer.add_callback(Look())
+    trainer.train()
+    trace = trainer.search.trace
+    assert trace[0]["step"] == 12 and trainer.search.done
+    assert set(forms_at_warmup_end.values()) == {Form("dense")}  # the start form throughout the warmup
+    assert min(counted["metric"]) == 10 and min(counted["importance"]) == 10  # the 11th step is the first counted
+
+
+def test_a_warmup_the_run_never_leaves_is_refused_before_the_model_changes(tmp_path):
+    with pytest.raises(ValueError, match="warmup"):
+        SearchConfig(warmup=-1)
+    with pytest.raises(ValueError, match="warmup"):
+        SearchConfig(warmup=True)
+    model = dense_patchtst(layers=1)
+    before = {name: type(module) for name, module in model.named_modules()}
+    args = TrainingArguments(str(tmp_path / "run"), max_steps=40, report_to=[], use_cpu=True)
+    with pytest.raises(ValueError, match="warmup=40.*40 steps"):
+        SmartformerTrainer(model=model, args=args, train_dataset=sines(400), search=search_config(1 / 8, warmup=40))
+    assert {name: type(module) for name, module in model.named_modules()} == before  # no Linear took a form

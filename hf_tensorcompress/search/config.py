@@ -34,6 +34,10 @@ class SearchConfig(JsonConfig):
     Args:
         interval: length of a stage (the paper's E): optimizer steps or epochs between two actions.
         interval_unit: ``"steps"`` (optimizer steps) or ``"epochs"``.
+        warmup: optimizer steps (or epochs, with ``interval_unit="epochs"``) the model trains in its start forms
+            before the first stage begins. From 0 (the paper's) the agent acts on a barely trained model, whose loss
+            falls after any action and whose layers are all equally insensitive; after a warmup its rewards and
+            ``front_only``'s measurements are of a trained model (the sensitivity a greedy allocator reads).
         max_candidates: the action space holds every rank when a layer has at most this many candidate ranks,
             otherwise this many ranks at evenly spaced parameter ratios 1/n … 1 of the dense layer.
         reward: ``"loss"`` (paper eq. 14, for forecasting) or ``"accuracy"`` (eq. 13, for classification; the
@@ -103,6 +107,7 @@ class SearchConfig(JsonConfig):
 
     interval: int = 10
     interval_unit: str = "steps"
+    warmup: int = 0
     max_candidates: int = 10
     reward: str = "loss"
     validation_batches: int = 4
@@ -146,6 +151,10 @@ class SearchConfig(JsonConfig):
         _positive_int(self.interval, "interval")
         if self.interval_unit not in INTERVAL_UNITS:
             raise ValueError(f"interval_unit={self.interval_unit!r}; choose one of {list(INTERVAL_UNITS)}")
+        if isinstance(self.warmup, bool) or not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(
+                f"warmup={self.warmup!r}: the {self.interval_unit} trained before the first stage, an int >= 0"
+            )
         _positive_int(self.max_candidates, "max_candidates")
         if self.reward not in REWARDS:
             raise ValueError(

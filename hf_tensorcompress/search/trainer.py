@@ -87,17 +87,23 @@ class SmartformerCallback(TrainerCallback):
     def __init__(self, trainer: SmartformerTrainer) -> None:
         self.trainer = trainer
 
+    def on_train_begin(self, args, state, control, **kwargs):
+        config = self.trainer.search_config
+        check_warmup(config, state.max_steps if config.interval_unit == "steps" else state.num_train_epochs)
+
     def on_pre_optimizer_step(self, args, state, control, **kwargs):
         self.trainer._accumulate_importance()
 
     def on_step_end(self, args, state, control, **kwargs):
         config = self.trainer.search_config
-        if config.interval_unit == "steps" and state.global_step % config.interval == 0:
+        after = state.global_step - config.warmup
+        if config.interval_unit == "steps" and after > 0 and after % config.interval == 0:
             self.trainer._end_stage()
 
     def on_epoch_end(self, args, state, control, **kwargs):
         config = self.trainer.search_config
-        if config.interval_unit == "epochs" and round(state.epoch) % config.interval == 0:
+        after = round(state.epoch) - config.warmup
+        if config.interval_unit == "epochs" and after > 0 and after % config.interval == 0:
             self.trainer._end_stage()
 
     def on_train_end(self, args, state, control, **kwargs):
@@ -113,6 +119,15 @@ class SmartformerCallback(TrainerCallback):
                 undecided,
             )
         self.trainer._write_plot()
+
+
+def check_warmup(config: SearchConfig, length: float | None) -> None:
+    """Raise where ``warmup`` leaves the search no stage in a run of ``length`` steps or epochs (unknown: 0/None)."""
+    if length and length > 0 and config.warmup >= length:
+        raise ValueError(
+            f"SearchConfig(warmup={config.warmup}) is not before the run's last of {length} {config.interval_unit}: "
+            "the search would never act; lower warmup or train longer"
+        )
 
 
 def _low_bit(layer: nn.Module, spec: dict) -> bool:
@@ -145,6 +160,7 @@ class SmartformerTrainer(Trainer):
         self.search_config = search if search is not None else SearchConfig()
         self.search_config.validate()
         config = self.search_config
+        check_warmup(config, self.args.max_steps if config.interval_unit == "steps" else self.args.num_train_epochs)
         if self.search_config.reward == "validation_loss" and self.eval_dataset is None:
             raise ValueError(
                 "SearchConfig(reward='validation_loss') scores each stage on held-out batches: pass "
@@ -176,12 +192,23 @@ class SmartformerTrainer(Trainer):
         # The training loop keeps its own reference to the model it wrapped at the start; after a rank change
         # under DDP the current wrapper is ``self.model_wrapped`` (the underlying module is the same object).
         loss = super().training_step(self.model_wrapped, inputs, num_items_in_batch)
-        if not self.search.done and self.search_config.reward == "loss":
+        if self._searching() and self.search_config.reward == "loss":
             self._add_metric(loss.detach().float())
         return loss
 
+    def _searching(self) -> bool:
+        """Whether the search is under way: past ``warmup`` (the step or epoch now running counts) and not done."""
+        config = self.search_config
+        now = self.state.global_step if config.interval_unit == "steps" else int(self.state.epoch)
+        return not self.search.done and now >= config.warmup
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        if self.search_config.reward != "accuracy" or self.search.done or not model.training or "labels" not in inputs:
+        if (
+            self.search_config.reward != "accuracy"
+            or not self._searching()
+            or not model.training
+            or "labels" not in inputs
+        ):
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         labels = inputs["labels"]
         loss, outputs = super().compute_loss(model, inputs, True, num_items_in_batch)
@@ -194,7 +221,7 @@ class SmartformerTrainer(Trainer):
         self._stage_metric = pair if self._stage_metric is None else self._stage_metric + pair
 
     def _accumulate_importance(self) -> None:
-        if self.search.done or not self.is_world_process_zero():
+        if not self._searching() or not self.is_world_process_zero():
             return
         start = time.perf_counter()
         self.search.importance.accumulate(self.model)

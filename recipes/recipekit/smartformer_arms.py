@@ -70,6 +70,7 @@ def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., Search
                 validation_batches=args.validation_batches,
                 front_only=args.front_only,
                 start=args.search_start,
+                warmup=args.search_warmup,
             )
         return SearchConfig(
             seed=seed,
@@ -269,6 +270,14 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         action="store_true",
         help="per-layer sensitivity: the byte search chooses each Linear's form among its Pareto front of bytes and "
         "the loss increase each form gives when first tried (SearchConfig.front_only)",
+    )
+    parser.add_argument(
+        "--search-warmup",
+        type=int,
+        default=0,
+        metavar="STEPS",
+        help="optimizer steps the byte search's model trains in its start form before the agent first acts, so its "
+        "rewards and --front-only's measurements are of a trained model (SearchConfig.warmup; default 0)",
     )
     parser.add_argument(
         "--byte-reward",
