@@ -84,12 +84,11 @@ def codebook_vectors(weight: torch.Tensor, scale: torch.Tensor, dim: int, most: 
     rows, columns = weight.shape
     direction = torch.randn(columns, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     chunk = max(1, CHUNK_VALUES // columns)
-    keys = torch.cat(
-        [
-            (weight[start : start + chunk].double() / scale[start : start + chunk]).cpu() @ direction
-            for start in range(0, rows, chunk)
-        ]
-    )
+    keys = torch.empty(rows, dtype=torch.float64)  # allocated first: see measure_widths
+    for start in range(0, rows, chunk):
+        keys[start : start + chunk] = (
+            weight[start : start + chunk].double() / scale[start : start + chunk]
+        ).cpu() @ direction
     order, per_row = keys.argsort(stable=True), columns // dim
     total = rows * per_row
     generator = torch.Generator().manual_seed(0)
@@ -151,12 +150,15 @@ def measure_widths(
     ):
         tier = tier_spec(width, group, size, count)
         book = kmeans(codebook_vectors(weight, scale, size), count) if width == "codebook" else None
-        errors = []
+        # one tensor for every row's error, allocated before the chunks: a small result kept per chunk would sit
+        # between the chunks' large temporaries on the heap and keep their freed space from being reused
+        errors = torch.empty(rows)
         for start in range(0, rows, chunk):
             part = weight[start : start + chunk].float()
-            error = part - store(part, tier, covariance if output_aware else None, book).dequantize().to(part.device)
-            errors.append(((error @ covariance) * error).sum(1).cpu())
-        measured.append(Width(tier, *_bytes(tier, columns), torch.cat(errors), book))
+            error = store(part, tier, covariance if output_aware else None, book).dequantize().to(part.device)
+            error.sub_(part)  # (ŵ − w): the quadratic form below does not see the sign; in place, one copy fewer
+            errors[start : start + chunk] = (error @ covariance).mul_(error).sum(1).cpu()
+        measured.append(Width(tier, *_bytes(tier, columns), errors, book))
     return measured
 
 

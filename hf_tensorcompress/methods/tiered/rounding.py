@@ -60,7 +60,7 @@ def output_aware_codes(
             columns_now[index:] -= diagonal[index, index:, None] * error[None]
             errors[index] = error
         codes[:, start:end] = block_codes.T
-        work[:, end:] -= errors.T @ factor[start:end, end:]
+        work[:, end:].addmm_(errors.T, factor[start:end, end:], alpha=-1)  # in place: no rows × columns temporary
     stored = LowBitTensor(weight.shape, bits, group).to(weight.device)
     return stored.set_codes(codes, torch.cat(scales, dim=1), torch.cat(minima, dim=1))
 
