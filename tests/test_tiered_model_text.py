@@ -72,10 +72,11 @@ def test_sequences_run_in_rounds_whose_cache_fits_the_budget_and_give_the_same_c
     model = peaked()  # 1 layer, 4 key/value heads, 127 positions after the start token
     cache_per_sequence = model_text.cache_bytes_per_position(model) * 128
     assert cache_per_sequence == 1 * 2 * 4 * (HIDDEN // 4) * 4 * 128  # layers × k, v × heads × head dim × fp32
+    per_sequence = cache_per_sequence + model_text.LOGIT_COPIES * 4 * VOCAB  # and each step's logits
     model_bytes = sum(p.numel() * 4 for p in model.parameters())
-    assert model_text.sequences_at_once(model, 127, 1000) == max(8, model_bytes // 4 // cache_per_sequence)
+    assert model_text.sequences_at_once(model, 127, 1000) == max(8, model_bytes // 4 // per_sequence)
     model.config.sliding_window = 4096  # the static cache holds a sliding-window layer at the sequences' length
-    assert model_text.sequences_at_once(model, 127, 1000) == max(8, model_bytes // 4 // cache_per_sequence)
+    assert model_text.sequences_at_once(model, 127, 1000) == max(8, model_bytes // 4 // per_sequence)
     model.config.sliding_window = None
     counts = torch.bincount(CALIBRATION, minlength=VOCAB)
     whole = sample_model_text(model, 2000, counts, held=3)

@@ -3,6 +3,7 @@
 from .agent import ActorCritic
 from .config import SearchConfig
 from .encoder import StateEncoder
+from .greedy import greedy_forms
 from .importance import TaylorImportance
 from .mdp import RankSearch
 from .plot import plot_trace
@@ -19,6 +20,7 @@ __all__ = [
     "accuracy_reward",
     "attention_groups",
     "candidate_ranks",
+    "greedy_forms",
     "loss_reward",
     "plot_trace",
 ]

@@ -41,8 +41,15 @@ SEQUENCES_AT_ONCE = 8
 #: Rows projected at a time (a float64 copy of a whole 262,144 × 640 table would take 1.3 GB).
 ROWS_AT_ONCE = 4096
 
-#: The key/value cache of the sequences sampled side by side stays under the model's bytes divided by this.
+#: What the sequences sampled side by side hold (their cache and each step's logits) stays under the model's bytes
+#: divided by this.
 CACHE_SHARE = 4
+
+#: Float32 copies of a sequence's logits a generation step holds at its peak (the model's output, ``generate``'s
+#: float copy, a soft cap's temporaries, the draw's scores, and the heap they leave): measured on the 262,144 × 640
+#: Gemma 3 shape at 8,192 tokens, the step's peak grew by 12 MB a sequence (413 MB added at 16 side by side, 857 MB at
+#: 53, where the cache alone was counted).
+LOGIT_COPIES = 12
 
 
 @dataclass
@@ -143,11 +150,13 @@ def cache_bytes_per_position(model: nn.Module) -> int:
 
 
 def sequences_at_once(model: nn.Module, length: int, total: int) -> int:
-    """How many sequences to sample side by side: as many as keep the cache under ``1 / CACHE_SHARE`` of the
-    model's bytes, at least ``SEQUENCES_AT_ONCE``, at most ``total``."""
+    """How many sequences to sample side by side: as many as keep their cache and their steps' logits under
+    ``1 / CACHE_SHARE`` of the model's bytes, at least ``SEQUENCES_AT_ONCE``, at most ``total``."""
     model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    vocab = model.get_output_embeddings().weight.shape[0]
     # the static cache holds the start token and ``length`` positions a sequence (a sliding-window layer no more)
-    fit = model_bytes // CACHE_SHARE // max(1, cache_bytes_per_position(model) * (length + 1))
+    per_sequence = cache_bytes_per_position(model) * (length + 1) + LOGIT_COPIES * 4 * vocab
+    fit = model_bytes // CACHE_SHARE // max(1, per_sequence)
     return max(1, min(total, max(SEQUENCES_AT_ONCE, fit)))
 
 
