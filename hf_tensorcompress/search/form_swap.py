@@ -25,7 +25,7 @@ from ..core.export import mark_compressed
 from ..methods.mixed.apply import build_form
 from ..runtime.contract import CompressedLayer
 from ..saving import save_extras
-from .forms import Form, LinearSlot
+from .forms import Form, LinearSlot, mixed_forms
 
 #: The fp32 weights behind the trainable low-bit Linears, kept beside a checkpoint's model weights.
 LATENT_FILE = "search_latents.safetensors"
@@ -120,11 +120,7 @@ def change_forms(model: nn.Module, slots: dict[str, LinearSlot], forms: dict[str
 def record_forms(model: nn.Module, slots: list[LinearSlot], chosen: dict[str, Form]) -> None:
     """Re-record every searched Linear's form (``forms``) and spec (``modules``) in ``compression_config``."""
     recorded = model.config.compression_config
-    recorded["forms"] = {
-        slot.name: chosen[slot.name].options(slot.factor_group_size, slot.cp_iterations)
-        for slot in slots
-        if chosen[slot.name].kind != "dense"
-    }
+    recorded["forms"] = mixed_forms(slots, chosen)
     layers = {slot.name: model.get_submodule(slot.name) for slot in slots}
     recorded["modules"] = {name: layer.spec() for name, layer in layers.items() if isinstance(layer, CompressedLayer)}
 

@@ -200,6 +200,13 @@ def form_bytes(slot: LinearSlot, form: Form) -> float:
         return LAYERS[spec["type"]].from_spec(spec).storage_bits() / 8
 
 
+def mixed_forms(slots: list[LinearSlot], allocation: dict[str, Form]) -> dict[str, dict]:
+    """``method="mixed"``'s ``forms`` for ``allocation`` ({Linear: form}): every Linear not left dense, with the
+    options that build its form."""
+    forms = {slot.name: allocation[slot.name].options(slot.factor_group_size, slot.cp_iterations) for slot in slots}
+    return {name: options for name, options in forms.items() if options is not None}
+
+
 def slot_actions(
     in_features: int,
     out_features: int,

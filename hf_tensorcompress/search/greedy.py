@@ -14,7 +14,7 @@ from torch import nn
 from ..config import CompressionConfig
 from .allocators import allocation_bytes, greedy_allocation, measure_form_sensitivity
 from .config import SearchConfig
-from .forms import linear_slots
+from .forms import linear_slots, mixed_forms
 
 
 def greedy_forms(model: nn.Module, search: SearchConfig, loss: Callable[[nn.Module], float]) -> CompressionConfig:
@@ -44,11 +44,7 @@ def greedy_forms(model: nn.Module, search: SearchConfig, loss: Callable[[nn.Modu
             "the budget or allow cheaper forms (narrower factor_widths, lower ranks, biprop)"
         )
     allocation = greedy_allocation(slots, budget, measure_form_sensitivity(model, slots, loss))
-    forms = {}
-    for slot in slots:
-        options = allocation[slot.name].options(slot.factor_group_size, slot.cp_iterations)
-        if options is not None:
-            forms[slot.name] = options
+    forms = mixed_forms(slots, allocation)
     if not forms:
         raise ValueError(f"byte_budget={search.byte_budget:.4g} keeps every Linear dense: nothing to compress")
     return CompressionConfig(method="mixed", forms=forms)

@@ -17,7 +17,7 @@ from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.runtime.factor_storage import rounded, stored_form
 from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search.allocators import greedy_allocation, random_allocation, uniform_forms
-from hf_tensorcompress.search.forms import Form, LinearSlot
+from hf_tensorcompress.search.forms import Form, LinearSlot, mixed_forms
 
 from .costs import scope_names
 
@@ -59,11 +59,7 @@ def prepare_forms(slots: list[LinearSlot], allocation: Allocation) -> Callable:
     """An arm's ``prepare``: every Linear in its allocated form (``method="mixed"``, built from the fresh weights),
     trained in the precision it is stored in (Biprop layers keep their scores in the state dict while they train:
     model selection restores it)."""
-    forms = {}
-    for slot in slots:
-        options = allocation[slot.name].options(slot.factor_group_size, slot.cp_iterations)
-        if options is not None:
-            forms[slot.name] = options
+    forms = mixed_forms(slots, allocation)
 
     def prepare(model: torch.nn.Module, final_ranks) -> None:
         if forms:
