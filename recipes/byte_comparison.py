@@ -87,6 +87,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--front-only", action="store_true", help="the byte search on Pareto fronts (the recipe's)")
     parser.add_argument("--search-start", default=None, help="the byte search's first form (the recipe's)")
     parser.add_argument("--search-warmup", default=None, help="steps before the byte search acts (the recipe's)")
+    parser.add_argument("--distill", default=None, help="every arm distilled from the dense run (the recipe's)")
     parser.add_argument("--learning-rate", type=float, default=None, help="every arm's learning rate (the recipe's)")
     parser.add_argument("--patch", nargs=2, default=None, help="PatchTST's patch length and stride (the recipe's)")
     parser.add_argument("--search-schedule", nargs=3, default=None, help="the searches' schedule (the recipe's)")
@@ -270,7 +271,7 @@ def passed(args: argparse.Namespace) -> list[str]:
     """The byte search's and the data's flags, passed on to the recipe where given."""
     flags = []
     names = ("forms", "weight_group_sizes", "keep_ratios", "max_candidates", "byte_reward", "learning_rate", "patch")
-    names += ("search_start", "search_warmup")
+    names += ("search_start", "search_warmup", "distill")
     for name in (*names, "search_schedule"):
         value = getattr(args, name)
         if value is not None:

@@ -156,6 +156,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="batches of validation windows behind the validation-loss reward (smartformer-validation-reward)",
     )
     parser.add_argument(
+        "--distill",
+        type=fraction,
+        default=None,
+        metavar="WEIGHT",
+        help="train every arm but dense against this seed's dense run as well as the data: the loss is (1 - WEIGHT) "
+        "x MSE to the truth + WEIGHT x MSE to the dense forecast (knowledge distillation; WEIGHT in (0, 1], e.g. 0.5; "
+        "needs dense among --runs)",
+    )
+    parser.add_argument(
         "--keep-last",
         action="store_true",
         help="score the final weights instead of those with the best validation MSE (checked every few steps)",

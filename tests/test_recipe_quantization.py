@@ -134,3 +134,16 @@ def test_byte_budget_arms_run_and_save_the_searched_model(smartformer, tmp_path)
         "factor_bits"
     ]
     assert "Naive forecasts" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_distill_teaches_every_arm_with_the_dense_run(smartformer, tmp_path, capsys):
+    """``--distill`` trains every arm after dense against the dense forecast, records its weight, and needs dense."""
+    common = ["--model", "patchtst", "--dataset", str(series_csv(tmp_path / "s.csv")), "--horizon", "8",
+              "--context", "64", "--steps", "6", "--distill", "1/2"]  # fmt: skip
+    with pytest.raises(SystemExit):
+        smartformer.main([*common, "--runs", "qat-ternary-all", "--output-dir", str(tmp_path / "none")])
+    assert "add dense to --runs" in capsys.readouterr().err
+    results = smartformer.main([*common, "--runs", "dense", "qat-ternary-all", "--output-dir", str(tmp_path / "out")])
+    weights = {run["name"]: run["distill_weight"] for run in results["runs"]}
+    assert weights == {"dense": None, "qat-ternary-all": 0.5}
+    assert all(np.isfinite(run["metrics"]["mse"]) for run in results["runs"])

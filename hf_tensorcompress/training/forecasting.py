@@ -1,5 +1,6 @@
 """``Trainer`` pieces for forecasters: the MSE of the point forecast over observed values as the loss (missing
-values masked for every family, PatchTST included), and model selection on the validation MSE."""
+values masked for every family, PatchTST included), optionally distilled from a trained teacher, and model selection
+on the validation MSE."""
 
 from __future__ import annotations
 
@@ -24,14 +25,59 @@ def point_forecast_for_training(model: torch.nn.Module, batch: dict[str, torch.T
     return model.output_distribution(outputs.params, loc=outputs.loc, scale=outputs.scale).mean
 
 
+#: Configuration fields a teacher must share with the student for their forecasts to match position by position.
+MATCHING_FIELDS = ("model_type", "context_length", "prediction_length", "num_input_channels", "input_size")
+
+
+def checked_teacher(
+    teacher: torch.nn.Module | None, weight: float, student: torch.nn.Module, device: torch.device
+) -> torch.nn.Module | None:
+    """``teacher`` ready to score batches (eval mode, on ``device``), after checking that it forecasts what the student
+    does and that ``weight`` is a fraction; None without a teacher."""
+    if teacher is None:
+        return None
+    if not 0.0 < weight <= 1.0:
+        raise ValueError(f"distill_weight={weight}: the teacher's share of the loss must be in (0, 1], e.g. 0.5")
+    if not isinstance(teacher, torch.nn.Module) or not hasattr(teacher, "config"):
+        raise TypeError(
+            f"teacher is a {type(teacher).__name__}; pass a trained transformers forecaster (the dense model)"
+        )
+    for name in MATCHING_FIELDS:
+        ours, theirs = getattr(student.config, name, None), getattr(teacher.config, name, None)
+        if ours != theirs:
+            raise ValueError(
+                f"the teacher's config.{name} is {theirs!r} and the model's is {ours!r}: distillation compares their "
+                "forecasts position by position, so pass a teacher trained on the same windows and channels"
+            )
+    return teacher.to(device).eval()
+
+
 class MaskedPointLoss:
     """Trainer mixin: MSE of the point forecast over the observed future values (``future_observed_mask``; windows
-    built with ``future_mask=True`` carry it for every family)."""
+    built with ``future_mask=True`` carry it for every family).
+
+    With ``teacher`` (a trained forecaster of the same windows, e.g. the dense model a compressed one replaces) the
+    loss is ``(1 − w)·MSE(forecast, truth) + w·MSE(forecast, teacher's forecast)`` over the same scored values,
+    ``w = distill_weight``: knowledge distillation, hand-written because transformers has no distillation trainer
+    for regression (TRL's are for language models). The teacher is put in eval mode, moved to the training device and
+    never trained; it is not part of the model, so checkpoints and ``save_pretrained`` do not hold it.
+    """
+
+    def __init__(self, *args, teacher: torch.nn.Module | None = None, distill_weight: float = 0.5, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.distill_weight = distill_weight
+        self.teacher = checked_teacher(teacher, distill_weight, self.model, self.args.device)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         forecast = point_forecast_for_training(model.module if hasattr(model, "module") else model, inputs)
         observed = inputs.get("future_observed_mask", torch.ones_like(inputs["future_values"])).float()
-        loss = ((forecast - inputs["future_values"]).square() * observed).sum() / observed.sum().clamp_min(1)
+        count = observed.sum().clamp_min(1)
+        loss = ((forecast - inputs["future_values"]).square() * observed).sum() / count
+        if self.teacher is not None:
+            with torch.no_grad():
+                target = point_forecast_for_training(self.teacher, inputs)
+            distilled = ((forecast - target).square() * observed).sum() / count
+            loss = (1 - self.distill_weight) * loss + self.distill_weight * distilled
         return (loss, {"forecast": forecast}) if return_outputs else loss
 
 

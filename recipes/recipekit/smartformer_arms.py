@@ -117,7 +117,14 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
     if args.runs is not None:
         plan.arms = chosen_runs(plan, args.runs)
     check_switch_step(plan, size.steps, args.switch_step is not None)
+    check_distill(plan, args.distill)
     return plan
+
+
+def check_distill(plan: Plan, weight: float | None) -> None:
+    """``--distill`` teaches every arm with the seed's dense run, so that run must come first."""
+    if weight is not None and (not plan.arms or plan.arms[0][0] != "dense"):
+        raise ValueError("--distill teaches every arm with this seed's dense run; add dense to --runs")
 
 
 def check_switch_step(plan: Plan, steps: int, passed: bool) -> None:

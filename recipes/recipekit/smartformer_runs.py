@@ -55,11 +55,13 @@ def run_one(
     data,
     switch_at: int | None = None,
     prepare: Callable | None = None,
+    teacher: torch.nn.Module | None = None,
 ):
     """Train one arm. ``rank``: one rank (int, or a parameter ratio) for every projection, or ``{module: rank}``;
     with ``switch_at`` the model trains at full rank (like a search's start) and takes those ranks after that step.
     ``prepare(model, final_ranks or None)`` builds an arm of its own (quantization-aware training, every Linear
-    low-rank) instead of ``method`` and returns the disk bytes of modules deployed in another form than trained."""
+    low-rank) instead of ``method`` and returns the disk bytes of modules deployed in another form than trained.
+    With ``teacher`` (this seed's dense run) the arm is distilled from it with ``--distill``'s weight."""
     train, validation, test = data
     output_dir = os.path.join(args.output_dir, "runs", f"{name}-seed{seed}")
     checkpoint = get_last_checkpoint(output_dir) if args.resume and os.path.isdir(output_dir) else None
@@ -76,12 +78,13 @@ def run_one(
             model, CompressionConfig(method=method, rank=1.0 if isinstance(rank, dict) else rank, ranks=per_module)
         )
     training = training_arguments(output_dir, size, seed, args)
+    distill = {} if teacher is None else {"teacher": teacher, "distill_weight": args.distill}
     if search is not None:
         trainer = ForecastSmartformerTrainer(
-            model=model, args=training, train_dataset=train, eval_dataset=validation, search=search
+            model=model, args=training, train_dataset=train, eval_dataset=validation, search=search, **distill
         )
     else:
-        trainer = ForecastTrainer(model=model, args=training, train_dataset=train)
+        trainer = ForecastTrainer(model=model, args=training, train_dataset=train, **distill)
     schedule = None
     if schedule_at is not None:
         schedule = RankSchedule(trainer, schedule_at, rank)
@@ -118,6 +121,7 @@ def run_one(
         "factor_bits": factor_bits,
         "agent_seed": None if search is None else search.seed,
         "switch_step": switch_at,
+        "distill_weight": None if teacher is None else args.distill,
         "train_seconds": round(seconds, 2),
         "resumed_from": checkpoint and os.path.basename(checkpoint),
     }

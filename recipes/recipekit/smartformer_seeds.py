@@ -77,10 +77,11 @@ def run_seed(seed: int, plan: Plan, args, size: Size, data, results: dict, heade
         if name.endswith("-scheduled"):
             switch_at = plan.switch_step if name in plan.prepares else state.searched[2]
         for run_name, run_rank, draw, prepare in arm_runs(name, rank, plan, state, seed, args, size, data):
+            teacher = state.trained["dense"][1] if args.distill and name != "dense" else None
             with headers.run(run_name):
                 search = make_search(seed) if make_search else None
                 result, trainer = run_one(
-                    run_name, method, run_rank, search, seed, args, size, data, switch_at, prepare
+                    run_name, method, run_rank, search, seed, args, size, data, switch_at, prepare, teacher
                 )
             state.trained[run_name] = (result, trainer.model)
             if draw is not None:
