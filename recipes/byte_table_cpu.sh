@@ -8,7 +8,7 @@
 # one is kept when the run is stopped and skipped when it is started again, and the last step merges them all.
 #
 # RUNS replaces the arms and FLAGS adds the byte search's flags, e.g. the search on each Linear's Pareto front beside
-# dense and greedy: RUNS="dense smartformer-bytes greedy-bytes" FLAGS=--front-only.
+# dense and greedy: RUNS="dense smartformer-bytes greedy-bytes" FLAGS=--front-only. BUDGET replaces the budget (1/32).
 #
 #     JOBS=2 bash recipes/byte_table_cpu.sh [OUTPUT_DIR] [SEEDS...]
 set -euo pipefail
@@ -17,12 +17,13 @@ out=${1:-byte-table-cpu}
 shift || true
 seeds=(${@:-0 1 2})
 jobs=${JOBS:-1}
+budget=${BUDGET:-1/16}
 export OMP_NUM_THREADS=1
 python=${PYTHON:-python}
 datasets=(electricity bikesharing appliances_energy)
 
 common=(--device cpu --size medium --context 168 --horizon 24 --patch 24 24 --learning-rate 1e-3 --steps 2000
-        --train-stride 1 --random-draws 1 --budget-ratio 1/16 --forms dense lowbit svd cp biprop
+        --train-stride 1 --random-draws 1 --budget-ratio "$budget" --forms dense lowbit svd cp biprop
         --factor-widths 4 2 ternary --weight-group-sizes 32 row --keep-ratios 0.5 --max-candidates 4
         --search-schedule 4 2 3 --byte-reward validation_loss)
 runs=(${RUNS:-dense ptq-int8-all ptq-int4-all qat-int4-all qat-int2-all qat-ternary-all lowbit-2-g128
@@ -64,5 +65,5 @@ folders=()
 for seed in "${seeds[@]}"; do
     for dataset in "${datasets[@]}"; do folders+=("$out/$dataset-seed$seed"); done
 done
-"$python" byte_comparison.py --merge "${folders[@]}" --datasets "${datasets[@]}" --budget-ratio 1/16 \
+"$python" byte_comparison.py --merge "${folders[@]}" --datasets "${datasets[@]}" --budget-ratio "$budget" \
     --output-dir "$out"
