@@ -82,11 +82,13 @@ class MaskedPointLoss:
 
 
 class ForecastTrainer(MaskedPointLoss, Trainer):
-    pass
+    """A ``Trainer`` for forecasters: the masked MSE of the point forecast, ``teacher=`` / ``distill_weight=`` to
+    distill (``MaskedPointLoss``)."""
 
 
 class ForecastSmartformerTrainer(MaskedPointLoss, SmartformerTrainer):
-    pass
+    """The ``SmartformerTrainer`` search with a forecaster's masked MSE and optional distillation
+    (``MaskedPointLoss``)."""
 
 
 class BestValidation(TrainerCallback):
