@@ -358,3 +358,14 @@ def test_a_warmup_the_run_never_leaves_is_refused_before_the_model_changes(tmp_p
     with pytest.raises(ValueError, match="warmup=40.*40 steps"):
         SmartformerTrainer(model=model, args=args, train_dataset=sines(400), search=search_config(1 / 8, warmup=40))
     assert {name: type(module) for name, module in model.named_modules()} == before  # no Linear took a form
+
+
+def test_a_budget_below_every_linears_cheapest_form_is_refused_before_the_model_changes(tmp_path):
+    """A search that cannot fit its bytes even with every Linear at its cheapest form would end over the budget
+    (and the recipe's note would blame the steps): the trainer refuses it, naming the floor, as greedy_forms does."""
+    model = dense_patchtst(layers=1)
+    before = {name: type(module) for name, module in model.named_modules()}
+    args = TrainingArguments(str(tmp_path / "run"), max_steps=40, report_to=[], use_cpu=True)
+    with pytest.raises(ValueError, match=r"byte_budget=0.001: the cheapest form of every Linear takes 0\.\d+"):
+        SmartformerTrainer(model=model, args=args, train_dataset=sines(400), search=search_config(1 / 1000))
+    assert {name: type(module) for name, module in model.named_modules()} == before

@@ -24,6 +24,18 @@ def allocation_bytes(groups: list, allocation: Allocation) -> float:
     return sum(group.cost(allocation[group.name], True) for group in groups)
 
 
+def check_budget_fits(slots: list[LinearSlot], byte_budget: float) -> None:
+    """Raise where even the cheapest form of every Linear takes more than ``byte_budget`` of their fp32 bytes: a
+    search or allocation would end over the budget with every Linear at its cheapest form."""
+    cheapest = {slot.name: min(slot.actions, key=lambda form, slot=slot: slot.bytes_at(form)) for slot in slots}
+    floor = allocation_bytes(slots, cheapest) / sum(slot.dense_bytes for slot in slots)
+    if floor > byte_budget:
+        raise ValueError(
+            f"byte_budget={byte_budget:.4g}: the cheapest form of every Linear takes {floor:.4g} of the fp32 bytes; "
+            "raise the budget or allow cheaper forms (narrower factor_widths, lower ranks, biprop)"
+        )
+
+
 def random_allocation(groups: list, budget: float, rng: random.Random) -> Allocation:
     """A random action per group, groups taken in random order, each drawn among the actions that leave the rest
     room for their cheapest action: never above ``budget`` when the cheapest allocation fits it."""

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from torch import nn
 
 from ..config import CompressionConfig
-from .allocators import allocation_bytes, greedy_allocation, measure_form_sensitivity
+from .allocators import check_budget_fits, greedy_allocation, measure_form_sensitivity
 from .config import SearchConfig
 from .forms import linear_slots, mixed_forms
 
@@ -35,14 +35,8 @@ def greedy_forms(model: nn.Module, search: SearchConfig, loss: Callable[[nn.Modu
     slots = linear_slots(model, search)
     if not slots:
         raise ValueError(f"target_modules={search.target_modules!r} names no Linear of {type(model).__name__}")
+    check_budget_fits(slots, search.byte_budget)
     budget = search.byte_budget * sum(slot.dense_bytes for slot in slots)
-    cheapest = {slot.name: min(slot.actions, key=lambda form, slot=slot: slot.bytes_at(form)) for slot in slots}
-    if allocation_bytes(slots, cheapest) > budget:
-        raise ValueError(
-            f"byte_budget={search.byte_budget:.4g}: the cheapest form of every Linear takes "
-            f"{allocation_bytes(slots, cheapest) / sum(s.dense_bytes for s in slots):.4g} of the fp32 bytes; raise "
-            "the budget or allow cheaper forms (narrower factor_widths, lower ranks, biprop)"
-        )
     allocation = greedy_allocation(slots, budget, measure_form_sensitivity(model, slots, loss))
     forms = mixed_forms(slots, allocation)
     if not forms:

@@ -28,6 +28,7 @@ from transformers.utils import logging
 from ..compress import refresh_compression_config
 from ..core.metrics import linear_bytes
 from ..runtime.structure import install_layers
+from .allocators import check_budget_fits
 from .config import SearchConfig
 from .form_swap import (
     change_forms,
@@ -170,6 +171,8 @@ class SmartformerTrainer(Trainer):
             if config.front_only and self.eval_dataset is None:
                 raise ValueError("SearchConfig(front_only=True) scores each form on eval_dataset; pass one")
             slots = linear_slots(self.model, config)
+            if config.byte_budget is not None and slots:
+                check_budget_fits(slots, config.byte_budget)  # before the model changes
             start = start_form(slots, config.start)  # checked before the model changes
             prepare_for_forms(self.model, slots)
             change_forms(self.model, {slot.name: slot for slot in slots}, {slot.name: start for slot in slots})
