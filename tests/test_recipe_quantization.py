@@ -147,3 +147,15 @@ def test_distill_teaches_every_arm_with_the_dense_run(smartformer, tmp_path, cap
     weights = {run["name"]: run["distill_weight"] for run in results["runs"]}
     assert weights == {"dense": None, "qat-ternary-all": 0.5}
     assert all(np.isfinite(run["metrics"]["mse"]) for run in results["runs"])
+
+
+def test_a_byte_budget_below_every_cheapest_form_stops_before_any_arm_trains(smartformer, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        smartformer.main(
+            ["--model", "patchtst", "--dataset", str(series_csv(tmp_path / "s.csv")), "--horizon", "8", "--context",
+             "64", "--budget-ratio", "1/1000", "--runs", "dense", "smartformer-bytes", "--output-dir",
+             str(tmp_path / "out")]
+        )  # fmt: skip
+    error = capsys.readouterr().err
+    assert "--budget-ratio with these --forms" in error and "the cheapest form of every Linear takes" in error
+    assert not (tmp_path / "out" / "runs").exists()  # dense never trained

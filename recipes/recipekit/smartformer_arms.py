@@ -14,9 +14,10 @@ from accelerate import PartialState
 
 from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search import SearchConfig
+from hf_tensorcompress.search.allocators import check_budget_fits
 from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total_params, uniform_ranks
 from hf_tensorcompress.search.config import FORM_KINDS
-from hf_tensorcompress.search.forms import Form
+from hf_tensorcompress.search.forms import Form, linear_slots
 
 from .byte_arms import BYTE_DERIVED, BYTE_WIDTHS, INT_QAT_ARMS, lowbit_arm, prepare_int_qat, prepare_lowbit
 from .forecasters import Size
@@ -118,6 +119,14 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
         plan.arms = chosen_runs(plan, args.runs)
     check_switch_step(plan, size.steps, args.switch_step is not None)
     check_distill(plan, args.distill)
+    if any(entry[0] == "smartformer-bytes" for entry in plan.arms):  # before any arm trains, not after dense
+        config = search(0, in_bytes=True)
+        try:
+            check_budget_fits(linear_slots(shape_model, config), config.byte_budget)
+        except ValueError as error:
+            raise ValueError(
+                f"--budget-ratio with these --forms, --factor-widths and --max-candidates: {error}"
+            ) from None
     return plan
 
 
