@@ -26,7 +26,10 @@ def allocation_bytes(groups: list, allocation: Allocation) -> float:
 
 def check_budget_fits(slots: list[LinearSlot], byte_budget: float) -> None:
     """Raise where even the cheapest form of every Linear takes more than ``byte_budget`` of their fp32 bytes: a
-    search or allocation would end over the budget with every Linear at its cheapest form."""
+    search or allocation would end over the budget with every Linear at its cheapest form (no Linears: nothing to
+    check)."""
+    if not slots:
+        return
     cheapest = {slot.name: min(slot.actions, key=lambda form, slot=slot: slot.bytes_at(form)) for slot in slots}
     floor = allocation_bytes(slots, cheapest) / sum(slot.dense_bytes for slot in slots)
     if floor > byte_budget:

@@ -171,7 +171,7 @@ class SmartformerTrainer(Trainer):
             if config.front_only and self.eval_dataset is None:
                 raise ValueError("SearchConfig(front_only=True) scores each form on eval_dataset; pass one")
             slots = linear_slots(self.model, config)
-            if config.byte_budget is not None and slots:
+            if config.byte_budget is not None:
                 check_budget_fits(slots, config.byte_budget)  # before the model changes
             start = start_form(slots, config.start)  # checked before the model changes
             prepare_for_forms(self.model, slots)
