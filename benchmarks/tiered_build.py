@@ -10,7 +10,9 @@ not quality (quality is in ``recipes/tensorslm_domains.py``'s results). Calibrat
 ``--calibration-tokens`` tokens of Moby Dick's build split in SmolLM2's tokenizer (spread over the larger
 vocabularies by a fixed multiplier, so the counts touch the whole table).
 
-Each shape runs in a new process, so its memory figures are that shape's alone:
+Each shape runs in two new processes: one times the dense forward, the other loads the model and builds it the way a
+user does (a forward with full logits before the build would leave its freed blocks on the C heap and inflate the
+build's memory), so its memory figures are that build's alone:
 
 - ``forward_s``: one forward pass of the dense model over the calibration tokens (512-token windows, full logits): the
   unit of the build's cost;
@@ -20,8 +22,10 @@ Each shape runs in a new process, so its memory figures are that shape's alone:
   and the one weighed alike) and the held-back check;
 - ``build_peak_rss_mb``: the process's peak resident memory during the build (``VmHWM`` reset before it), against
   the model's fp32 bytes (parameters, buffers) as ``build_peak_over_fp32_model``; ``build_added_over_fp32_model`` is
-  what the build added to the resident size it started from (the loaded model, the imported libraries), and
+  what the build added to the resident size it started from (the loaded model, every weight read once so that a
+  memory-mapped checkpoint is resident, the imported libraries), and
   ``<step>_peak_added_mb`` what each step added at its peak over the size it started at (where the memory goes);
+  ``process_peak_over_fp32_model`` the whole process's peak (loading the model, the libraries, the build);
 - ``head_speed``: dense fp32 ``F.linear`` time / tiered ``logits`` time for ``--positions`` hidden states at batch 1
   and at batch 8 (8 × positions/8), and for one hidden state (a decoding step); ``lookup_speed`` the same for the
   embedding lookup of those positions. Above 1: the tiered layer is faster. Pairs run alternately, best of
@@ -38,6 +42,7 @@ import json
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -170,30 +175,53 @@ def time_phases() -> dict[str, float]:
     return seconds
 
 
-def run_shape(args: argparse.Namespace) -> dict:
-    """One shape, in this process: forward, build, peak RSS, speeds."""
+def forward_part(args: argparse.Namespace) -> dict:
+    """One shape's dense forward over the calibration tokens, in this process."""
+    device, dtype = device_and_dtype(args)
+    model = model_of(args.shape).to(device, dtype).eval()
+    ids = calibration_ids(args.calibration_tokens, model.get_input_embeddings().num_embeddings)
+    forward_s = forward_seconds(model, ids)
+    print(f"{args.shape}: one forward over {len(ids):,} tokens {forward_s:.1f} s", file=sys.stderr, flush=True)
+    return {"forward_s": forward_s}
+
+
+@torch.no_grad()
+def page_in(model: torch.nn.Module) -> None:
+    """Read every weight once. ``from_pretrained`` maps the safetensors file, and its pages become resident only when
+    something first reads them: on SmolLM2 the build's calibration pass would count the model's own 0.5 GB as the
+    build's memory."""
+    for tensor in [*model.parameters(), *model.buffers()]:
+        tensor.sum()
+
+
+def build_part(args: argparse.Namespace) -> dict:
+    """One shape loaded and built, in this process: build time, peak RSS, speeds. The dense table the speeds
+    compare against waits on disk during the build, so it is not part of the build's memory."""
     from hf_tensorcompress import CompressionConfig, apply_tiered
 
     device, dtype = device_and_dtype(args)
     model = model_of(args.shape).to(device, dtype).eval()
+    page_in(model)
     model_bytes = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
     fp32_bytes = sum(t.numel() * 4 for t in [*model.parameters(), *model.buffers()] if t.is_floating_point())
     vocab = model.get_input_embeddings().num_embeddings
     ids = calibration_ids(args.calibration_tokens, vocab)
-    forward_s = forward_seconds(model, ids)
-    dense = model.get_input_embeddings().weight.detach().clone()
-    print(f"{args.shape}: one forward over {len(ids):,} tokens {forward_s:.1f} s", file=sys.stderr, flush=True)
     config = CompressionConfig(method="tiered", size_ratio=args.size_ratio, rounding="output")
-    process_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    phases = time_phases()
-    reset_peak()
-    before = status_mb("VmRSS")
-    start = time.perf_counter()
-    apply_tiered(model, config, ids.to(device))
-    build_s = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as folder:
+        dense_file = Path(folder) / "dense.pt"
+        torch.save(model.get_input_embeddings().weight.detach().cpu(), dense_file)
+        process_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        phases = time_phases()
+        reset_peak()
+        before = status_mb("VmRSS")
+        start = time.perf_counter()
+        apply_tiered(model, config, ids.to(device))
+        build_s = time.perf_counter() - start
+        peak = max(status_mb("VmHWM"), phases.pop("build_peak_rss_mb"))
+        whole_peak = max(process_peak, peak)
+        dense = torch.load(dense_file).to(device, dtype)
     layer = model.get_input_embeddings()
     check = getattr(layer, "budget_check", None)
-    peak = max(status_mb("VmHWM"), phases.pop("build_peak_rss_mb"))
     return {
         "shape": args.shape,
         "vocab": vocab,
@@ -201,9 +229,7 @@ def run_shape(args: argparse.Namespace) -> dict:
         "layers": model.config.num_hidden_layers,
         "dtype": args.dtype,
         "calibration_tokens": len(ids),
-        "forward_s": forward_s,
         "build_s": build_s,
-        "build_over_forward": build_s / forward_s,
         **phases,
         "target_minutes": TARGET_MINUTES[args.shape],
         "model_mb": model_bytes / 2**20,
@@ -213,16 +239,29 @@ def run_shape(args: argparse.Namespace) -> dict:
         "build_peak_over_fp32_model": peak * 2**20 / fp32_bytes,
         "build_added_over_fp32_model": (peak - before) * 2**20 / fp32_bytes,
         "peak_before_build_mb": process_peak,
+        "process_peak_over_fp32_model": whole_peak * 2**20 / fp32_bytes,
         "stored_bytes": layer.storage_bits() // 8,
         "kept": check.kept if check else None,
-        **speeds(layer, dense.to(dtype), args.positions, device, args.repeats),
+        **speeds(layer, dense, args.positions, device, args.repeats),
     }
+
+
+def run_part(shape: str, part: str, args: argparse.Namespace) -> dict:
+    """``part`` of ``shape`` in a new process (its memory its own); its last line's JSON."""
+    command = [sys.executable, __file__, "--shape", shape, "--part", part, "--dtype", args.dtype]
+    command += ["--device", args.device, "--size-ratio", str(args.size_ratio)]
+    command += ["--calibration-tokens", str(args.calibration_tokens)]
+    command += ["--positions", str(args.positions), "--repeats", str(args.repeats)]
+    output = subprocess.run(command, check=True, capture_output=True, text=True)
+    sys.stderr.write(output.stderr[-4000:])
+    return json.loads(output.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="+", choices=SHAPES, default=list(SHAPES))
     parser.add_argument("--shape", choices=SHAPES, help=argparse.SUPPRESS)  # one shape, in this process
+    parser.add_argument("--part", choices=("forward", "build"), default="build", help=argparse.SUPPRESS)
     parser.add_argument("--size-ratio", type=float, default=4.0)
     parser.add_argument("--calibration-tokens", type=int, default=8192)
     parser.add_argument("--positions", type=int, default=512)
@@ -230,17 +269,14 @@ def main(argv: list[str] | None = None) -> dict:
     add_device_arguments(parser)
     args = parser.parse_args(argv)
     if args.shape:
-        result = run_shape(args)
+        result = (forward_part if args.part == "forward" else build_part)(args)
         print(json.dumps(result))
         return result
     results = {"threads": torch.get_num_threads(), "dtype": args.dtype, "device": args.device, "shapes": []}
     for shape in args.shapes:
-        command = [sys.executable, __file__, "--shape", shape, "--dtype", args.dtype, "--device", args.device]
-        command += ["--size-ratio", str(args.size_ratio), "--calibration-tokens", str(args.calibration_tokens)]
-        command += ["--positions", str(args.positions), "--repeats", str(args.repeats)]
-        output = subprocess.run(command, check=True, capture_output=True, text=True)
-        sys.stderr.write(output.stderr[-4000:])
-        figures = json.loads(output.stdout.strip().splitlines()[-1])
+        forward_s = run_part(shape, "forward", args)["forward_s"]
+        built = run_part(shape, "build", args)
+        figures = {**built, "forward_s": forward_s, "build_over_forward": built["build_s"] / forward_s}
         print({key: round(value, 3) if isinstance(value, float) else value for key, value in figures.items()})
         results["shapes"].append(figures)
     print(json.dumps(results))

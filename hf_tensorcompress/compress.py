@@ -101,6 +101,17 @@ def check_weights_loaded(model: nn.Module, config: CompressionConfig, names: lis
         )
 
 
+#: Values ``all_finite`` checks at a time.
+FINITE_CHUNK = 1 << 22
+
+
+def all_finite(tensor: torch.Tensor) -> bool:
+    """Whether every value is finite, ``FINITE_CHUNK`` values at a time: ``torch.isfinite`` takes ``|x|`` as a
+    full-size copy beside its masks, which on a 262,144 × 640 fp32 embedding peaks at 1.1 GB."""
+    flat = tensor.detach().reshape(-1)
+    return all(bool(torch.isfinite(part).all()) for part in flat.split(FINITE_CHUNK))
+
+
 def check_finite(model: nn.Module, config: CompressionConfig, names: list[str]) -> None:
     """A method that computes its layers from the dense weights needs finite ones: a NaN or infinity would stop a
     decomposition without naming the module, or be stored and give NaN outputs. Checked before anything changes."""
@@ -108,7 +119,7 @@ def check_finite(model: nn.Module, config: CompressionConfig, names: list[str]) 
         return
     for name in names:
         for key, tensor in model.get_submodule(name).named_parameters(recurse=False):
-            if tensor.is_meta or not tensor.is_floating_point() or bool(torch.isfinite(tensor).all()):
+            if tensor.is_meta or not tensor.is_floating_point() or all_finite(tensor):
                 continue
             nan, infinite = int(torch.isnan(tensor).sum()), int(torch.isinf(tensor).sum())
             first = [int(i) for i in torch.nonzero(~torch.isfinite(tensor))[0]]

@@ -12,7 +12,7 @@ from test_tiered_budget import CALIBRATION, VOCAB, budget, tiny
 from test_tiered_model_text import peaked
 
 from hf_tensorcompress import apply_tiered
-from hf_tensorcompress.methods.tiered.guard import BudgetCheckWarning, held_back
+from hf_tensorcompress.methods.tiered.guard import BudgetCheckWarning, held_back, ln_perplexity
 
 
 def widths_of(model: torch.nn.Module, tokens: list[int]) -> list[object]:
@@ -68,3 +68,32 @@ def test_the_calibration_text_is_held_back_at_its_end():
     kept, held = held_back(ids)
     assert torch.equal(torch.cat([kept, held]), ids) and len(held) == 1024
     assert len(held_back(torch.arange(80))[1]) == 10  # at most an eighth
+
+
+def test_the_check_scores_through_the_built_layer_alone_and_leaves_the_model_as_it_was(monkeypatch):
+    """``ln_perplexity`` with a layer equals the model with that layer in place, never runs the dense embedding or
+    head (their logits would double the check's memory), and restores both modules' own ``forward``."""
+    import copy
+
+    model = tiny()
+    embedding = model.get_input_embeddings()
+    built = apply_tiered(copy.deepcopy(model), budget(6, model_text_tokens=0), CALIBRATION, 256)
+    layer = built.get_input_embeddings()
+    ids = CALIBRATION[:200].reshape(2, 100)
+    called = []
+    for module in (embedding, model.lm_head):
+        module.register_forward_pre_hook(lambda m, args: called.append(m))
+    dense_forward = torch.nn.Linear.forward
+
+    def counted_forward(self, x):
+        if self is model.lm_head:
+            called.append("dense head")
+        return dense_forward(self, x)
+
+    monkeypatch.setattr(torch.nn.Linear, "forward", counted_forward)
+    through_layer = ln_perplexity(model, embedding, layer, ids)
+    assert "dense head" not in called and len(called) == 2 * 2  # the hooks ran: each window's calls went through
+    assert "forward" not in vars(embedding) and "forward" not in vars(model.lm_head)
+    reference = ln_perplexity(built, layer, None, ids)
+    assert through_layer == pytest.approx(reference, rel=1e-5)
+    assert abs(ln_perplexity(model, embedding, None, ids) - reference) > 1e-3  # the layer's rows are not dense

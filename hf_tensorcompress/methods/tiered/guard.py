@@ -12,7 +12,8 @@ Where the weighed allocation loses, the build keeps the other one and warns, nam
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -128,31 +129,45 @@ def held_back(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (ids[: len(ids) - keep], ids[len(ids) - keep :]) if keep else (ids, ids[:0])
 
 
+@contextmanager
+def serving(model: nn.Module, embedding: nn.Module, layer: nn.Module | None) -> Iterator[None]:
+    """``layer`` answers in place of ``embedding`` (and of the tied output layer it serves) while inside: each
+    module's ``forward`` is replaced on the instance and restored after, so the dense ones are not run (a forward
+    hook would compute the dense logits too, 134 MB a window over a 262,144-token vocabulary) and the model's own
+    modules are left as they were."""
+    replaced = []
+    if layer is not None:
+        replaced.append((embedding, lambda input_ids, *args, **kwargs: layer(input_ids).to(embedding.weight.dtype)))
+        if layer.tied_output is not None:
+            head = model.get_submodule(layer.tied_output)
+            replaced.append((head, lambda hidden, _dtype=head.weight.dtype: layer.logits(hidden).to(_dtype)))
+    for module, forward in replaced:
+        module.forward = forward
+    try:
+        yield
+    finally:
+        for module, _ in replaced:
+            del module.forward
+
+
 @torch.no_grad()
 def ln_perplexity(model: nn.Module, embedding: nn.Module, layer: nn.Module | None, ids: torch.Tensor) -> float:
     """Mean next-token ln-loss of ``ids`` (``(sequences, length)``) through ``model`` with ``layer`` in place of
-    ``embedding`` (and of the tied output layer it serves), by forward hooks: the model itself is not touched. Each
-    sequence runs in windows of ``CHECK_WINDOW`` predictions, so the logits held at once stay small."""
-    hooks = []
-    if layer is not None:
-        hooks.append(embedding.register_forward_hook(lambda module, inputs, output: layer(inputs[0]).to(output.dtype)))
-        if layer.tied_output is not None:
-            head = model.get_submodule(layer.tied_output)
-            hooks.append(head.register_forward_hook(lambda m, inputs, out: layer.logits(inputs[0]).to(out.dtype)))
+    ``embedding`` (``serving``). Each sequence runs in windows of ``CHECK_WINDOW`` predictions, so the logits held
+    at once stay small."""
     was_training = model.training
     model.eval()
     try:
         device = next(model.parameters()).device
         total, count = 0.0, 0
-        for sequence in ids:
-            for start in range(0, len(sequence) - 1, CHECK_WINDOW):
-                window = sequence[start : start + CHECK_WINDOW + 1].to(device)[None]
-                total += float(model(input_ids=window, labels=window).loss) * (window.shape[1] - 1)
-                count += window.shape[1] - 1
+        with serving(model, embedding, layer):
+            for sequence in ids:
+                for start in range(0, len(sequence) - 1, CHECK_WINDOW):
+                    window = sequence[start : start + CHECK_WINDOW + 1].to(device)[None]
+                    total += float(model(input_ids=window, labels=window).loss) * (window.shape[1] - 1)
+                    count += window.shape[1] - 1
         return total / max(count, 1)
     finally:
-        for hook in hooks:
-            hook.remove()
         model.train(was_training)
 
 
