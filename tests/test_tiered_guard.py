@@ -94,6 +94,10 @@ def test_the_check_scores_through_the_built_layer_alone_and_leaves_the_model_as_
     through_layer = ln_perplexity(model, embedding, layer, ids)
     assert "dense head" not in called and len(called) == 2 * 2  # the hooks ran: each window's calls went through
     assert "forward" not in vars(embedding) and "forward" not in vars(model.lm_head)
+    offloaded = model.lm_head.forward  # a forward set on the instance, as accelerate's offloading sets one
+    model.lm_head.forward = offloaded
+    assert ln_perplexity(model, embedding, layer, ids) == through_layer
+    assert vars(model.lm_head)["forward"] is offloaded and "forward" not in vars(embedding)
     reference = ln_perplexity(built, layer, None, ids)
     assert through_layer == pytest.approx(reference, rel=1e-5)
     assert abs(ln_perplexity(model, embedding, None, ids) - reference) > 1e-3  # the layer's rows are not dense

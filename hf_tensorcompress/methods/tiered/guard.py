@@ -134,20 +134,25 @@ def serving(model: nn.Module, embedding: nn.Module, layer: nn.Module | None) -> 
     """``layer`` answers in place of ``embedding`` (and of the tied output layer it serves) while inside: each
     module's ``forward`` is replaced on the instance and restored after, so the dense ones are not run (a forward
     hook would compute the dense logits too, 134 MB a window over a 262,144-token vocabulary) and the model's own
-    modules are left as they were."""
+    modules are left as they were (a ``forward`` already set on the instance, as accelerate's offloading hooks set
+    one, is put back)."""
     replaced = []
     if layer is not None:
         replaced.append((embedding, lambda input_ids, *args, **kwargs: layer(input_ids).to(embedding.weight.dtype)))
         if layer.tied_output is not None:
             head = model.get_submodule(layer.tied_output)
             replaced.append((head, lambda hidden, _dtype=head.weight.dtype: layer.logits(hidden).to(_dtype)))
+    own = [(module, vars(module).get("forward")) for module, _ in replaced]
     for module, forward in replaced:
         module.forward = forward
     try:
         yield
     finally:
-        for module, _ in replaced:
-            del module.forward
+        for module, previous in own:
+            if previous is None:
+                del module.forward
+            else:
+                module.forward = previous
 
 
 @torch.no_grad()
