@@ -51,10 +51,10 @@ def test_greedy_and_random_allocations_choose_among_16_bit_and_ternary_factors()
     roomy = greedy_allocation(groups, everything, indifferent)
     assert {bits for _, bits in roomy.values()} == {16}  # nothing to cut: full rank in 16 bits, the costliest action
     budget = sum(g.dense_bytes for g in groups) / 6
-    twins = attention_groups(every_linear_svd(), 10, (2, "ternary"), 32)  # every rank: the same bytes at either width
+    twins = attention_groups(every_linear_svd(), 10, (2, "ternary"), 32)  # every rank at either width, ternary cheaper
     tied = greedy_allocation(twins, budget, {g.name: {a: 0.0 for a in g.actions} for g in twins})
     assert allocation_bytes(twins, tied) <= budget
-    # every other action loses more the fewer bytes it keeps; ternary loses nothing (and costs what int2 costs)
+    # every other action loses more the fewer bytes it keeps; ternary loses nothing (and costs less than int2)
     ternary_is_free = {
         g.name: {a: 0.0 if a[1] == "ternary" else 1 + 1 / g.bytes_at(*a) for a in g.actions} for g in groups
     }

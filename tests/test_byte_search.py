@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from smartformer_fixtures import assert_forecasts_in_new_processes, dense_patchtst, sines
 from transformers import PatchTSTForPrediction, TrainingArguments
 
@@ -15,6 +16,7 @@ from hf_tensorcompress.core.metrics import linear_bytes
 from hf_tensorcompress.loading import load_model
 from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search import SearchConfig, attention_groups
+from hf_tensorcompress.search.form_swap import LATENT_FILE, coded_parameters
 from hf_tensorcompress.search.space import allowed_actions
 from hf_tensorcompress.search.trainer import SmartformerTrainer
 
@@ -50,7 +52,7 @@ def test_byte_costs_match_what_the_layers_store():
                 model.get_submodule(name).set_factor_bits(width, 32)
             stored = sum(model.get_submodule(name).storage_bits() / 8 for name in group.modules)
             assert group.bytes_at(rank, width) == pytest.approx(stored)
-        assert group.bytes_at(rank, "ternary") == group.bytes_at(rank, 2)  # three levels in 2-bit codes
+        assert group.bytes_at(rank, "ternary") < group.bytes_at(rank, 2)  # five codes a byte, one level per group
         assert group.bytes_at(rank, 16) == 2 * rank * group.params_per_rank + 4 * group.bias_params  # bf16, no scales
         assert group.bytes_at(rank, None) == 4 * group.params_at(rank)
         assert {action[1] for action in group.actions} == set(FACTOR_WIDTHS)
@@ -155,7 +157,14 @@ def test_byte_search_resumes_from_a_checkpoint_where_it_stopped(tmp_path):
     first = trainer_for("part", 6)
     first.train()
     assert any(spec.get("factor_bits") for spec in first.model.config.compression_config["modules"].values())
+    kept = load_file(tmp_path / "part" / "checkpoint-6" / LATENT_FILE)  # the fp32 factors behind the codes
+    coded = coded_parameters(first.model)
+    assert kept.keys() == coded.keys() and any(name.endswith("factor_out") for name in kept)
+    assert all(torch.equal(kept[name], parameter.detach()) for name, parameter in coded.items())
     resumed = trainer_for("part", 12)
     resumed.train(resume_from_checkpoint=str(tmp_path / "part" / "checkpoint-6"))
     assert resumed.search.bits == whole.search.bits and resumed.search.ranks == whole.search.ranks
     assert [r.get("bits") for r in resumed.search.trace] == [r.get("bits") for r in whole.search.trace]
+    again = trainer_for("again", 12)  # loaded, not trained: the factors are where the first run stopped
+    again._load_from_checkpoint(str(tmp_path / "part" / "checkpoint-6"))
+    assert all(torch.equal(kept[name], parameter) for name, parameter in coded_parameters(again.model).items())

@@ -146,7 +146,7 @@ def test_ternary_factors_store_three_levels_per_group_exactly_and_round_idempote
     matrix = torch.randn(6, 16)
     kept = stored(matrix, "ternary", group_size)
     values = kept.dequantize()
-    assert kept.bits == 2 and torch.equal(kept.minimum, -kept.scale)  # the 2-bit format, decoded as it is
+    assert kept.codes.shape == (6, 4) and kept.scale.shape == (6, 16 // (group_size or 16))  # five codes a byte
     assert torch.equal(rounded(matrix, "ternary", group_size), values)  # training computes with what is stored
     group = group_size or 16
     grouped = matrix.reshape(6, -1, group)
@@ -171,8 +171,8 @@ def test_post_training_switch_and_bad_settings():
     # U (16×8) and Vᵀ (8×32): one byte per code, an fp16 scale and minimum per row; the fp32 bias
     assert layer.storage_bits() == (16 * 8 + 16 * 4 + 8 * 32 + 8 * 4) * 8 + 16 * 32
     assert torch.allclose(layer(x), exact, atol=0.05) and not torch.equal(layer(x), exact)
-    layer.set_factor_bits("ternary")  # 2-bit codes (2 bytes a row of U, 8 of Vᵀ), an fp16 scale and minimum per row
-    assert layer.storage_bits() == (16 * 2 + 16 * 4 + 8 * 8 + 8 * 4) * 8 + 16 * 32
+    layer.set_factor_bits("ternary")  # five codes a byte (2 bytes a row of U, 7 of Vᵀ) and an fp16 level per row
+    assert layer.storage_bits() == (16 * 2 + 16 * 2 + 8 * 7 + 8 * 2) * 8 + 16 * 32
     layer.set_factor_bits(16)  # two bytes a value, no scales
     assert layer.storage_bits() == (16 * 8 * 2 + 8 * 32 * 2) * 8 + 16 * 32
     with pytest.raises(ValueError, match="factor_bits=5.*16, 8, 4, 3, 2, 'ternary'"):

@@ -6,7 +6,7 @@
   one byte per weight while their bytes on disk count the codes packed at their bit width.
 * Quantization-aware training (QAT): BitNet b1.58's ternary weights (absmean scale per tensor, straight-through
   estimator), weight-only, hand-written (``ternary_training`` says why); trains fp32 latent weights, deployed as
-  2-bit codes plus one scale.
+  five codes a byte (the library's ternary packing, ``runtime/ternary.py``) plus one scale.
 
 Needs the ``quant`` extra.
 """
@@ -20,11 +20,10 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from ..core.extras import require
+from ..runtime.ternary import TRITS_PER_BYTE
 
 #: scheme -> (bits, group size along the input axis; None = one scale per output row)
 SCHEMES: dict[str, tuple[int, int | None]] = {"int8": (8, None), "int4": (4, 32), "int2": (2, 32)}
-#: bits a deployed ternary weight takes (3 levels need 2 bits when packed; 1.58 is the entropy bound)
-TERNARY_BITS = 2
 
 
 def _scheme(scheme: str) -> tuple[int, int | None]:
@@ -91,5 +90,6 @@ def ternary_training(model: nn.Module, names: Iterable[str]) -> nn.Module:
 
 
 def ternary_bytes(rows: int, columns: int) -> int:
-    """Bytes of a deployed ternary weight: 2-bit codes plus one fp32 absmean scale."""
-    return (rows * columns * TERNARY_BITS + 7) // 8 + 4
+    """Bytes of a deployed ternary weight: each row's codes five a byte (1.6 bits a weight, as the library's ternary
+    storage packs them; 1.58 is the entropy bound) plus one fp32 absmean scale."""
+    return rows * -(-columns // TRITS_PER_BYTE) + 4

@@ -288,7 +288,7 @@ def linear_bytes(model: nn.Module, packed: dict[str, int] | None = None) -> dict
 
     A compressed layer counts its ``storage_bits()`` on disk and the tensors it holds in RAM; a torchao-quantized
     weight its packed codes and scales (``tensor_bytes``). ``packed`` overrides the disk bytes of named modules whose
-    deployed form differs from how they train (e.g. ternary QAT: fp32 latent weights, deployed as 2-bit codes).
+    deployed form differs from how they train (e.g. ternary QAT: fp32 latent weights, deployed five codes a byte).
     """
     rows = {}
     for name, module in linear_modules(model).items():

@@ -5,8 +5,8 @@ store them (straight-through gradients), saves only the codes (``save_codes``), 
 factors (``read_codes``: a kept best checkpoint, a Trainer resume). Loaded from a checkpoint, the layer holds the
 ``LowBitTensor`` codes themselves (its stored form). Rows are grouped along their columns: ``group_size`` where it
 divides the row, else one group per row. The widths (``marker.FACTOR_WIDTHS``): 16 is bfloat16 values, 8 … 2
-round-to-nearest codes with an fp16 scale and minimum per group, ``"ternary"`` 2-bit codes of BitNet b1.58's three
-levels per group (``ternary.py``), which the 2-bit decoder reads as they are.
+round-to-nearest codes with an fp16 scale and minimum per group, ``"ternary"`` BitNet b1.58's three levels per group,
+five codes a byte with one fp16 level per group (``ternary.TernaryTensor``).
 
 Ships inside saved checkpoints: torch only.
 """
@@ -17,12 +17,7 @@ import torch
 
 from .lowbit import LowBitTensor, stored_values
 from .marker import TERNARY
-from .ternary import TERNARY_STORAGE_BITS, ternary_stored, ternary_values
-
-
-def storage_width(bits: int | str) -> int:
-    """The ``LowBitTensor`` width a factor width is stored in: ternary factors are 2-bit codes of three levels."""
-    return TERNARY_STORAGE_BITS if bits == TERNARY else bits
+from .ternary import TernaryTensor, ternary_stored, ternary_values
 
 
 def storage_spec(bits: int | str | None, group_size: int | None) -> dict:
@@ -42,12 +37,14 @@ def factor_group(group_size: int | None, columns: int) -> int | None:
     return group_size if group_size is not None and columns % group_size == 0 else None
 
 
-def stored_form(shape: tuple[int, int], bits: int | str, group_size: int | None) -> LowBitTensor:
-    """An empty ``LowBitTensor`` of a factor of ``shape`` (what a checkpoint's codes load into)."""
-    return LowBitTensor(shape, storage_width(bits), factor_group(group_size, shape[1]))
+def stored_form(shape: tuple[int, int], bits: int | str, group_size: int | None) -> LowBitTensor | TernaryTensor:
+    """An empty stored matrix of a factor of ``shape`` (what a checkpoint's codes load into)."""
+    if bits == TERNARY:
+        return TernaryTensor(shape, factor_group(group_size, shape[1]))
+    return LowBitTensor(shape, bits, factor_group(group_size, shape[1]))
 
 
-def stored(matrix: torch.Tensor, bits: int | str, group_size: int | None) -> LowBitTensor:
+def stored(matrix: torch.Tensor, bits: int | str, group_size: int | None) -> LowBitTensor | TernaryTensor:
     """``matrix`` stored in ``bits`` (ternary: BitNet b1.58's codes at their least-squares level, ``ternary.py``;
     else round-to-nearest)."""
     group = factor_group(group_size, matrix.shape[1])

@@ -42,10 +42,10 @@ def quantization_marker(linears: dict | None = None) -> dict:
 
 #: Bit widths stored as packed integer codes (``LowBitTensor``'s packed widths; TT storage takes these).
 FACTOR_BITS = (2, 3, 4, 8)
-#: The ternary factor width: BitNet b1.58 levels {-s, 0, +s} per group, stored exactly as 2-bit codes.
+#: The ternary factor width: BitNet b1.58 levels {-s, 0, +s} per group, stored five codes a byte (1.6 bits).
 TERNARY = "ternary"
 #: Widths the low-rank layers' (CP, SVD) factors can be stored in: 16 is bfloat16 values (``LowBitTensor``'s 16-bit
-#: form), 8 … 2 packed round-to-nearest codes, ``TERNARY`` 2-bit codes of three levels.
+#: form), 8 … 2 packed round-to-nearest codes, ``TERNARY`` three levels per group, five codes a byte.
 FACTOR_WIDTHS = (16, 8, 4, 3, 2, TERNARY)
 
 

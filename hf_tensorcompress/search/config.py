@@ -62,7 +62,7 @@ class SearchConfig(JsonConfig):
             ``param_budget``.
         factor_widths: the factor bit widths the agent chooses among for every searched layer besides its rank
             (each of 16, 8, 4, 3, 2, ``"ternary"``, or ``None`` for fp32 factors: what ``factor_bits`` stores, 16 as
-            bfloat16, ternary as BitNet b1.58's three levels per group in 2-bit codes); the factors then
+            bfloat16, ternary as BitNet b1.58's three levels per group, five codes a byte); the factors then
             train quantization-aware at the width currently chosen (straight-through, rounded as that width stores)
             and the final model saves them packed with per-layer ``factor_bits``. ``None``: ranks only, factors as they are. Needs SVD layers.
         factor_group_size: group size of the low-bit factors' scales (rows that it does not divide use one group).

@@ -27,7 +27,7 @@ from ..runtime.contract import CompressedLayer
 from ..saving import save_extras
 from .forms import Form, LinearSlot, mixed_forms
 
-#: The fp32 weights behind the trainable low-bit Linears, kept beside a checkpoint's model weights.
+#: The fp32 weights and factors behind the trainable low-bit forms, kept beside a checkpoint's model weights.
 LATENT_FILE = "search_latents.safetensors"
 
 
@@ -138,22 +138,25 @@ def finish_forms(model: nn.Module, slots: list[LinearSlot], chosen: dict[str, Fo
             options["save_scores"] = False
 
 
-def save_latents(model: nn.Module, slots: list[LinearSlot], folder: str) -> None:
-    """Write the fp32 weight of every trainable low-bit Linear of ``slots`` into ``folder`` (a checkpoint)."""
-    layers = {slot.name: model.get_submodule(slot.name) for slot in slots}
-    latents = {
-        name: layer.latent.detach().cpu().contiguous()
-        for name, layer in layers.items()
-        if getattr(layer, "layer_type", "") == "lowbit" and not layer.stored
-    }
+def coded_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
+    """The parameters of ``model`` that its ``state_dict`` holds as codes rather than as themselves: a low-bit
+    Linear's fp32 weight, a low-rank layer's fp32 factors under ``factor_bits``."""
+    saved = model.state_dict(keep_vars=True)
+    return {name: parameter for name, parameter in model.named_parameters() if name not in saved}
+
+
+def save_latents(model: nn.Module, folder: str) -> None:
+    """Write the fp32 values behind every coded parameter into ``folder`` (a checkpoint): the codes alone would resume
+    training from rounded weights, not where it stopped."""
+    latents = {name: parameter.detach().cpu().contiguous() for name, parameter in coded_parameters(model).items()}
     save_file(latents, os.path.join(folder, LATENT_FILE))
 
 
 def load_latents(model: nn.Module, folder: str) -> None:
-    """Give the low-bit Linears the fp32 weights ``save_latents`` kept (after the checkpoint's codes loaded)."""
+    """Give the coded parameters the fp32 values ``save_latents`` kept (after the checkpoint's codes loaded)."""
     path = os.path.join(folder, LATENT_FILE)
     if not os.path.exists(path):
         return
     with torch.no_grad():
         for name, latent in load_file(path).items():
-            model.get_submodule(name).latent.copy_(latent)
+            model.get_parameter(name).copy_(latent)

@@ -373,8 +373,7 @@ class SmartformerTrainer(Trainer):
                 self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
             )
             self.search.save(folder)
-            if self.search_config.forms is not None:
-                save_latents(self.model, self.search.groups, folder)
+            save_latents(self.model, folder)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model: nn.Module | None = None) -> None:
         """Rebuild the model at the checkpoint's ranks (or forms), then load its weights and the search state."""
@@ -395,6 +394,7 @@ class SmartformerTrainer(Trainer):
         install_layers(target, {name: spec for name, spec in changed.items() if name not in trainable})
         refresh_compression_config(target)
         super()._load_from_checkpoint(resume_from_checkpoint, model)
+        load_latents(target, resume_from_checkpoint)
         if os.path.exists(os.path.join(resume_from_checkpoint, STATE_FILE)):
             self.search.load(resume_from_checkpoint)
             if not self.is_world_process_zero():  # the stage's metric so far is counted once, on the main process

@@ -17,7 +17,10 @@ from ...methods.cp.layer import STORED_NAMES, CPLinear
 from ...methods.lowbit.layer import LowBitLinear
 from ...methods.svd.layer import LowRankLinear
 from ...runtime.factor_storage import stored
-from .unpack import GraphLowBit, unpack_codes
+from .unpack import GraphCodebook, GraphLowBit, GraphTernary, graph_form, unpack_codes
+
+#: The graph forms of a stored factor (each with ``values()`` and ``matmul_t``).
+GRAPH_MATRICES = (GraphLowBit, GraphCodebook, GraphTernary)
 
 
 def _factor(layer: nn.Module, stored_name: str, matrix: torch.Tensor | None) -> nn.Module | nn.Parameter:
@@ -26,17 +29,17 @@ def _factor(layer: nn.Module, stored_name: str, matrix: torch.Tensor | None) -> 
     if layer.factor_bits is None:
         return nn.Parameter(matrix.detach(), requires_grad=False)
     if layer.stored:
-        return GraphLowBit(getattr(layer, stored_name))
-    return GraphLowBit(stored(matrix, layer.factor_bits, layer.factor_group_size))
+        return graph_form(getattr(layer, stored_name))
+    return graph_form(stored(matrix, layer.factor_bits, layer.factor_group_size))
 
 
 def _values(factor: nn.Module | torch.Tensor) -> torch.Tensor:
-    return factor.values() if isinstance(factor, GraphLowBit) else factor
+    return factor.values() if isinstance(factor, GRAPH_MATRICES) else factor
 
 
 def _matmul_t(x: torch.Tensor, factor: nn.Module | torch.Tensor) -> torch.Tensor:
     """``x @ factorᵀ``: a stored factor's own product (``MatMulNBits`` where it maps), or a ``MatMul``."""
-    return factor.matmul_t(x) if isinstance(factor, GraphLowBit) else x @ factor.T
+    return factor.matmul_t(x) if isinstance(factor, GRAPH_MATRICES) else x @ factor.T
 
 
 def _bias(layer: nn.Module) -> nn.Parameter | None:
@@ -74,7 +77,7 @@ class GraphSVD(nn.Module):
         self.bias = _bias(layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        inner = self.inner.matmul_t(x) if isinstance(self.inner, GraphLowBit) else x @ self.inner
+        inner = self.inner.matmul_t(x) if isinstance(self.inner, GRAPH_MATRICES) else x @ self.inner
         y = _matmul_t(inner, self.out)
         return y if self.bias is None else y + self.bias
 
@@ -113,7 +116,7 @@ class GraphLowBitLinear(nn.Module):
 
     def __init__(self, layer: LowBitLinear) -> None:
         super().__init__()
-        self.weight = GraphLowBit(layer.packed())
+        self.weight = graph_form(layer.packed())
         self.bias = _bias(layer)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

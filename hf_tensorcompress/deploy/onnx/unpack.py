@@ -4,7 +4,8 @@ with ``BitShift`` and ``BitwiseAnd`` (``unpack_codes``), then scales them, for e
 Export-only code (torch ops that the dynamo exporter translates one to one, and the contrib ops of ``ortops.py``
 where a storage maps onto ONNX Runtime's own kernels); the layouts are those of
 ``runtime/lowbit.py`` (``pack``) and ``runtime/codebook.py``. Rows are picked with ``index_select`` (one ``Gather``;
-the exporter writes ``tensor[ids]`` as eight nodes around a ``GatherND``).
+the exporter writes ``tensor[ids]`` as eight nodes around a ``GatherND``). Ternary codes (five a byte) decode with one
+``Gather`` from a 243 × 5 table of levels.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from torch import nn
 from ...methods.biprop.layer import unpack_bits
 from ...runtime.codebook import CodebookTensor
 from ...runtime.lowbit import LowBitTensor, unpack
+from ...runtime.ternary import TernaryTensor, level_table
 from .ortops import GATHER_BITS, MATMUL_BITS, block_fits, gather_block_quantized, matmul_nbits
 
 
@@ -154,6 +156,35 @@ class GraphCodebook(nn.Module):
         return self._decode(self.codes.index_select(0, ids), high, self.scale.index_select(0, ids))
 
 
-def graph_form(stored: LowBitTensor | CodebookTensor) -> GraphLowBit | GraphCodebook:
+class GraphTernary(nn.Module):
+    """A ``TernaryTensor``'s buffers with a traced decode: each byte's five levels from a 243 × 5 table (one
+    ``Gather``), the padding sliced off, times the group's level."""
+
+    def __init__(self, stored: TernaryTensor) -> None:
+        super().__init__()
+        self.shape, self.group_size = stored.shape, stored.group_size
+        for name, buffer in stored.named_buffers():
+            self.register_buffer(name, buffer)
+        self.register_buffer("levels", level_table(torch.float32), persistent=False)
+
+    def _decode(self, codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        rows = codes.shape[0]
+        values = nn.functional.embedding(codes.long(), self.levels).reshape(rows, -1)[:, : self.shape[1]]
+        grouped = values.reshape(rows, -1, self.group_size) * scale.float()[..., None]
+        return grouped.reshape(rows, self.shape[1])
+
+    def values(self) -> torch.Tensor:
+        return self._decode(self.codes, self.scale)
+
+    def matmul_t(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.values().T
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._decode(self.codes.index_select(0, ids), self.scale.index_select(0, ids))
+
+
+def graph_form(stored: LowBitTensor | CodebookTensor | TernaryTensor) -> GraphLowBit | GraphCodebook | GraphTernary:
     """The graph-decoded form of a stored matrix."""
+    if isinstance(stored, TernaryTensor):
+        return GraphTernary(stored)
     return GraphCodebook(stored) if isinstance(stored, CodebookTensor) else GraphLowBit(stored)

@@ -1,10 +1,10 @@
 """Full-rank low-bit Linear: the whole ``out × in`` weight, stored as packed codes with a scale per group.
 
-A layer being trained keeps an fp32 ``latent`` weight and computes with it rounded exactly as ``LowBitTensor`` will
-store it (straight-through gradients: quantization-aware training); its ``state_dict`` holds only the codes, which
-it also reads back (a kept best checkpoint, a Trainer resume). A checkpoint loads as the stored form: a
-``LowBitTensor`` whose codes stay packed in memory, multiplied a chunk of rows at a time (or by the fused kernel for
-a few vectors), giving the outputs the trained layer gave. The packing and the rounding are the runtime's
+A layer being trained keeps an fp32 ``latent`` weight and computes with it rounded exactly as it will be stored
+(straight-through gradients: quantization-aware training); its ``state_dict`` holds only the codes, which it also
+reads back (a kept best checkpoint, a Trainer resume). A checkpoint loads as the stored form: a ``LowBitTensor`` (a
+``TernaryTensor``, five codes a byte, for ternary weights) whose codes stay packed in memory, multiplied a chunk of
+rows at a time (or by the fused kernel for a few vectors), giving the outputs the trained layer gave. The packing and the rounding are the runtime's
 (``factor_storage``: the same widths as the low-rank layers' factors, ternary included).
 
 Ships inside saved checkpoints: torch only.
@@ -19,7 +19,7 @@ from torch import nn
 
 from ...runtime.contract import CompressedLinear
 from ...runtime.factor_storage import read_codes, rounded, save_codes, stored, stored_form
-from ...runtime.lowbit import LowBitTensor
+from ...runtime.lowbit import StoredMatrix
 
 
 class LowBitLinear(CompressedLinear):
@@ -51,7 +51,7 @@ class LowBitLinear(CompressedLinear):
             self.latent = nn.Parameter(torch.empty(out_features, in_features, **kwargs))
             self.register_state_dict_post_hook(_store_weight)
         self.bias = nn.Parameter(torch.zeros(out_features, **kwargs)) if bias else None
-        self._cache: tuple[tuple, LowBitTensor] | None = None
+        self._cache: tuple[tuple, StoredMatrix] | None = None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -110,7 +110,7 @@ class LowBitLinear(CompressedLinear):
         with torch.no_grad():
             return self.weight
 
-    def packed(self) -> LowBitTensor:
+    def packed(self) -> StoredMatrix:
         """The weight as a checkpoint stores it: the loaded codes, or the trainable weight's codes, cached until
         the weight or its width changes (evaluation runs the loaded form's product on them)."""
         if self.stored:
