@@ -149,7 +149,8 @@ def save_latents(model: nn.Module, folder: str) -> None:
     """Write the fp32 values behind every coded parameter into ``folder`` (a checkpoint): the codes alone would resume
     training from rounded weights, not where it stopped."""
     latents = {name: parameter.detach().cpu().contiguous() for name, parameter in coded_parameters(model).items()}
-    save_file(latents, os.path.join(folder, LATENT_FILE))
+    if latents:
+        save_file(latents, os.path.join(folder, LATENT_FILE))
 
 
 def load_latents(model: nn.Module, folder: str) -> None:
