@@ -35,6 +35,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, TorchAoConfig
 from hf_tensorcompress import CompressionConfig, apply_compression, quantize_linears
 from hf_tensorcompress.runtime.lowbit import StoredMatrix
 from hf_tensorcompress.runtime.structure import build_layer
+from hf_tensorcompress.runtime.ternary import TernaryTensor
 
 WORKER = Path(__file__).with_name("checkpoint_mutation_worker.py")
 FAST, SLOW, SEED = 10, 80, 0
@@ -121,13 +122,16 @@ def headers(folder: Path) -> dict[str, tuple[str, list[int]]]:
 
 
 def padded_codes(modules: dict[str, dict]) -> set[str]:
-    """Keys of packed codes whose last byte is padding only (a stored matrix whose width leaves unused codes)."""
+    """Keys of packed codes whose last byte no saved matrix sets to 255: padding only (a stored matrix whose width
+    leaves unused codes), or five ternary codes (243 values)."""
     keys = set()
     for name, spec in modules.items():
         with torch.device("meta"):
             layer = build_layer(spec)
         for sub, module in layer.named_modules():
-            if isinstance(module, StoredMatrix) and getattr(module, "bits", 16) != 16 and module.shape[1] % 8 == 4:
+            if isinstance(module, TernaryTensor):
+                keys.add(f"{name}.{sub}.codes")
+            elif isinstance(module, StoredMatrix) and getattr(module, "bits", 16) != 16 and module.shape[1] % 8 == 4:
                 keys.add(f"{name}.{sub}.codes")  # 4 of 8 codes used: the last bits·4 bits are padding
     return keys
 
