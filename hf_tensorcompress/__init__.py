@@ -39,6 +39,7 @@ _EXPORTS = {
     "CompressedLayer": ".runtime.contract",
     "CompressedLinear": ".runtime.contract",
     "LowBitTensor": ".runtime.lowbit",
+    "TernaryTensor": ".runtime.ternary",
     "ModelOption": ".runtime.contract",
     "Method": ".core.registry",
     "register_method": ".core.registry",
