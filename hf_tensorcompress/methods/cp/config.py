@@ -21,8 +21,8 @@ class CPConfig(RankedConfig):
         cp_iterations: ALS iterations of the initial CP decomposition (tensorly ``parafac``, SVD init).
         factor_bits: store the three factors as packed integer codes of this many bits (8, 4, 3 or 2;
             ``runtime/factor_storage``), as bfloat16 (16) or as ternary codes (``"ternary"``: BitNet b1.58
-            levels {-s, 0, +s} per group, s the least-squares level of its codes, five codes a byte) instead of fp32; trained rounded as
-            stored, saved and loaded as codes.
+            levels {-s, 0, +s} per group, s the least-squares level of its codes, five codes a byte) instead of fp32;
+            trained rounded as stored, saved and loaded as codes.
         factor_group_size: columns (rank components) per scale/minimum group; ``None`` (or a size that does not
             divide the rank) is one group per factor row.
     """

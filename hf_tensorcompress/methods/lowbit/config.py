@@ -20,9 +20,9 @@ class LowBitConfig(CompressionConfig):
     Args:
         target_modules: ``None`` or ``"all-linear"`` (every Linear but a language model's output head), names, or a
             regex.
-        weight_bits: the stored width of every weight: 8, 4, 3 or 2 (round-to-nearest codes with an fp16 scale and minimum
-            per group), ``"ternary"`` (BitNet b1.58's levels {-s, 0, +s} per group, five codes a byte: 1.6 bits and one fp16 s per group)
-            or 16 (bfloat16).
+        weight_bits: the stored width of every weight: 8, 4, 3 or 2 (round-to-nearest codes with an fp16 scale and
+            minimum per group), ``"ternary"`` (BitNet b1.58's levels {-s, 0, +s} per group, five codes a byte: 1.6
+            bits and one fp16 s per group) or 16 (bfloat16).
         weight_group_size: input columns per scale/minimum group (``None``, or a size that does not divide a layer's
             inputs: one group per output row). Larger groups cost fewer bytes: at 2 bits, 32 → 3 bits a weight, 128
             → 2.25.

@@ -4,8 +4,9 @@ A layer being trained keeps an fp32 ``latent`` weight and computes with it round
 (straight-through gradients: quantization-aware training); its ``state_dict`` holds only the codes, which it also
 reads back (a kept best checkpoint, a Trainer resume). A checkpoint loads as the stored form: a ``LowBitTensor`` (a
 ``TernaryTensor``, five codes a byte, for ternary weights) whose codes stay packed in memory, multiplied a chunk of
-rows at a time (or by the fused kernel for a few vectors), giving the outputs the trained layer gave. The packing and the rounding are the runtime's
-(``factor_storage``: the same widths as the low-rank layers' factors, ternary included).
+rows at a time (or by the fused kernel for a few vectors), giving the outputs the trained layer gave. The packing and
+the rounding are the runtime's (``factor_storage``: the same widths as the low-rank layers' factors, ternary
+included).
 
 Ships inside saved checkpoints: torch only.
 """
