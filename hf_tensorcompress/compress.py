@@ -10,6 +10,7 @@ from transformers import PretrainedConfig
 
 from .config import CompressionConfig, as_config
 from .core.export import mark_compressed
+from .core.float32_build import float32_on_cpu, module_dtypes
 from .core.progress import progress
 from .core.registry import get_method, method_for, records
 from .core.targets import match_targets
@@ -156,6 +157,8 @@ def apply_compression(
     data a method needs beyond the weights (tt: ``TTCalibration``; see ``apply_tt``). ``config`` may also be a dict
     or its JSON text (read by ``CompressionConfig.from_dict``). A model that is compressed already is refused; one
     loaded with ``TorchAoConfig`` keeps its quantized Linears, recorded beside the compression (``stacking``).
+    With ``calibration`` the build may run the model; on CPU a bf16 or fp16 model then runs in float32 while it
+    builds (``core.float32_build``: several times faster on CPUs without bf16 units) and keeps its dtypes after.
     """
     check_not_compressed(model)
     check_model(model)
@@ -167,11 +170,16 @@ def apply_compression(
     check_weights_loaded(model, config, names)
     check_finite(model, config, names)
     options = method.model_options(model, config) if method.model_options else {}
-    prepared = method.prepare(model, config, calibration) if method.prepare else None
-    layers = {
-        name: method.build(model, name, model.get_submodule(name), config, prepared)
-        for name in progress(names, desc=f"compress ({config.method})", unit="module")
-    }
+    runs_model = calibration is not None  # a calibrated build may run the model: on CPU in float32, not bf16/fp16
+    with float32_on_cpu(model, enabled=runs_model):
+        prepared = method.prepare(model, config, calibration) if method.prepare else None
+        layers = {
+            name: method.build(model, name, model.get_submodule(name), config, prepared)
+            for name in progress(names, desc=f"compress ({config.method})", unit="module")
+        }
+    if runs_model:  # each layer in the dtype of the module it replaces, as a half-precision build would leave it
+        for name, dtype in module_dtypes(model, names).items():
+            layers[name] = layers[name].to(dtype)
     own_config(model)
     release_gguf(model)
     for name, layer in layers.items():
@@ -213,9 +221,9 @@ def apply_calibrated(
     if method.calibrate is None:
         takes = [name for name in records() if get_method(name).calibrate is not None]
         raise ValueError(f"method {config.method!r} takes no calibration text ({', '.join(takes)} do)")
-    return apply_compression(
-        model, config, calibration=method.calibrate(model, config, calibration_ids, covariance_tokens)
-    )
+    with float32_on_cpu(model):  # the calibration pass runs the model: on CPU in float32, not bf16/fp16
+        calibration = method.calibrate(model, config, calibration_ids, covariance_tokens)
+    return apply_compression(model, config, calibration=calibration)
 
 
 #: The calibrated entry points under the names the methods' documentation uses.
