@@ -17,8 +17,8 @@ from torch import nn
 HALF = (torch.bfloat16, torch.float16)
 
 
-def half_on_cpu(tensor: torch.Tensor | None) -> bool:
-    return tensor is not None and tensor.dtype in HALF and tensor.device.type == "cpu"
+def half_on_cpu(tensor: torch.Tensor) -> bool:
+    return tensor.dtype in HALF and tensor.device.type == "cpu"
 
 
 def module_dtypes(model: nn.Module, names: list[str]) -> dict[str, torch.dtype]:
@@ -36,24 +36,22 @@ def float32_on_cpu(model: nn.Module, enabled: bool = True) -> Iterator[None]:
     """Inside: every half-precision parameter and buffer of ``model`` on CPU is float32 (a tied parameter stays one
     object). On exit, also by an exception, each is cast back to its dtype. Nothing changes with ``enabled=False``,
     on a float32 model or on a GPU."""
-    parameters: dict[int, tuple[nn.Parameter, torch.dtype]] = {}
-    buffers: list[tuple[nn.Module, str, torch.dtype]] = []
-    if enabled:
-        for module in model.modules():
-            for parameter in module.parameters(recurse=False):
-                if half_on_cpu(parameter) and id(parameter) not in parameters:
-                    parameters[id(parameter)] = (parameter, parameter.dtype)
-            for key, buffer in module.named_buffers(recurse=False):
-                if half_on_cpu(buffer):
-                    buffers.append((module, key, buffer.dtype))
+    # model.parameters() yields a tied parameter once
+    parameters = [(p, p.dtype) for p in model.parameters() if half_on_cpu(p)] if enabled else []
+    buffers = [
+        (module, key, buffer.dtype)
+        for module in (model.modules() if enabled else ())
+        for key, buffer in module.named_buffers(recurse=False)
+        if half_on_cpu(buffer)
+    ]
     try:
-        for parameter, _ in parameters.values():
+        for parameter, _ in parameters:
             parameter.data = parameter.data.float()
         for module, key, _ in buffers:
             module._buffers[key] = module._buffers[key].float()
         yield
     finally:
-        for parameter, dtype in parameters.values():
+        for parameter, dtype in parameters:
             parameter.data = parameter.data.to(dtype)
         for module, key, dtype in buffers:
             if module._buffers.get(key) is not None:
