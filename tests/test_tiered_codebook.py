@@ -131,3 +131,16 @@ def test_the_nearest_entry_search_is_chunked_and_gives_the_unchunked_result(monk
     assert torch.equal(chunked, codebook_rounding.nearest(vectors, codebook, block=len(vectors) * len(codebook)))
     assert torch.equal(chunked, exact)
     assert codebook_rounding.BLOCK * 4 <= 64 * 2**20  # 64 MB of distances at most
+
+
+@pytest.mark.parametrize("entries", [64, 96, 256, 4096])
+def test_the_first_minimum_is_argmins_index_ties_included(entries):
+    """The grouped search must give ``argmin``'s index exactly, the first of equal least values included (a
+    codebook with repeated entries has such ties), or rows would be stored at another entry than before."""
+    generator = torch.Generator().manual_seed(1)
+    distances = torch.randint(0, 40, (500, entries), generator=generator).float()  # many ties
+    distances[7, :] = 3.0  # every entry equal: index 0
+    distances[8, -1] = -1.0  # the least in the last group
+    distances[9, [5, entries - 2]] = -2.0  # a tie across two groups: the first
+    assert torch.equal(codebook_rounding.first_minimum(distances), distances.argmin(1))
+    assert torch.equal(codebook_rounding.first_minimum(distances, group=16), distances.argmin(1))

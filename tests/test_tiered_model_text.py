@@ -74,9 +74,10 @@ def test_sequences_run_in_rounds_whose_cache_fits_the_budget_and_give_the_same_c
     assert cache_per_sequence == 1 * 2 * 4 * (HIDDEN // 4) * 4 * 128  # layers × k, v × heads × head dim × fp32
     per_sequence = cache_per_sequence + model_text.LOGIT_COPIES * 4 * VOCAB  # and each step's logits
     model_bytes = sum(p.numel() * 4 for p in model.parameters())
-    assert model_text.sequences_at_once(model, 127, 1000) == max(8, model_bytes // 4 // per_sequence)
+    fit = max(8, model_bytes // model_text.CACHE_SHARE // per_sequence)
+    assert model_text.sequences_at_once(model, 127, 1000) == fit
     model.config.sliding_window = 4096  # the static cache holds a sliding-window layer at the sequences' length
-    assert model_text.sequences_at_once(model, 127, 1000) == max(8, model_bytes // 4 // per_sequence)
+    assert model_text.sequences_at_once(model, 127, 1000) == fit
     model.config.sliding_window = None
     counts = torch.bincount(CALIBRATION, minlength=VOCAB)
     whole = sample_model_text(model, 2000, counts, held=3)

@@ -15,13 +15,30 @@ from ...core.progress import progress
 from ...runtime.codebook import CodebookTensor
 from .rounding import _inverse_hessian_factor
 
-#: Most distances the nearest-entry search holds at once (2M floats, 8 MB): 65,536 entries against all the
-#: vectors at once would take tens of GB, and a block that stays in cache is searched twice as fast as 64 MB.
-BLOCK = 1 << 21
+#: Most distances the nearest-entry search holds at once (1M floats, 4 MB): 65,536 entries against all the
+#: vectors at once would take tens of GB, and a block that stays in cache is searched faster (2 cores, 1,024
+#: entries: 4 MB 1.1 s, 8 MB 1.4 s, 64 MB about twice that).
+BLOCK = 1 << 20
+
+#: Entries whose least distance ``first_minimum`` takes in one vectorised pass before it looks for the index.
+GROUP = 64
 
 #: Columns whose errors are pushed on within the block before the rest of the row gets them in one product (GPTQ's
 #: lazy batch update: the same result, without rewriting the whole row after every ``dim`` columns).
 LAZY_COLUMNS = 128
+
+
+def first_minimum(distances: torch.Tensor, group: int = GROUP) -> torch.Tensor:
+    """``distances.argmin(1)``, the first index of each row's least value, about twice as fast on the CPU: torch's
+    ``argmin`` over a row of 1,024 floats runs about 14× slower than its ``amin``, so each row's ``group``-wide
+    minima are taken with ``amin``, and ``argmin`` runs only over those minima and inside the one group that holds
+    the least (the first such group, then the first index in it: the index ``argmin`` gives, ties included)."""
+    rows, entries = distances.shape
+    if entries <= group or entries % group:
+        return distances.argmin(1)
+    grouped = distances.view(rows, entries // group, group)
+    which = grouped.amin(2).argmin(1)
+    return which * group + grouped[torch.arange(rows, device=distances.device), which].argmin(1)
 
 
 def nearest(vectors: torch.Tensor, codebook: torch.Tensor, block: int = BLOCK, desc: str | None = None) -> torch.Tensor:
@@ -33,7 +50,7 @@ def nearest(vectors: torch.Tensor, codebook: torch.Tensor, block: int = BLOCK, d
     starts = range(0, len(vectors), rows)
     for start in progress(starts, desc=desc, unit="block") if desc else starts:
         part = vectors[start : start + rows]
-        indices[start : start + rows] = torch.addmm(norms, part, codebook.T, alpha=-2).argmin(1)
+        indices[start : start + rows] = first_minimum(torch.addmm(norms, part, codebook.T, alpha=-2))
     return indices
 
 
