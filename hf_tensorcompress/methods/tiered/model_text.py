@@ -10,15 +10,15 @@ The hidden states entering its output layer along that text estimate the covaria
 Cost: many short sequences sampled side by side with the key/value cache, so the model runs about as many token
 positions as the sample holds, in a few hundred steps of a wide batch (a GEMM-sized product each), and the hidden
 states are taken from those steps rather than from a second pass. As many sequences run at once as keep their cache
-and each step's logits under half of the model's own bytes (SmolLM2's 30 layers would hold 0.4 GB of cache for
-all 72 at once): each round reads every weight once a step, and a decoding step of a few sequences is bound by those
-reads, so fewer, wider rounds take less time. The cache is ``generate``'s static one, allocated once at the sequences' length: the default cache
-grows by a position each step, every layer's keys and values copied into a slightly larger tensor, and the freed
-ones fragment the heap (on a 262,144 × 640 Gemma 3 shape, 4,096 tokens added 1,265 MB at the peak that way, 335 MB
-with the static cache, in no more time there; each step attends over the whole length, which on SmolLM2's 30 layers
-costs time). Drawing is linear in the vocabulary: an inverse CDF over the probabilities in an order set by the rows'
-values (a seeded projection of each token's row), not by id, so a model whose vocabulary is renumbered samples the
-same text, renumbered.
+and each step's logits under half of the model's own bytes (SmolLM2's 30 layers would hold 0.4 GB of cache for all
+72 at once): each round reads every weight once a step, and a decoding step of a few sequences is bound by those
+reads, so fewer, wider rounds take less time. The cache is ``generate``'s static one, allocated once at the
+sequences' length: the default cache grows by a position each step, every layer's keys and values copied into a
+slightly larger tensor, and the freed ones fragment the heap (on a 262,144 × 640 Gemma 3 shape, 4,096 tokens added
+1,265 MB at the peak that way, 335 MB with the static cache, in no more time there; each step attends over the whole
+length, which on SmolLM2's 30 layers costs time). Drawing is linear in the vocabulary: an inverse CDF over the
+probabilities in an order set by the rows' values (a seeded projection of each token's row), not by id, so a model
+whose vocabulary is renumbered samples the same text, renumbered.
 """
 
 from __future__ import annotations
