@@ -36,11 +36,14 @@ def float32_on_cpu(model: nn.Module, enabled: bool = True) -> Iterator[None]:
     """Inside: every half-precision parameter and buffer of ``model`` on CPU is float32 (a tied parameter stays one
     object). On exit, also by an exception, each is cast back to its dtype. Nothing changes with ``enabled=False``,
     on a float32 model or on a GPU."""
+    if not enabled:
+        yield
+        return
     # model.parameters() yields a tied parameter once
-    parameters = [(p, p.dtype) for p in model.parameters() if half_on_cpu(p)] if enabled else []
+    parameters = [(p, p.dtype) for p in model.parameters() if half_on_cpu(p)]
     buffers = [
         (module, key, buffer.dtype)
-        for module in (model.modules() if enabled else ())
+        for module in model.modules()
         for key, buffer in module.named_buffers(recurse=False)
         if half_on_cpu(buffer)
     ]
