@@ -84,6 +84,47 @@ def test_the_budget_is_met_and_renumbering_the_vocabulary_changes_nothing(ratio,
     assert loss(permuted, RENUMBER[EVALUATION]) == pytest.approx(loss(original, EVALUATION), rel=1e-5)
 
 
+def test_codebook_rows_are_stored_once_and_are_what_storing_them_again_gives(budgeted, monkeypatch):
+    """A codebook's rows are kept as measured, not rounded again for the layer: the same layer, bit for bit, as a
+    build that stores each chosen row afresh, with every codebook rounding inside the measuring step."""
+    import dataclasses
+
+    from hf_tensorcompress.methods.tiered import budget as budget_module
+    from hf_tensorcompress.methods.tiered import budget_tiers
+
+    kept, printed = budgeted(5)
+    assert "codebook" in printed  # the tiny model's 5× allocation has codebook rows
+    measure, rounding = budget_tiers.measure_widths, budget_module.codebook_codes
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(measuring[0])
+        return rounding(*args, **kwargs)
+
+    def measured(*args, forget: bool, **kwargs):
+        measuring[0] = True
+        widths = measure(*args, **kwargs)
+        measuring[0] = False
+        return [dataclasses.replace(width, rows=None) for width in widths] if forget else widths
+
+    measuring = [False]
+    monkeypatch.setattr(budget_module, "codebook_codes", counted)
+    monkeypatch.setattr(budget_tiers, "measure_widths", functools.partial(measured, forget=False))
+    with contextlib.redirect_stdout(io.StringIO()):
+        again = apply_tiered(tiny(), budget(5), CALIBRATION, 256)
+    assert calls and all(calls)  # every codebook rounding while measuring
+    calls.clear()
+    monkeypatch.setattr(budget_tiers, "measure_widths", functools.partial(measured, forget=True))
+    with contextlib.redirect_stdout(io.StringIO()):
+        afresh = apply_tiered(tiny(), budget(5), CALIBRATION, 256)
+    assert not all(calls)  # without the kept rows, the layer's codebook rows are rounded again
+    for model in (again, afresh):
+        expected = kept.get_input_embeddings().state_dict()
+        state = model.get_input_embeddings().state_dict()
+        assert state.keys() == expected.keys()
+        assert all(torch.equal(state[key], expected[key]) for key in state)
+
+
 def test_the_fixed_token_id_order_does_depend_on_the_numbering():
     """What the docs say of ``tier_order="token_id"``: the same option keeps other tokens wide after renumbering."""
     options = dict(tier_tokens=[200], tier_bits=[8, 2], rounding="output")

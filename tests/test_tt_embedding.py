@@ -460,6 +460,20 @@ def test_exact_tokens_beyond_the_calibration_text_follow_token_id_order():
 
 
 # ---------------------------------------------------------------------------------------------- healing
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "opt"])
+def test_the_hidden_states_healing_reads_are_what_the_output_layer_reads(kind):
+    """The decoder alone gives the states the head multiplies: through the head, the full model's logits, window by
+    window."""
+    from hf_tensorcompress.methods.tt.healing import final_hidden_states
+
+    model = tiny(kind).eval()
+    ids = IDS.reshape(-1)
+    hidden = final_hidden_states(model, ids, window=10)
+    with torch.no_grad():
+        expected = torch.cat([model(input_ids=ids[a : a + 10][None]).logits[0] for a in range(0, len(ids), 10)])
+        torch.testing.assert_close(model.get_output_embeddings()(hidden), expected)
+
+
 def test_healing_lowers_the_output_kl_and_trains_only_the_cores(tmp_path):
     import torch.nn.functional as F
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from itertools import combinations
 
 import torch
+from torch import nn
 
 from ...core.progress import progress
 from ...runtime.codebook import CodebookTensor
@@ -50,13 +51,26 @@ CHUNK_VALUES = 1 << 22
 @dataclass
 class Width:
     """One width every row could be stored at: its spec, what it costs per row and per tier, each row's error at it,
-    and (codebooks) the table fitted once for all its rows."""
+    and (codebooks) the table fitted once for all its rows and every row stored with it (``rows``)."""
 
     tier: dict
     row_bytes: int
     fixed_bytes: int
     errors: torch.Tensor
     codebook: torch.Tensor | None = None
+    rows: CodebookTensor | None = None
+
+    def stored(self, weight: torch.Tensor, ids: torch.Tensor, covariance: torch.Tensor | None) -> nn.Module:
+        """Rows ``ids`` of ``weight`` stored at this width: a codebook's rows as measured (choosing their indices is
+        the build's costliest rounding, and rows are stored independently, so they are what ``store`` would give
+        again), other widths rounded now (kept, the int8 rows alone would hold a byte a weight)."""
+        if self.rows is None:
+            return store(weight[ids].float(), self.tier, covariance, self.codebook)
+        part = CodebookTensor((len(ids), self.rows.shape[1]), self.rows.dim, self.rows.entries)
+        ids = ids.to(self.rows.codes.device)
+        for name, buffer in self.rows.named_buffers():
+            part.get_buffer(name).copy_(buffer if name == "codebook" else buffer[ids])
+        return part
 
 
 def store(
@@ -136,8 +150,9 @@ def measure_widths(
     weight: torch.Tensor, covariance: torch.Tensor, output_aware: bool, group: int, dim: int, entries: int, narrow: bool
 ) -> list[Width]:
     """Every row's output-aware error at each width of ``candidates`` (``narrow``: the codebooks below
-    ``NARROW_BITS``), rounded a chunk of rows at a time; nothing stored is kept (``store`` rounds the chosen rows
-    again)."""
+    ``NARROW_BITS``), rounded a chunk of rows at a time. A codebook width keeps every row as stored (its indices and
+    scale: the bytes that width stores them in, 0.2 bytes a weight at 4 × 1,024); other widths keep nothing
+    (``Width.stored`` rounds the chosen rows again)."""
     rows, columns = weight.shape
     group = fitted_group(columns, group)
     covariance = covariance.float().to(weight.device)
@@ -153,12 +168,18 @@ def measure_widths(
         # one tensor for every row's error, allocated before the chunks: a small result kept per chunk would sit
         # between the chunks' large temporaries on the heap and keep their freed space from being reused
         errors = torch.empty(rows)
+        kept = CodebookTensor((rows, columns), size, count) if width == "codebook" else None
         for start in range(0, rows, chunk):
             part = weight[start : start + chunk].float()
-            error = store(part, tier, covariance if output_aware else None, book).dequantize().to(part.device)
+            stored = store(part, tier, covariance if output_aware else None, book)
+            if kept is not None:
+                for name, buffer in stored.named_buffers():
+                    target = kept.get_buffer(name)
+                    (target if name == "codebook" else target[start : start + chunk]).copy_(buffer)
+            error = stored.dequantize().to(part.device)
             error.sub_(part)  # (ŵ − w): the quadratic form below does not see the sign; in place, one copy fewer
             errors[start : start + chunk] = (error @ covariance).mul_(error).sum(1).cpu()
-        measured.append(Width(tier, *_bytes(tier, columns), errors, book))
+        measured.append(Width(tier, *_bytes(tier, columns), errors, book, kept))
     return measured
 
 

@@ -11,7 +11,7 @@ from torch import nn
 
 from ..tt.calibration import TTCalibration
 from .assemble import layer_class, with_slots
-from .budget import CHUNK_VALUES, Width, choose, describe, measure_widths, store, token_weights, width_name
+from .budget import CHUNK_VALUES, Width, choose, describe, measure_widths, token_weights, width_name
 from .config import TieredConfig
 from .guard import BudgetCheckWarning, compare, protected_rows, warn_if_short, worst_served
 from .layer import TieredEmbedding
@@ -52,8 +52,7 @@ def allocation_layer(
     for stored, index, ids in zip(layer.tiers, kept, members):
         width, ids = widths[index], ids.to(weight.device)
         for first in range(0, len(ids), chunk):
-            part = store(weight[ids[first : first + chunk]].float(), width.tier, rounding, width.codebook)
-            fill_rows(stored, first, part)
+            fill_rows(stored, first, width.stored(weight, ids[first : first + chunk], rounding))
     layer = with_slots(layer, torch.cat(members).to(weight.device))
     if scale is not None:
         layer.embed_scale = scale

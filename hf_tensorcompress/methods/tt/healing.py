@@ -22,13 +22,17 @@ from .layer import TTEmbedding
 
 @torch.no_grad()
 def final_hidden_states(model: nn.Module, token_ids: torch.Tensor, window: int = 256) -> torch.Tensor:
-    """``(n, d)`` hidden states entering the output layer for the tokens of ``token_ids`` (windows of ``window``)."""
+    """``(n, d)`` hidden states entering the output layer for the tokens of ``token_ids`` (windows of ``window``).
+
+    Runs the model's decoder alone (its ``last_hidden_state`` is what the head reads): the full model would also
+    compute every window's logits over the whole vocabulary, a fifth of SmolLM2's forward, only to discard them."""
     model.eval()
+    decoder = model.get_decoder()
     device = next(model.parameters()).device
     states = []
     for start in range(0, len(token_ids), window):
         chunk = token_ids[start : start + window].to(device)[None]
-        states.append(model(input_ids=chunk, output_hidden_states=True).hidden_states[-1][0].float())
+        states.append(decoder(input_ids=chunk).last_hidden_state[0].float())
     return torch.cat(states)
 
 
