@@ -63,7 +63,7 @@ class Width:
     def stored(self, weight: torch.Tensor, ids: torch.Tensor, covariance: torch.Tensor | None) -> nn.Module:
         """Rows ``ids`` of ``weight`` stored at this width: a codebook's rows as measured (choosing their indices is
         the build's costliest rounding, and rows are stored independently, so they are what ``store`` would give
-        again), other widths rounded now (kept, the int8 rows alone would hold a byte a weight)."""
+        again); other widths' rows are rounded now (kept, int8 rows alone would take a byte a weight)."""
         if self.rows is None:
             return store(weight[ids].float(), self.tier, covariance, self.codebook)
         part = CodebookTensor((len(ids), self.rows.shape[1]), self.rows.dim, self.rows.entries)
@@ -84,6 +84,17 @@ def store(
     if covariance is not None and tier["bits"] != 16:
         return output_aware_codes(rows, covariance, tier["bits"], tier["group_size"])
     return LowBitTensor.quantize(rows, tier["bits"], tier["group_size"])
+
+
+def fill_rows(stored: nn.Module, first: int, part: nn.Module) -> None:
+    """Rows ``first`` … of ``stored`` from ``part``, stored alike (rows are stored independently; a codebook's
+    shared table is the same for both and is copied whole)."""
+    for name, buffer in part.named_buffers():
+        target = stored.get_buffer(name)
+        if name == "codebook":
+            target.copy_(buffer)
+        else:
+            target[first : first + len(buffer)] = buffer
 
 
 def fitted_group(columns: int, group: int) -> int:
@@ -151,7 +162,7 @@ def measure_widths(
 ) -> list[Width]:
     """Every row's output-aware error at each width of ``candidates`` (``narrow``: the codebooks below
     ``NARROW_BITS``), rounded a chunk of rows at a time. A codebook width keeps every row as stored (its indices and
-    scale: the bytes that width stores them in, 0.2 bytes a weight at 4 × 1,024); other widths keep nothing
+    scale: the bytes that width stores them in, 0.32 bytes a weight at 4 × 1,024); other widths keep nothing
     (``Width.stored`` rounds the chosen rows again)."""
     rows, columns = weight.shape
     group = fitted_group(columns, group)
@@ -173,9 +184,7 @@ def measure_widths(
             part = weight[start : start + chunk].float()
             stored = store(part, tier, covariance if output_aware else None, book)
             if kept is not None:
-                for name, buffer in stored.named_buffers():
-                    target = kept.get_buffer(name)
-                    (target if name == "codebook" else target[start : start + chunk]).copy_(buffer)
+                fill_rows(kept, start, stored)
             error = stored.dequantize().to(part.device)
             error.sub_(part)  # (ŵ − w): the quadratic form below does not see the sign; in place, one copy fewer
             errors[start : start + chunk] = (error @ covariance).mul_(error).sum(1).cpu()

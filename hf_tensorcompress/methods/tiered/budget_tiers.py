@@ -11,7 +11,7 @@ from torch import nn
 
 from ..tt.calibration import TTCalibration
 from .assemble import layer_class, with_slots
-from .budget import CHUNK_VALUES, Width, choose, describe, measure_widths, token_weights, width_name
+from .budget import CHUNK_VALUES, Width, choose, describe, fill_rows, measure_widths, token_weights, width_name
 from .config import TieredConfig
 from .guard import BudgetCheckWarning, compare, protected_rows, warn_if_short, worst_served
 from .layer import TieredEmbedding
@@ -19,17 +19,6 @@ from .model_text import ModelText
 
 #: Held-back calibration tokens below which that text is too short to score (the model's own sample still is).
 SHORTEST_CHECK = 64
-
-
-def fill_rows(stored: nn.Module, first: int, part: nn.Module) -> None:
-    """Rows ``first`` … of ``stored`` from ``part``, stored alike (rows are stored independently; a codebook's
-    shared table is the same for both and is copied whole)."""
-    for name, buffer in part.named_buffers():
-        target = stored.get_buffer(name)
-        if name == "codebook":
-            target.copy_(buffer)
-        else:
-            target[first : first + len(buffer)] = buffer
 
 
 def allocation_layer(
