@@ -13,6 +13,7 @@ from test_tiered_model_text import peaked
 
 from hf_tensorcompress import apply_tiered
 from hf_tensorcompress.methods.tiered.guard import BudgetCheckWarning, held_back, ln_perplexity
+from hf_tensorcompress.methods.tiered.model_text import sample_model_text
 
 
 def widths_of(model: torch.nn.Module, tokens: list[int]) -> list[object]:
@@ -50,9 +51,12 @@ def test_protected_tokens_are_a_floor_of_the_budget_only():
 
 
 def test_an_allocation_that_loses_on_held_back_text_gives_way_with_a_warning(capsys):
-    """Calibration text that never uses the upper 700 tokens, and no model text: the weighed allocation starves rows
-    the model's own text needs; the check sees it on the held-back sample and keeps the rows weighed alike."""
-    narrow = CALIBRATION[CALIBRATION < 300]
+    """Calibration text made of the 300 tokens the model's own text uses least, and no model text: the weighed
+    allocation starves the rows that text needs; the check sees it on the held-back sample and keeps the rows
+    weighed alike."""
+    frequencies = sample_model_text(peaked(), 4096, torch.bincount(CALIBRATION, minlength=VOCAB)).frequencies
+    rare = frequencies.argsort()[:300]
+    narrow = rare[CALIBRATION % len(rare)]
     with pytest.warns(BudgetCheckWarning) as caught:
         model = apply_tiered(peaked(), budget(6, model_text_tokens=0), narrow, 256)
     lost = [str(w.message) for w in caught if "lost on held-back text" in str(w.message)]
@@ -101,3 +105,25 @@ def test_the_check_scores_through_the_built_layer_alone_and_leaves_the_model_as_
     reference = ln_perplexity(built, layer, None, ids)
     assert through_layer == pytest.approx(reference, rel=1e-5)
     assert abs(ln_perplexity(model, embedding, None, ids) - reference) > 1e-3  # the layer's rows are not dense
+
+
+def test_the_check_scores_short_sequences_side_by_side_and_long_ones_in_windows(monkeypatch):
+    """About ``CHECK_WINDOW`` predictions a forward pass however long the sequences: short ones side by side, a long
+    one in windows; the mean ln-loss is every prediction's, as one sequence at a time gives it."""
+    from hf_tensorcompress.methods.tiered import guard
+
+    model = tiny().eval()
+    shapes = []
+    model.register_forward_pre_hook(
+        lambda m, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    monkeypatch.setattr(guard, "CHECK_WINDOW", 40)
+    short = CALIBRATION[:210].reshape(10, 21)
+    side_by_side = ln_perplexity(model, model.get_input_embeddings(), None, short)
+    assert shapes == [(2, 21)] * 5  # 20 predictions each: two a pass
+    one_at_a_time = sum(float(model(input_ids=row[None], labels=row[None]).loss) for row in short) / len(short)
+    assert side_by_side == pytest.approx(one_at_a_time, rel=1e-5)
+    shapes.clear()
+    long = CALIBRATION[:101][None]
+    ln_perplexity(model, model.get_input_embeddings(), None, long)
+    assert shapes == [(1, 41), (1, 41), (1, 21)]  # 100 predictions in windows of 40

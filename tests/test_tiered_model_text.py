@@ -51,7 +51,7 @@ def test_tokens_the_model_uses_beyond_the_calibration_text_keep_wider_rows(capsy
     unseen = torch.arange(SEEN, VOCAB)
     likely = unseen[frequencies[SEEN:].argsort(descending=True)[:100]]
     with_text = row_bytes(apply_tiered(peaked(), budget(8192), NARROW_CALIBRATION, 256))
-    assert "and 8,255 tokens of the model's own text (from token 1)" in capsys.readouterr().out
+    assert "and 8,192 tokens of the model's own text (from token 1)" in capsys.readouterr().out
     without = row_bytes(apply_tiered(peaked(), budget(0), NARROW_CALIBRATION, 256))
     assert "tokens of the model's own text" not in capsys.readouterr().out
     assert with_text[likely].mean() > 1.15 * without[likely].mean()
@@ -80,11 +80,12 @@ def test_sequences_run_in_rounds_whose_cache_fits_the_budget_and_give_the_same_c
     assert model_text.sequences_at_once(model, 127, 1000) == fit
     model.config.sliding_window = None
     counts = torch.bincount(CALIBRATION, minlength=VOCAB)
-    whole = sample_model_text(model, 2000, counts, held=3)
+    whole = sample_model_text(model, 2000, counts, held_tokens=90)
     monkeypatch.setattr(model_text, "CACHE_SHARE", 10**9)  # 8 sequences a round: the counted and held ones mix
-    rounds = sample_model_text(model, 2000, counts, held=3)
-    assert rounds.held_out.shape == whole.held_out.shape == (3, 128)
-    assert rounds.tokens == whole.tokens == 16 * 127  # only the counted sequences' positions
+    rounds = sample_model_text(model, 2000, counts, held_tokens=90)
+    length = model_text.LENGTH
+    assert rounds.held_out.shape == whole.held_out.shape == (-(-90 // length), length + 1)
+    assert rounds.tokens == whole.tokens == -(-2000 // length) * length  # only the counted sequences' positions
     assert float(rounds.frequencies.sum()) == pytest.approx(1.0)
 
 

@@ -14,7 +14,7 @@ from .assemble import layer_class, with_slots
 from .budget import store
 from .budget_tiers import budget_tiers
 from .config import TieredConfig
-from .guard import CHECK_SEQUENCES, held_back
+from .guard import CHECK_TOKENS, held_back
 from .layer import TieredEmbedding
 from .model_text import sample_model_text
 from .rounding import low_rank_factors
@@ -82,7 +82,7 @@ def build(
     tied = tied_output_name(model, embedding)
     if config.size_ratio is not None:
         text = sample_model_text(
-            model, config.model_text_tokens, calibration.counts, seed=config.model_text_seed, held=CHECK_SEQUENCES
+            model, config.model_text_tokens, calibration.counts, seed=config.model_text_seed, held_tokens=CHECK_TOKENS
         )
         return budget_tiers(model, embedding, weight, config, calibration, scale, tied, text)
     layer = fixed_tiers(weight.float(), config, calibration, scale)
