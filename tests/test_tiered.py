@@ -168,11 +168,11 @@ def test_calibrated_options_without_calibration_say_how_to_calibrate():
 def test_the_head_over_many_positions_decodes_in_token_order_to_the_same_logits(rank):
     """From ``GEMM_POSITIONS`` hidden states the head decodes chunks of tokens' rows for a GEMM: the logits of each
     position are the ones the per-tier products give it alone, and ``hidden @ weight.T``."""
-    vocab = GEMM_TOKENS + 900  # a partial last chunk
+    vocab = 4 * GEMM_TOKENS + 300  # a partial last chunk
     tiers = [
         {"rows": 300, "bits": 8, "group_size": 32},
-        {"rows": 2000, "bits": "codebook", "codebook_dim": 4, "codebook_size": 1024},
-        {"rows": vocab - 2300, "bits": 3 if rank == 0 else 0, "group_size": 32},
+        {"rows": 2 * GEMM_TOKENS, "bits": "codebook", "codebook_dim": 4, "codebook_size": 1024},
+        {"rows": 2 * GEMM_TOKENS, "bits": 3 if rank == 0 else 0, "group_size": 32},
     ]
     torch.manual_seed(rank)
     layer = TieredEmbedding(vocab, 64, tiers, rank)
@@ -183,3 +183,27 @@ def test_the_head_over_many_positions_decodes_in_token_order_to_the_same_logits(
     alone = torch.cat([layer.logits(hidden[:, i : i + 1]) for i in range(GEMM_POSITIONS)], 1)
     torch.testing.assert_close(together, alone, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(together, hidden @ layer.weight.T, rtol=1e-5, atol=1e-5)
+
+
+def test_the_head_finds_the_tokens_anew_when_slot_changes():
+    """The head keeps where each block's tokens are stored between products; a new ``slot`` (loaded in place, or
+    another tensor) or one made in inference mode (no version to go by) gives the logits of the new order."""
+    vocab = 3 * GEMM_TOKENS
+    tiers = [
+        {"rows": GEMM_TOKENS, "bits": 8, "group_size": 32},
+        {"rows": vocab - GEMM_TOKENS, "bits": 2, "group_size": 32},
+    ]
+    layer = TieredEmbedding(vocab, 32, tiers)
+    layer.reset_parameters()
+    hidden = torch.randn(GEMM_POSITIONS, 32)
+    layer.logits(hidden)
+    layer.load_state_dict({**layer.state_dict(), "slot": torch.randperm(vocab).int()})  # copied in place
+    torch.testing.assert_close(layer.logits(hidden), hidden @ layer.weight.T, rtol=1e-5, atol=1e-5)
+    layer.slot = torch.randperm(vocab).int()
+    torch.testing.assert_close(layer.logits(hidden), hidden @ layer.weight.T, rtol=1e-5, atol=1e-5)
+    with torch.inference_mode():
+        layer.slot = torch.randperm(vocab).int()
+        first = layer.logits(hidden)
+        layer.slot.copy_(torch.randperm(vocab).int())
+        torch.testing.assert_close(layer.logits(hidden), hidden @ layer.weight.T, rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(first, layer.logits(hidden))

@@ -97,10 +97,12 @@ class CodebookTensor(StoredMatrix):
         scale = self._take(self.scale, rows).to(dtype)
         return torch.mul(values, scale, out=out)
 
-    def _decode_in_kernel(self, kernel, ids: torch.Tensor, out: torch.Tensor, places: torch.Tensor) -> bool:
+    def _decode_in_kernel(
+        self, kernel, ids: torch.Tensor, out: torch.Tensor, places: torch.Tensor, in_range: bool
+    ) -> bool:
         high = self.high if self.high_bits else None
         return kernel.decode_codebook_rows(
-            self.codes, high, self.high_bits, self.scale, self.codebook, ids, out, places
+            self.codes, high, self.high_bits, self.scale, self.codebook, ids, out, places, in_range
         )
 
     def matmul_t(self, hidden: torch.Tensor, chunk: int | None = None) -> torch.Tensor:

@@ -157,14 +157,17 @@ class StoredMatrix(nn.Module):
         """The whole float matrix (for analysis and tests; layers use ``rows`` and ``matmul_t``)."""
         return self.rows(None, dtype)
 
-    def decode_into(self, ids: torch.Tensor, out: torch.Tensor, places: torch.Tensor) -> None:
+    def decode_into(self, ids: torch.Tensor, out: torch.Tensor, places: torch.Tensor, in_range: bool = False) -> None:
         """``out[places] = rows(ids)`` in ``out``'s dtype: in C where the checkpoint carries the kernel and it covers
-        the layout (one pass over the codes, no float temporaries), else decoded with torch."""
+        the layout (one pass over the codes, no float temporaries), else decoded with torch. ``in_range``: the caller
+        derived ``ids`` and ``places`` from their bounds (the C code then skips looking at every index)."""
         kernel = sibling("lowbit_kernel")
-        if kernel is None or not self._decode_in_kernel(kernel, ids, out, places):
+        if kernel is None or not self._decode_in_kernel(kernel, ids, out, places, in_range):
             out[places] = self._decode(ids.to(self.codes.device), out.dtype)
 
-    def _decode_in_kernel(self, kernel, ids: torch.Tensor, out: torch.Tensor, places: torch.Tensor) -> bool:
+    def _decode_in_kernel(
+        self, kernel, ids: torch.Tensor, out: torch.Tensor, places: torch.Tensor, in_range: bool
+    ) -> bool:
         return False
 
     def chunk_rows(self, hidden: torch.Tensor) -> int:
@@ -315,11 +318,13 @@ class LowBitTensor(StoredMatrix):
             grouped.mul_(scale).add_(minimum)  # in place (4x faster here than an addcmul writing into its input)
         return out
 
-    def _decode_in_kernel(self, kernel, ids: torch.Tensor, out: torch.Tensor, places: torch.Tensor) -> bool:
+    def _decode_in_kernel(
+        self, kernel, ids: torch.Tensor, out: torch.Tensor, places: torch.Tensor, in_range: bool
+    ) -> bool:
         if self.bits == 16:
             return False
         return kernel.decode_lowbit_rows(
-            self.codes, self.scale, self.minimum, self.bits, self.group_size, self.shape[1], ids, out, places
+            self.codes, self.scale, self.minimum, self.bits, self.group_size, self.shape[1], ids, out, places, in_range
         )
 
     def matmul_t(self, hidden: torch.Tensor, chunk: int | None = None) -> torch.Tensor:

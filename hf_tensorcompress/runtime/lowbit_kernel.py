@@ -45,6 +45,10 @@ MIN_ROWS_PER_THREAD = 4096
 DECODE_FROM_VECTORS = 5
 DECODE_CHUNK_ROWS = 1024
 
+#: Rows per thread of a decode of scattered rows into a buffer (a lookup, a block of the head's GEMM): a row is
+#: hundreds of values, so a few dozen of them outweigh handing a part to one of torch's waiting threads.
+DECODE_ROWS_PER_THREAD = 64
+
 
 @functools.cache
 def load_kernel() -> ctypes.CDLL | None:
@@ -230,13 +234,18 @@ def _decoded_codebook_product(
     return out.T
 
 
-def _rows_and_places(index: torch.Tensor, dest: torch.Tensor, rows: int, out: torch.Tensor, width: int) -> bool:
+def _rows_and_places(
+    index: torch.Tensor, dest: torch.Tensor, rows: int, out: torch.Tensor, width: int, in_range: bool
+) -> bool:
     """Whether a decode of rows ``index`` into rows ``dest`` of ``out`` can run in C: fp32 ``out`` of ``width``
-    columns, contiguous, on the CPU; indices in range (the C code reads and writes where they point)."""
+    columns, contiguous, on the CPU; indices in range (the C code reads and writes where they point), looked at here
+    unless the caller vouches for them (``in_range``: indices it derived from their bounds, reused call after call)."""
     if out.dtype != torch.float32 or out.dim() != 2 or out.shape[1] != width or not out.is_contiguous():
         return False
     if index.shape != dest.shape or index.dim() != 1 or not len(index):
         return False
+    if in_range:
+        return True
     return 0 <= int(index.min()) and int(index.max()) < rows and 0 <= int(dest.min()) and int(dest.max()) < len(out)
 
 
@@ -250,11 +259,12 @@ def decode_lowbit_rows(
     index: torch.Tensor,
     out: torch.Tensor,
     dest: torch.Tensor,
+    in_range: bool = False,
 ) -> bool:
     """``out[dest] = rows index`` of the packed matrix, decoded in C; False (nothing written) where the kernel does
-    not cover it, and the caller decodes with torch."""
+    not cover it, and the caller decodes with torch. ``in_range``: the caller has bounded ``index`` and ``dest``."""
     rows = codes.shape[0]
-    if not covered(codes, bits, columns, group, 1) or not _rows_and_places(index, dest, rows, out, columns):
+    if not covered(codes, bits, columns, group, 1) or not _rows_and_places(index, dest, rows, out, columns, in_range):
         return False
     _expect(codes, "codes", torch.uint8, (rows, -(-columns // 8) * bits))
     _expect(scale, "scale", torch.float16, (rows, columns // group))
@@ -266,7 +276,7 @@ def decode_lowbit_rows(
     index, dest = index.long().contiguous(), dest.long().contiguous()
     library.lowbit_decode(codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), index.data_ptr(), dest.data_ptr(),
         len(index), rows, codes.shape[1], bits, columns, group, out.data_ptr(),
-        _workers(len(index), per_thread=DECODE_CHUNK_ROWS // 2))  # fmt: skip
+        _workers(len(index), per_thread=DECODE_ROWS_PER_THREAD))  # fmt: skip
     return True
 
 
@@ -279,14 +289,16 @@ def decode_codebook_rows(
     index: torch.Tensor,
     out: torch.Tensor,
     dest: torch.Tensor,
+    in_range: bool = False,
 ) -> bool:
     """``out[dest] = rows index`` of a ``CodebookTensor``'s matrix, decoded in C; False (nothing written) where the
-    kernel does not cover it, and the caller decodes with torch."""
+    kernel does not cover it, and the caller decodes with torch. ``in_range``: the caller has bounded ``index`` and
+    ``dest``."""
     rows, vectors = low.shape[0], low.shape[-1]
     dim = codebook.shape[-1]
     if high_bits not in (0, 2, 3, 4) or not _enabled(low, 1, None):
         return False
-    if not _rows_and_places(index, dest, rows, out, vectors * dim):
+    if not _rows_and_places(index, dest, rows, out, vectors * dim, in_range):
         return False
     _expect(low, "low", torch.uint8, (rows, vectors))
     _expect(scale, "scale", torch.float16, (rows, 1))
@@ -301,7 +313,7 @@ def decode_codebook_rows(
     index, dest = index.long().contiguous(), dest.long().contiguous()
     library.codebook_decode(low.data_ptr(), high.data_ptr(), scale.data_ptr(), index.data_ptr(), dest.data_ptr(), 0,
         len(index), vectors, high.shape[1], high_bits, table.data_ptr(), dim, out.data_ptr(),
-        _workers(len(index), per_thread=DECODE_CHUNK_ROWS // 2))  # fmt: skip
+        _workers(len(index), per_thread=DECODE_ROWS_PER_THREAD))  # fmt: skip
     return True
 
 

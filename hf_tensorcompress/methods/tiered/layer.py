@@ -25,8 +25,14 @@ TIER_WIDTHS = (0, 2, 3, 4, 8, 16, "codebook")
 #: of the whole ``(positions, vocabulary)`` result. Fewer (a decoding step) read the packed tiers directly.
 GEMM_POSITIONS = 16
 
-#: Tokens whose rows the GEMM path decodes at a time (a reused block of this many rows).
-GEMM_TOKENS = 4096
+#: Tokens whose rows the GEMM path decodes at a time: a reused block (512 × 576 fp32 is 1.2 MB) that the GEMM reads
+#: back from the cache, where a block of 4,096 rows of a 2,048-wide model (34 MB) went out to memory and back.
+GEMM_TOKENS = 512
+
+#: What ``_stored_places`` answers: for each tier holding some of the tokens, its index in ``tiers`` (``LOW_RANK``
+#: for the low-rank part), the tokens' rows in it and their places among the tokens asked for.
+LOW_RANK = -1
+Places = list[tuple[int, torch.Tensor, torch.Tensor]]
 
 
 def where_every_tier(
@@ -117,6 +123,8 @@ class TieredEmbedding(CompressedLayer):
             self.left = LowBitTensor((num_embeddings - self.low_rank_start, rank), rank_bits)
             self.right = LowBitTensor((rank, embedding_dim), rank_bits)
         self.register_buffer("dtype_probe", torch.zeros(0), persistent=False)  # follows the model's dtype
+        self._places: dict[tuple[int, int], Places] = {}  # _stored_places's answers for one state of slot
+        self._places_of: tuple[torch.Tensor, int] | None = None  # that state: the slot tensor and its version
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -172,7 +180,7 @@ class TieredEmbedding(CompressedLayer):
         for stored, (start, end) in zip(self.tiers, self._ranges()):
             hit = ((slot >= start) & (slot < end)).nonzero().squeeze(1)
             if len(hit):
-                vectors[hit] = stored.rows(slot[hit] - start, dtype)
+                stored.decode_into(slot[hit] - start, vectors, hit, in_range=True)
         if self.rank:
             hit = (slot >= self.low_rank_start).nonzero().squeeze(1)
             if len(hit):
@@ -226,23 +234,36 @@ class TieredEmbedding(CompressedLayer):
         """The rows of tokens ``start`` … ``end - 1``, in token order, decoded into ``block`` (in its dtype) tier by
         tier (``decode_into``: in C where the kernel covers the tier)."""
         rows = block[: end - start]
-        slot = self.slot[start:end].long()
-        if slot.device.type != "cpu":
-            return rows.copy_(self._lookup_every_tier(slot, rows.dtype))
+        if self.slot.device.type != "cpu":
+            return rows.copy_(self._lookup_every_tier(self.slot[start:end].long(), rows.dtype))
         if any(tier["bits"] == 0 for tier in self.tier_specs):
             rows.zero_()  # those rows are the low-rank part alone
-        for stored, (first, last) in zip(self.tiers, self._ranges()):
-            hit = ((slot >= first) & (slot < last)).nonzero().squeeze(1)
-            if len(hit):
-                stored.decode_into(slot[hit] - first, rows, hit)
-        if self.rank:
-            hit = (slot >= self.low_rank_start).nonzero().squeeze(1)
-            if len(hit):
-                low_rank = self.left.rows(slot[hit] - self.low_rank_start, rows.dtype) @ self.right.dequantize(
-                    rows.dtype
-                )
-                rows[hit] += low_rank
+        for tier, ids, places in self._stored_places(start, end):
+            if tier == LOW_RANK:
+                rows[places] += self.left.rows(ids, rows.dtype) @ self.right.dequantize(rows.dtype)
+            else:
+                self.tiers[tier].decode_into(ids, rows, places, in_range=True)
         return rows
+
+    def _stored_places(self, start: int, end: int) -> Places:
+        """Where tokens ``start`` … ``end - 1`` are stored (``Places``), worked out once for each range and state of
+        ``slot`` and kept (16 bytes a token): a product over many hidden states asks for the same ranges every time,
+        and finding each tier's tokens anew would cost about as much as decoding a block of them."""
+        inference, kept = torch.is_inference(self.slot), self._places_of  # an inference tensor has no version
+        if inference or kept is None or kept[0] is not self.slot or kept[1] != self.slot._version:
+            self._places, self._places_of = {}, None if inference else (self.slot, self.slot._version)
+        if (start, end) not in self._places:
+            slot, places = self.slot[start:end].long(), []
+            for tier, (first, last) in enumerate(self._ranges()):
+                hit = ((slot >= first) & (slot < last)).nonzero().squeeze(1)
+                if len(hit):
+                    places.append((tier, slot[hit] - first, hit))
+            if self.rank:
+                hit = (slot >= self.low_rank_start).nonzero().squeeze(1)
+                if len(hit):
+                    places.append((LOW_RANK, slot[hit] - self.low_rank_start, hit))
+            self._places[(start, end)] = places
+        return self._places[(start, end)]
 
     @property
     def weight(self) -> torch.Tensor:
