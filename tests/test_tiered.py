@@ -201,6 +201,8 @@ def test_the_head_finds_the_tokens_anew_when_slot_changes():
     torch.testing.assert_close(layer.logits(hidden), hidden @ layer.weight.T, rtol=1e-5, atol=1e-5)
     layer.slot = torch.randperm(vocab).int()
     torch.testing.assert_close(layer.logits(hidden), hidden @ layer.weight.T, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="block of 512 rows"):
+        layer.decode_tokens(0, 512, torch.empty(100, 32))  # the C decode would write past the block
     with torch.inference_mode():
         layer.slot = torch.randperm(vocab).int()
         first = layer.logits(hidden)

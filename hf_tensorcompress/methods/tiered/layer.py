@@ -233,6 +233,8 @@ class TieredEmbedding(CompressedLayer):
     def decode_tokens(self, start: int, end: int, block: torch.Tensor) -> torch.Tensor:
         """The rows of tokens ``start`` … ``end - 1``, in token order, decoded into ``block`` (in its dtype) tier by
         tier (``decode_into``: in C where the kernel covers the tier)."""
+        if not 0 <= start < end <= self.num_embeddings or len(block) < end - start:
+            raise ValueError(f"tokens {start}..{end - 1} need a block of {end - start} rows within the vocabulary")
         rows = block[: end - start]
         if self.slot.device.type != "cpu":
             return rows.copy_(self._lookup_every_tier(self.slot[start:end].long(), rows.dtype))
