@@ -177,15 +177,7 @@ class TieredEmbedding(CompressedLayer):
             vectors = self._lookup_every_tier(slot, dtype)
             return vectors.reshape(*input_ids.shape, self.embedding_dim)
         vectors = torch.zeros(len(slot), self.embedding_dim, dtype=dtype, device=slot.device)
-        for stored, (start, end) in zip(self.tiers, self._ranges()):
-            hit = ((slot >= start) & (slot < end)).nonzero().squeeze(1)
-            if len(hit):
-                stored.decode_into(slot[hit] - start, vectors, hit, in_range=True)
-        if self.rank:
-            hit = (slot >= self.low_rank_start).nonzero().squeeze(1)
-            if len(hit):
-                vectors[hit] += self.left.rows(slot[hit] - self.low_rank_start, dtype) @ self.right.dequantize(dtype)
-        return vectors.reshape(*input_ids.shape, self.embedding_dim)
+        return self._decode_places(self._places_in(slot), vectors).reshape(*input_ids.shape, self.embedding_dim)
 
     def _lookup_every_tier(self, slot: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The rows of ``slot`` without finding each tier's tokens first (``where_every_tier``): more decoding than
@@ -240,12 +232,17 @@ class TieredEmbedding(CompressedLayer):
             return rows.copy_(self._lookup_every_tier(self.slot[start:end].long(), rows.dtype))
         if any(tier["bits"] == 0 for tier in self.tier_specs):
             rows.zero_()  # those rows are the low-rank part alone
-        for tier, ids, places in self._stored_places(start, end):
+        return self._decode_places(self._stored_places(start, end), rows)
+
+    def _decode_places(self, where: Places, out: torch.Tensor) -> torch.Tensor:
+        """``out`` (zeros where only the low-rank part serves) with each token's row decoded at its place, tier by
+        tier; the places come from ``_places_in``, so they are in range and the C decode need not look."""
+        for tier, ids, places in where:
             if tier == LOW_RANK:
-                rows[places] += self.left.rows(ids, rows.dtype) @ self.right.dequantize(rows.dtype)
+                out[places] += self.left.rows(ids, out.dtype) @ self.right.dequantize(out.dtype)
             else:
-                self.tiers[tier].decode_into(ids, rows, places, in_range=True)
-        return rows
+                self.tiers[tier].decode_into(ids, out, places, in_range=True)
+        return out
 
     def _stored_places(self, start: int, end: int) -> Places:
         """Where tokens ``start`` … ``end - 1`` are stored (``Places``), worked out once for each range and state of
@@ -255,17 +252,22 @@ class TieredEmbedding(CompressedLayer):
         if inference or kept is None or kept[0] is not self.slot or kept[1] != self.slot._version:
             self._places, self._places_of = {}, None if inference else (self.slot, self.slot._version)
         if (start, end) not in self._places:
-            slot, places = self.slot[start:end].long(), []
-            for tier, (first, last) in enumerate(self._ranges()):
-                hit = ((slot >= first) & (slot < last)).nonzero().squeeze(1)
-                if len(hit):
-                    places.append((tier, slot[hit] - first, hit))
-            if self.rank:
-                hit = (slot >= self.low_rank_start).nonzero().squeeze(1)
-                if len(hit):
-                    places.append((LOW_RANK, slot[hit] - self.low_rank_start, hit))
-            self._places[(start, end)] = places
+            self._places[(start, end)] = self._places_in(self.slot[start:end].long())
         return self._places[(start, end)]
+
+    def _places_in(self, slot: torch.Tensor) -> Places:
+        """Where the tokens at stored rows ``slot`` sit: for each tier holding some, their rows in it and their
+        places in ``slot`` (both in range by construction)."""
+        places = []
+        for tier, (first, last) in enumerate(self._ranges()):
+            hit = ((slot >= first) & (slot < last)).nonzero().squeeze(1)
+            if len(hit):
+                places.append((tier, slot[hit] - first, hit))
+        if self.rank:
+            hit = (slot >= self.low_rank_start).nonzero().squeeze(1)
+            if len(hit):
+                places.append((LOW_RANK, slot[hit] - self.low_rank_start, hit))
+        return places
 
     @property
     def weight(self) -> torch.Tensor:
