@@ -263,3 +263,71 @@ def test_rows_decoded_in_c_by_index_equal_the_torch_decode():
     assert not lowbit_kernel.decode_codebook_rows(
         stored.codes, stored.high, stored.high_bits, stored.scale, stored.codebook, outside, block, places
     )
+
+
+def tiers_of(width: int, generator: torch.Generator) -> list:
+    """Stored matrices of every layout ``decode_tiers`` reads: each code width, codebooks of 4-, 8- and 2-vectors
+    with 0, 2, 3 and 4 high index bits (rows whose index count is not a multiple of 8 included)."""
+    tiers = [
+        LowBitTensor.quantize(torch.randn(37 + bits, width, generator=generator), bits, 16) for bits in (2, 3, 4, 8)
+    ]
+    for dim, entries in ((4, 256), (4, 1024), (8, 2048), (2, 4096), (8, 256)):
+        stored = CodebookTensor((41 + dim, width), dim, entries)
+        stored.set_indices(
+            torch.randint(entries, (41 + dim, width // dim), generator=generator),
+            torch.rand(41 + dim, generator=generator) + 0.5,
+            torch.randn(entries, dim, generator=generator),
+        )
+        tiers.append(stored)
+    return tiers
+
+
+@pytest.mark.skipif(not RUNS_HERE, reason="needs a C compiler and an AVX2 x86 CPU")
+@pytest.mark.parametrize("width", [48, 80])  # 80 / 8 = 10 indices of 8-vectors a row: a partial group of 8
+def test_one_call_over_every_tier_gives_each_tokens_stored_row(width):
+    """``decode_tiers`` finds each token's tier from ``slot`` and decodes its row there (a tier of zeros where a
+    tier stores nothing): the rows the torch decode gives, for token ids and for a range of them, on two threads."""
+    generator = torch.Generator().manual_seed(width)
+    tiers = tiers_of(width, generator)
+    forms = [stored.kernel_form(lowbit_kernel) for stored in tiers] + [lowbit_kernel.zero_form(5, width)]
+    table = lowbit_kernel.tier_table(forms, width)
+    stored_rows = torch.cat([stored.dequantize() for stored in tiers] + [torch.zeros(5, width)])
+    vocab = len(stored_rows)
+    slot = torch.randperm(vocab, generator=generator).int()
+    tokens = torch.randint(vocab, (700,), generator=generator)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        out = torch.full((700, width), float("nan"))
+        assert lowbit_kernel.decode_tiers(slot, table, tokens, out)
+        torch.testing.assert_close(out, stored_rows[slot.long()][tokens], rtol=1e-6, atol=1e-6)
+        out = torch.full((vocab, width), float("nan"))
+        assert lowbit_kernel.decode_tiers(slot, table, range(3, vocab), out)
+        torch.testing.assert_close(out[: vocab - 3], stored_rows[slot.long()][3:], rtol=1e-6, atol=1e-6)
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.skipif(not RUNS_HERE, reason="needs a C compiler and an AVX2 x86 CPU")
+def test_one_call_over_every_tier_refuses_what_it_cannot_read():
+    """A token outside the vocabulary (negative too) or a slot outside the tiers raises IndexError rather than read
+    another row or memory; an ``out`` of another dtype or width, or a tier it does not cover, is left to the caller."""
+    generator = torch.Generator().manual_seed(0)
+    tiers = tiers_of(48, generator)[:2]
+    table = lowbit_kernel.tier_table([stored.kernel_form(lowbit_kernel) for stored in tiers], 48)
+    vocab = sum(stored.shape[0] for stored in tiers)
+    slot = torch.arange(vocab, dtype=torch.int32)
+    out = torch.empty(4, 48)
+    for tokens in (torch.tensor([0, vocab]), torch.tensor([-1, 2]), range(vocab - 1, vocab + 1)):
+        with pytest.raises(IndexError, match="outside the vocabulary"):
+            lowbit_kernel.decode_tiers(slot, table, tokens, out)
+    bad_slot = slot.clone()
+    bad_slot[2] = vocab
+    with pytest.raises(IndexError, match="slot must be a permutation"):
+        lowbit_kernel.decode_tiers(bad_slot, table, torch.tensor([1, 2]), out)
+    assert not lowbit_kernel.decode_tiers(slot, table, torch.tensor([1]), out.double())
+    assert not lowbit_kernel.decode_tiers(slot, table, torch.tensor([1]), torch.empty(4, 40))
+    assert not lowbit_kernel.decode_tiers(slot[:-1], table, torch.tensor([1]), out)  # the tiers hold another count
+    sixteen = LowBitTensor((8, 48), 16)
+    assert sixteen.kernel_form(lowbit_kernel) is None
+    assert lowbit_kernel.tier_table([tiers[0].kernel_form(lowbit_kernel), None], 48) is None

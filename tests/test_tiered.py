@@ -185,27 +185,35 @@ def test_the_head_over_many_positions_decodes_in_token_order_to_the_same_logits(
     torch.testing.assert_close(together, hidden @ layer.weight.T, rtol=1e-5, atol=1e-5)
 
 
-def test_the_head_finds_the_tokens_anew_when_slot_changes():
-    """The head keeps where each block's tokens are stored between products; a new ``slot`` (loaded in place, or
-    another tensor) or one made in inference mode (no version to go by) gives the logits of the new order."""
+def test_lookup_and_head_read_what_is_stored_now():
+    """On the CPU the lookup and the head decode every tier in one C call, through a table of the tiers' buffers
+    built once: a slot or codes changed in place, every buffer replaced (a load with ``assign``), and a move with
+    ``to()`` each give the rows stored now."""
     vocab = 3 * GEMM_TOKENS
     tiers = [
         {"rows": GEMM_TOKENS, "bits": 8, "group_size": 32},
-        {"rows": vocab - GEMM_TOKENS, "bits": 2, "group_size": 32},
+        {"rows": GEMM_TOKENS, "bits": "codebook", "codebook_dim": 4, "codebook_size": 1024},
+        {"rows": vocab - 2 * GEMM_TOKENS, "bits": 2, "group_size": 32},
     ]
-    layer = TieredEmbedding(vocab, 32, tiers)
-    layer.reset_parameters()
-    hidden = torch.randn(GEMM_POSITIONS, 32)
-    layer.logits(hidden)
+    layer, other = TieredEmbedding(vocab, 32, tiers), TieredEmbedding(vocab, 32, tiers)
+    layer.reset_parameters(), other.reset_parameters()
+    hidden, ids = torch.randn(GEMM_POSITIONS, 32), torch.randint(vocab, (2, 300))
+
+    def reads_what_is_stored() -> None:
+        stored = torch.cat([tier.dequantize(torch.float32) for tier in layer.tiers])[layer.slot.long()]
+        torch.testing.assert_close(layer(ids).float(), stored[ids].to(layer.dtype_probe.dtype).float())
+        torch.testing.assert_close(layer.logits(hidden), hidden @ stored.T, rtol=1e-5, atol=1e-5)
+
+    reads_what_is_stored()
     layer.load_state_dict({**layer.state_dict(), "slot": torch.randperm(vocab).int()})  # copied in place
-    torch.testing.assert_close(layer.logits(hidden), hidden @ layer.weight.T, rtol=1e-5, atol=1e-5)
-    layer.slot = torch.randperm(vocab).int()
-    torch.testing.assert_close(layer.logits(hidden), hidden @ layer.weight.T, rtol=1e-5, atol=1e-5)
+    reads_what_is_stored()
+    layer.tiers[0].codes.copy_(torch.randint(256, layer.tiers[0].codes.shape, dtype=torch.uint8))
+    reads_what_is_stored()
+    layer.load_state_dict(other.state_dict(), assign=True)  # every buffer another tensor
+    reads_what_is_stored()
+    layer.to(torch.bfloat16)
+    reads_what_is_stored()
     with pytest.raises(ValueError, match="block of 512 rows"):
         layer.decode_tokens(0, 512, torch.empty(100, 32))  # the C decode would write past the block
-    with torch.inference_mode():
-        layer.slot = torch.randperm(vocab).int()
-        first = layer.logits(hidden)
-        layer.slot.copy_(torch.randperm(vocab).int())
-        torch.testing.assert_close(layer.logits(hidden), hidden @ layer.weight.T, rtol=1e-5, atol=1e-5)
-    assert not torch.allclose(first, layer.logits(hidden))
+    with pytest.raises(IndexError, match="outside the vocabulary"):
+        layer(torch.tensor([0, vocab]))

@@ -11,6 +11,8 @@ like ``LowBitTensor`` codes (``high``).
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 
 from .contract import TensorProblem, expect_tensor
@@ -96,6 +98,11 @@ class CodebookTensor(StoredMatrix):
         values = self.codebook.to(dtype).index_select(0, indices.reshape(-1)).reshape(len(indices), -1)
         scale = self._take(self.scale, rows).to(dtype)
         return torch.mul(values, scale, out=out)
+
+    def kernel_form(self, kernel: ModuleType) -> tuple | None:
+        """This matrix as a ``TierForm`` of the kernel's ``decode_tiers`` (None where the kernel does not cover it)."""
+        high = self.high if self.high_bits else None
+        return kernel.codebook_form(self.codes, high, self.high_bits, self.scale, self.codebook)
 
     def _decode_in_kernel(
         self, kernel, ids: torch.Tensor, out: torch.Tensor, places: torch.Tensor, in_range: bool

@@ -12,6 +12,7 @@ bytes (so int4 is two codes per byte, int2 four); ``bits=16`` keeps plain bfloat
 from __future__ import annotations
 
 import sys
+from types import ModuleType
 
 import torch
 from torch import nn
@@ -170,6 +171,10 @@ class StoredMatrix(nn.Module):
     ) -> bool:
         return False
 
+    def kernel_form(self, kernel: ModuleType) -> tuple | None:
+        """This matrix as a ``TierForm`` of the kernel's ``decode_tiers`` (None where the kernel does not cover it)."""
+        return None
+
     def chunk_rows(self, hidden: torch.Tensor) -> int:
         """Rows a product decodes per step: ``CPU_CHUNK_ROWS`` on the CPU, as many as ``ACCELERATOR_CHUNK_BYTES``
         of ``hidden``'s dtype hold elsewhere (on a GPU the launches of a step, not its size, cost the time)."""
@@ -317,6 +322,12 @@ class LowBitTensor(StoredMatrix):
             )
             grouped.mul_(scale).add_(minimum)  # in place (4x faster here than an addcmul writing into its input)
         return out
+
+    def kernel_form(self, kernel: ModuleType) -> tuple | None:
+        """This matrix as a ``TierForm`` of the kernel's ``decode_tiers`` (None where the kernel does not cover it)."""
+        if self.bits == 16:
+            return None
+        return kernel.lowbit_form(self.codes, self.scale, self.minimum, self.bits, self.group_size, self.shape[1])
 
     def _decode_in_kernel(
         self, kernel, ids: torch.Tensor, out: torch.Tensor, places: torch.Tensor, in_range: bool

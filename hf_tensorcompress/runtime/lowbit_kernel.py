@@ -7,7 +7,8 @@ through memory. This kernel reads each group of eight codes from its ``bits`` by
 lanes with one AVX2 variable shift, and multiplies them into the hidden state while they sit in registers, so the
 head reads 4–8× fewer bytes than the fp32 table and does no extra pass. Codebook rows take a lookup table
 instead (``fused_codebook_matmul_t``), or, for five or more hidden vectors, a C decode of each chunk of rows for a
-GEMM.
+GEMM. Rows are decoded in C too where a product with many hidden states or a lookup needs them as floats
+(``decode_lowbit_rows``, ``decode_codebook_rows``; ``decode_tiers`` for a tiered embedding, every tier in one call).
 
 None of the maintained libraries does this for these layouts: torch's ``_weight_int4pack_mm_for_cpu`` is int4 only
 (and slower than the fp32 product on AVX2 machines), torchao and bitsandbytes have no 3-bit CPU path. The kernel is
@@ -27,6 +28,7 @@ import functools
 import os
 import platform
 import warnings
+from typing import NamedTuple
 
 import torch
 
@@ -77,6 +79,9 @@ def load_kernel() -> ctypes.CDLL | None:
         ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
     library.lowbit_decode.argtypes = [ctypes.c_void_p] * 5 + [ctypes.c_int64] * 3 + [ctypes.c_int, ctypes.c_int64,
         ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
+    library.tiered_decode.restype = ctypes.c_int64
+    library.tiered_decode.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p] + [ctypes.c_int64] * 2 + [
+        ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
     library.built_with_openmp.restype = ctypes.c_int
     return library
 
@@ -120,6 +125,34 @@ def _expect_width(hidden: torch.Tensor, columns: int) -> None:
         )
 
 
+def _lowbit_buffers(
+    codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, bits: int, group: int, columns: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A packed matrix's buffers, checked against the sizes its ``bits``, ``group`` and ``columns`` give them (the C
+    code reads them by those sizes) and made contiguous."""
+    rows = codes.shape[0]
+    _expect(codes, "codes", torch.uint8, (rows, -(-columns // 8) * bits))
+    _expect(scale, "scale", torch.float16, (rows, columns // group))
+    _expect(minimum, "minimum", torch.float16, (rows, columns // group))
+    return codes.contiguous(), scale.contiguous(), minimum.contiguous()
+
+
+def _codebook_buffers(
+    low: torch.Tensor, high: torch.Tensor | None, high_bits: int, scale: torch.Tensor, codebook: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A ``CodebookTensor``'s buffers, checked against the sizes ``low`` and ``codebook`` give them (an index is a
+    byte plus ``high_bits`` bits, so the codebook must hold ``256 · 2^high_bits`` entries) and made contiguous;
+    ``high`` is ``low`` where there are no high bits (the C code does not read it then)."""
+    rows, vectors = low.shape[0], low.shape[-1]
+    _expect(low, "low", torch.uint8, (rows, vectors))
+    _expect(scale, "scale", torch.float16, (rows, 1))
+    _expect(codebook, "codebook", torch.float16, (256 << high_bits, codebook.shape[-1]))
+    if high_bits:
+        _expect(high, "high", torch.uint8, (rows, -(-vectors // 8) * high_bits))
+    low = low.contiguous()
+    return low, low if high is None else high.contiguous(), scale.contiguous(), codebook.contiguous()
+
+
 def fused_matmul_t(
     codes: torch.Tensor,
     scale: torch.Tensor,
@@ -139,9 +172,7 @@ def fused_matmul_t(
     columns = codes.shape[1] // bits * 8 if columns is None else columns
     if isinstance(group, bool) or not isinstance(group, int) or group < 1 or columns % group:
         raise ValueError(f"fused kernel: group={group!r} must be a positive int dividing the {columns} columns")
-    _expect(codes, "codes", torch.uint8, (rows, -(-columns // 8) * bits))
-    _expect(scale, "scale", torch.float16, (rows, columns // group))
-    _expect(minimum, "minimum", torch.float16, (rows, columns // group))
+    codes, scale, minimum = _lowbit_buffers(codes, scale, minimum, bits, group, columns)
     _expect_width(hidden, columns)
     flat = hidden.reshape(-1, columns)
     if not covered(codes, bits, columns, group, len(flat)) or _carries_gradient(hidden):
@@ -149,7 +180,6 @@ def fused_matmul_t(
     library = load_kernel()
     if library is None:
         return None
-    codes, scale, minimum = codes.contiguous(), scale.contiguous(), minimum.contiguous()
     flat = flat.float().contiguous()
     group_sums = flat.view(len(flat), -1, group).sum(-1).contiguous()
     out = torch.empty(len(flat), rows)
@@ -179,11 +209,7 @@ def fused_codebook_matmul_t(
         return None
     rows, vectors = low.shape[0], low.shape[-1]
     dim = codebook.shape[-1]
-    _expect(low, "low", torch.uint8, (rows, vectors))
-    _expect(scale, "scale", torch.float16, (rows, 1))
-    _expect(codebook, "codebook", torch.float16, (256 << high_bits, dim))
-    if high_bits:
-        _expect(high, "high", torch.uint8, (rows, -(-vectors // 8) * high_bits))
+    low, high, scale, codebook = _codebook_buffers(low, high, high_bits, scale, codebook)
     entries = codebook.shape[0]
     _expect_width(hidden, vectors * dim)
     flat = hidden.reshape(-1, vectors * dim)
@@ -193,11 +219,9 @@ def fused_codebook_matmul_t(
     library = load_kernel()
     if library is None:
         return None
-    flat, codebook = flat.float().contiguous(), codebook.contiguous()
-    low, scale = low.contiguous(), scale.contiguous()
-    high = low if high is None else high.contiguous()  # not read when high_bits == 0
+    flat = flat.float().contiguous()
     if decode:
-        out = _decoded_codebook_product(library, low, high, high_bits, scale, codebook.float().contiguous(), flat)
+        out = _decoded_codebook_product(library, low, high, high_bits, scale, codebook, flat)
         return out.to(hidden.dtype).reshape(*hidden.shape[:-1], rows)
     table, scratch = torch.empty(len(flat), vectors, entries), torch.empty(dim, entries)
     library.codebook_table(flat.data_ptr(), codebook.data_ptr(), vectors, dim, entries, len(flat),
@@ -239,7 +263,7 @@ def _rows_and_places(
 ) -> bool:
     """Whether a decode of rows ``index`` into rows ``dest`` of ``out`` can run in C: fp32 ``out`` of ``width``
     columns, contiguous, on the CPU; indices in range (the C code reads and writes where they point), looked at here
-    unless the caller vouches for them (``in_range``: indices it derived from their bounds, reused call after call)."""
+    unless the caller vouches for them (``in_range``: indices it derived from their bounds)."""
     if out.dtype != torch.float32 or out.dim() != 2 or out.shape[1] != width or not out.is_contiguous():
         return False
     if index.shape != dest.shape or index.dim() != 1 or not len(index):
@@ -266,13 +290,10 @@ def decode_lowbit_rows(
     rows = codes.shape[0]
     if not covered(codes, bits, columns, group, 1) or not _rows_and_places(index, dest, rows, out, columns, in_range):
         return False
-    _expect(codes, "codes", torch.uint8, (rows, -(-columns // 8) * bits))
-    _expect(scale, "scale", torch.float16, (rows, columns // group))
-    _expect(minimum, "minimum", torch.float16, (rows, columns // group))
+    codes, scale, minimum = _lowbit_buffers(codes, scale, minimum, bits, group, columns)
     library = load_kernel()
     if library is None:
         return False
-    codes, scale, minimum = codes.contiguous(), scale.contiguous(), minimum.contiguous()
     index, dest = index.long().contiguous(), dest.long().contiguous()
     library.lowbit_decode(codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), index.data_ptr(), dest.data_ptr(),
         len(index), rows, codes.shape[1], bits, columns, group, out.data_ptr(),
@@ -300,20 +321,116 @@ def decode_codebook_rows(
         return False
     if not _rows_and_places(index, dest, rows, out, vectors * dim, in_range):
         return False
-    _expect(low, "low", torch.uint8, (rows, vectors))
-    _expect(scale, "scale", torch.float16, (rows, 1))
-    _expect(codebook, "codebook", torch.float16, (256 << high_bits, dim))
-    if high_bits:
-        _expect(high, "high", torch.uint8, (rows, -(-vectors // 8) * high_bits))
+    low, high, scale, codebook = _codebook_buffers(low, high, high_bits, scale, codebook)
     library = load_kernel()
     if library is None:
         return False
-    low, scale, table = low.contiguous(), scale.contiguous(), codebook.float().contiguous()
-    high = low if high is None else high.contiguous()  # not read when high_bits == 0
     index, dest = index.long().contiguous(), dest.long().contiguous()
     library.codebook_decode(low.data_ptr(), high.data_ptr(), scale.data_ptr(), index.data_ptr(), dest.data_ptr(), 0,
-        len(index), vectors, high.shape[1], high_bits, table.data_ptr(), dim, out.data_ptr(),
+        len(index), vectors, high.shape[1], high_bits, codebook.data_ptr(), dim, out.data_ptr(),
         _workers(len(index), per_thread=DECODE_ROWS_PER_THREAD))  # fmt: skip
+    return True
+
+
+class TierForm(NamedTuple):
+    """One tier of a ``decode_tiers`` call: its kind, rows and width, four buffer addresses and four sizes (the
+    layout ``tiered_decode`` reads), and the tensors behind the addresses, kept alive until the call returns."""
+
+    kind: int
+    rows: int
+    width: int
+    addresses: tuple[int, int, int, int]
+    sizes: tuple[int, int, int, int]
+    tensors: tuple[torch.Tensor, ...]
+
+
+#: int64 fields per tier that ``tiered_decode`` reads (``FORM_FIELDS`` in the C source).
+FORM_FIELDS = 11
+
+#: ``TierForm.kind``: a tier that stores nothing (zero rows, the caller adds its low-rank part), packed low-bit codes,
+#: codebook rows.
+ZERO_FORM, LOWBIT_FORM, CODEBOOK_FORM = 0, 1, 2
+
+
+def zero_form(rows: int, width: int) -> TierForm:
+    """A tier that stores no rows of its own."""
+    return TierForm(ZERO_FORM, rows, width, (0, 0, 0, 0), (0, 0, 0, 0), ())
+
+
+def lowbit_form(
+    codes: torch.Tensor, scale: torch.Tensor, minimum: torch.Tensor, bits: int, group: int, columns: int
+) -> TierForm | None:
+    """A packed low-bit tier as ``decode_tiers`` reads it, or None where the kernel does not cover its layout."""
+    rows = codes.shape[0]
+    if not covered(codes, bits, columns, group, 1):
+        return None
+    codes, scale, minimum = _lowbit_buffers(codes, scale, minimum, bits, group, columns)
+    addresses = (codes.data_ptr(), scale.data_ptr(), minimum.data_ptr(), 0)
+    return TierForm(LOWBIT_FORM, rows, columns, addresses, (codes.shape[1], bits, group, 0), (codes, scale, minimum))
+
+
+def codebook_form(
+    low: torch.Tensor, high: torch.Tensor | None, high_bits: int, scale: torch.Tensor, codebook: torch.Tensor
+) -> TierForm | None:
+    """A codebook tier as ``decode_tiers`` reads it, or None where the kernel does not cover its layout."""
+    rows, vectors = low.shape[0], low.shape[-1]
+    dim = codebook.shape[-1]
+    if high_bits not in (0, 2, 3, 4) or not _enabled(low, 1, None):
+        return None
+    low, high, scale, codebook = _codebook_buffers(low, high, high_bits, scale, codebook)
+    addresses = (low.data_ptr(), high.data_ptr(), scale.data_ptr(), codebook.data_ptr())
+    sizes = (vectors, high.shape[1], high_bits, dim)
+    return TierForm(CODEBOOK_FORM, rows, vectors * dim, addresses, sizes, (low, high, scale, codebook))
+
+
+class TierTable(NamedTuple):
+    """What ``tiered_decode`` reads about the tiers: ``fields``, ``(tiers, FORM_FIELDS)`` int64 (each tier's kind,
+    first stored row, rows, addresses and sizes, in stored order), for rows ``width`` wide and ``rows`` stored rows
+    in all."""
+
+    fields: torch.Tensor
+    width: int
+    rows: int
+
+
+def tier_table(forms: list[TierForm | None], width: int) -> TierTable | None:
+    """The tiers ``forms`` laid one after another, or None where a tier is not covered or not ``width`` wide. The
+    addresses are those of the forms' tensors: the caller keeps them alive while it uses the table."""
+    if not forms or any(form is None or form.width != width for form in forms):
+        return None
+    fields, start = [], 0
+    for form in forms:
+        fields.append([form.kind, start, form.rows, *form.addresses, *form.sizes])
+        start += form.rows
+    return TierTable(torch.tensor(fields, dtype=torch.int64), width, start)
+
+
+def decode_tiers(slot: torch.Tensor, table: TierTable, tokens: torch.Tensor | range, out: torch.Tensor) -> bool:
+    """``out[i]`` = the row of token ``tokens[i]`` of a tiered embedding, stored at row ``slot[token]`` of the tiers
+    ``table`` describes, in one C call for every tier; False (nothing written) where the kernel does not cover it
+    (an ``out`` that is not fp32, or not as wide as the table's rows). The C code looks up each token and its slot
+    within their bounds: a token outside the vocabulary, or a slot outside the tiers, raises IndexError."""
+    count = len(tokens)
+    if not _enabled(slot, count, None) or slot.dtype != torch.int32 or slot.dim() != 1 or not slot.is_contiguous():
+        return False
+    if out.dtype != torch.float32 or out.dim() != 2 or out.shape[1] != table.width or len(out) < count:
+        return False
+    if not out.is_contiguous() or table.rows != len(slot):
+        return False
+    if isinstance(tokens, range) and tokens.step != 1 or isinstance(tokens, torch.Tensor) and tokens.is_cuda:
+        return False
+    library = load_kernel()
+    if library is None:
+        return False
+    first, ids = (tokens.start, None) if isinstance(tokens, range) else (0, tokens.reshape(-1).long().contiguous())
+    bad = library.tiered_decode(slot.data_ptr(), len(slot), None if ids is None else ids.data_ptr(), first, count,
+        table.fields.data_ptr(), len(table.fields), table.width, out.data_ptr(),
+        _workers(count, per_thread=DECODE_ROWS_PER_THREAD))  # fmt: skip
+    if bad:
+        raise IndexError(
+            f"{bad} of {count} tokens are outside the vocabulary of {len(slot)} or stored outside its tiers "
+            "(token ids are 0 .. vocabulary size - 1; slot must be a permutation of them)"
+        )
     return True
 
 

@@ -43,6 +43,7 @@ SYMBOLS = (
     "codebook_matmul_t",
     "codebook_table",
     "codebook_decode",
+    "tiered_decode",
     "built_with_openmp",
 )
 

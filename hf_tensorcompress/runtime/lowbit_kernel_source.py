@@ -2,9 +2,10 @@
 
 One AVX2 routine per stored form: ``lowbit_matmul_t`` (packed 2/3/4/8-bit codes with fp16 group scales and minima),
 ``codebook_table`` + ``codebook_matmul_t`` (codebook rows summed from a lookup table of hidden-state dot products),
-``codebook_decode`` and ``lowbit_decode`` (rows decoded to fp32, a chunk or a set of rows at a time, for a GEMM), each splitting its rows over the process's
-OpenMP threads where it was built with ``-fopenmp``. Kept as text: the cache key hashes it, so any edit builds a new
-file.
+``codebook_decode`` and ``lowbit_decode`` (rows decoded to fp32, a chunk or a set of rows at a time, for a GEMM),
+``tiered_decode`` (a tiered embedding's rows, across all its tiers in one call), each splitting its rows over the
+process's OpenMP threads where it was built with ``-fopenmp``. Kept as text: the cache key hashes it, so any edit
+builds a new file.
 
 Ships inside saved checkpoints that store packed codes: standard library only (plain text).
 """
@@ -137,14 +138,31 @@ void lowbit_matmul_t(const uint8_t *codes, const uint16_t *scale, const uint16_t
 /* The packed high parts of the eight indices from k0 on (0 when there are none), and the index of slot k among them:
    its low byte and its high bits from that word. */
 static inline uint32_t high_word(const uint8_t *hi, int64_t k0, int high_bits) {
-    uint32_t word = 0;
-    if (high_bits) memcpy(&word, hi + (k0 / 8) * high_bits, high_bits);
-    return word;
+    /* The bytes put together in a register: a copy of high_bits bytes into a word is a call, or a store the next
+       load of the whole word waits for, on every eighth index. */
+    const uint8_t *p = hi + (k0 / 8) * high_bits;
+    switch (high_bits) {
+        case 2: return (uint32_t)p[0] | (uint32_t)p[1] << 8;
+        case 3: return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16;
+        case 4: return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        default: return 0;
+    }
 }
 
 static inline int64_t codebook_index(const uint8_t *lo, uint32_t word, int64_t k, int64_t k0, int high_bits,
                                      uint32_t mask) {
     return lo[k] | (int64_t)((word >> ((k - k0) * high_bits)) & mask) << 8;
+}
+
+/* Indices k0 .. k0 + 7 of a row in one register: their low bytes widened, their high bits spread by one variable
+   shift (shifts: 0, high_bits, 2 high_bits, ...; high_mask: 2^high_bits - 1 in every lane). */
+static inline __attribute__((always_inline)) __m256i eight_indices(const uint8_t *lo, const uint8_t *hi, int64_t k0,
+                                                                   int high_bits, __m256i shifts, __m256i high_mask) {
+    const __m256i at = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(lo + k0)));
+    if (!high_bits) return at;
+    const uint32_t word = high_word(hi, k0, high_bits);
+    const __m256i part = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts), high_mask);
+    return _mm256_or_si256(at, _mm256_slli_epi32(part, 8));
 }
 
 static inline __attribute__((always_inline)) void codebook_kernel(
@@ -169,14 +187,7 @@ static inline __attribute__((always_inline)) void codebook_kernel(
             float tail[8];
             for (int b = 0; b < n; b++) { acc[b] = _mm256_setzero_ps(); tail[b] = 0.f; }
             for (int64_t k0 = k_begin; k0 < whole; k0 += 8) {
-                __m256i at = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(lo + k0)));
-                if (high_bits) {
-                    const uint32_t word = high_word(hi, k0, high_bits);
-                    __m256i part = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)word), shifts),
-                                                    high_mask);
-                    at = _mm256_or_si256(at, _mm256_slli_epi32(part, 8));
-                }
-                at = _mm256_add_epi32(at, lanes);
+                const __m256i at = _mm256_add_epi32(eight_indices(lo, hi, k0, high_bits, shifts, high_mask), lanes);
                 const float *t = table + k0 * entries;
                 for (int b = 0; b < n; b++)
                     acc[b] = _mm256_add_ps(acc[b], _mm256_i32gather_ps(t + b * plane, at, 4));
@@ -276,26 +287,46 @@ void lowbit_decode(const uint8_t *codes, const uint16_t *scale, const uint16_t *
                                  group, out))
 }
 
-/* Codebook rows decoded to fp32, out[dest, k*dim : (k+1)*dim] = scale[r] * codebook[index(r, k)] (codebook as fp32,
+/* Codebook rows decoded to fp32, out[dest, k*dim : (k+1)*dim] = scale[r] * codebook[index(r, k)] (codebook as stored,
    (entries, dim)) for rows r = index[i], i in [row_begin, row_end) (index NULL: r = i and dest = i - first): for
    products with more hidden states than the lookup table pays for, since its gathers grow with every hidden state
    while one decoded chunk serves them all in a GEMM. */
 static inline __attribute__((always_inline)) void codebook_decode_kernel(
     const uint8_t *low, const uint8_t *high, const uint16_t *scale, const int64_t *index, const int64_t *dest,
-    int64_t row_begin, int64_t row_end, int64_t vectors, int64_t high_bytes, int high_bits, const float *codebook,
+    int64_t row_begin, int64_t row_end, int64_t vectors, int64_t high_bytes, int high_bits, const uint16_t *codebook,
     const int64_t dim, int64_t first, float *out) {
     const uint32_t mask = high_bits ? (1u << high_bits) - 1 : 0;
+    const __m256i shifts = _mm256_setr_epi32(0, high_bits, 2 * high_bits, 3 * high_bits, 4 * high_bits,
+                                             5 * high_bits, 6 * high_bits, 7 * high_bits);
+    const __m256i high_mask = _mm256_set1_epi32((int)mask);
     for (int64_t i = row_begin; i < row_end; i++) {
         const int64_t r = index ? index[i] : i;
         const uint8_t *lo = low + r * vectors, *hi = high + r * high_bytes;
         const float s = _cvtsh_ss(scale[r]);
         float *o = out + (index ? dest[i] : i - first) * vectors * dim;
-        for (int64_t k0 = 0; k0 < vectors; k0 += 8) {
+        int64_t k0 = 0;
+        if (dim == 4 || dim == 8) { /* eight indices at a time; entries copied and scaled 8 floats a store */
+            const __m256 s8 = _mm256_set1_ps(s);
+            for (; k0 + 8 <= vectors; k0 += 8) {
+                int32_t at[8];
+                _mm256_storeu_si256((__m256i *)at, eight_indices(lo, hi, k0, high_bits, shifts, high_mask));
+                float *ok = o + k0 * dim;
+                for (int j = 0; j < 8; j += dim == 4 ? 2 : 1) {
+                    const __m128i halves =
+                        dim == 4 ? _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(codebook + at[j] * 4)),
+                                                      _mm_loadl_epi64((const __m128i *)(codebook + at[j + 1] * 4)))
+                                 : _mm_loadu_si128((const __m128i *)(codebook + at[j] * 8));
+                    const __m256 v = _mm256_cvtph_ps(halves);
+                    _mm256_storeu_ps(ok + j * dim, _mm256_mul_ps(v, s8));
+                }
+            }
+        }
+        for (; k0 < vectors; k0 += 8) {
             const uint32_t word = high_word(hi, k0, high_bits);
             const int64_t k_end = k0 + 8 < vectors ? k0 + 8 : vectors;
             for (int64_t k = k0; k < k_end; k++) {
-                const float *entry = codebook + codebook_index(lo, word, k, k0, high_bits, mask) * dim;
-                for (int64_t d = 0; d < dim; d++) o[k * dim + d] = s * entry[d];
+                const uint16_t *entry = codebook + codebook_index(lo, word, k, k0, high_bits, mask) * dim;
+                for (int64_t d = 0; d < dim; d++) o[k * dim + d] = s * _cvtsh_ss(entry[d]);
             }
         }
     }
@@ -303,8 +334,8 @@ static inline __attribute__((always_inline)) void codebook_decode_kernel(
 
 static void codebook_decode_rows(const uint8_t *low, const uint8_t *high, const uint16_t *scale, const int64_t *index,
                                  const int64_t *dest, int64_t row_begin, int64_t row_end, int64_t vectors,
-                                 int64_t high_bytes, int high_bits, const float *codebook, int64_t dim, int64_t first,
-                                 float *out) {
+                                 int64_t high_bytes, int high_bits, const uint16_t *codebook, int64_t dim,
+                                 int64_t first, float *out) {
 #define DECODE(DIM) codebook_decode_kernel(low, high, scale, index, dest, row_begin, row_end, vectors, high_bytes, \
                                            high_bits, codebook, DIM, first, out)
     switch (dim) { case 4: DECODE(4); break; case 8: DECODE(8); break; default: DECODE(dim); }
@@ -314,10 +345,103 @@ static void codebook_decode_rows(const uint8_t *low, const uint8_t *high, const 
 /* Rows first .. first + rows (index NULL), or rows index[0 .. rows) into out[dest[i]]. */
 void codebook_decode(const uint8_t *low, const uint8_t *high, const uint16_t *scale, const int64_t *index,
                      const int64_t *dest, int64_t first, int64_t rows, int64_t vectors, int64_t high_bytes,
-                     int high_bits, const float *codebook, int64_t dim, float *out, int threads) {
+                     int high_bits, const uint16_t *codebook, int64_t dim, float *out, int threads) {
     OVER_ROWS(codebook_decode_rows(low, high, scale, index, dest, index ? begin : first + begin,
                                    index ? end : first + end, vectors, high_bytes, high_bits, codebook, dim, first,
                                    out))
+}
+
+/* A tiered embedding's rows (methods/tiered/layer.py), every tier in one call: out[i] = the row of token tokens[i]
+   (tokens NULL: token first + i), stored at row slot[token] of the tiers laid one after another. forms holds
+   FORM_FIELDS int64s per tier, in stored order: kind, first stored row, rows, four buffer addresses and four sizes
+   (see tier_row). A tier of kind FORM_ZERO stores nothing (the caller adds its low-rank part). A token outside the
+   vocabulary, or a slot outside the tiers, gets a zero row and is counted: the caller raises. One call for every
+   tier, because calling once per tier from Python costs more than decoding a few hundred rows. */
+#define FORM_FIELDS 11
+enum { FORM_ZERO = 0, FORM_LOWBIT = 1, FORM_CODEBOOK = 2 };
+
+/* Row r of the tier described by f into o: lowbit (codes, scale, minimum; row bytes, bits, group) or codebook
+   (low, high, scale, fp16 codebook; vectors, high bytes, high bits, dim). */
+static inline void tier_row(const int64_t *f, int64_t r, int64_t width, float *o) {
+    const int64_t here = 0;
+    if (f[0] == FORM_LOWBIT)
+        lowbit_decode_rows((const uint8_t *)f[3], (const uint16_t *)f[4], (const uint16_t *)f[5], &r, &here, 0, 1,
+                           f[2], f[7], (int)f[8], width, f[9], o);
+    else if (f[0] == FORM_CODEBOOK)
+        codebook_decode_rows((const uint8_t *)f[3], (const uint8_t *)f[4], (const uint16_t *)f[5], &r, &here, 0, 1,
+                             f[7], f[8], (int)f[9], (const uint16_t *)f[6], f[10], 0, o);
+    else
+        memset(o, 0, width * sizeof(float));
+}
+
+/* Ask for the bytes row r of the tier f will read (its codes, and its scales and minima or its indices' high
+   bits and scale) ahead of its turn: the rows of a lookup lie anywhere in the tiers, and one row's decoding is too
+   short for the core to reach the next row's misses by itself. */
+static inline void tier_prefetch(const int64_t *f, int64_t r, int64_t width) {
+    const char *at[3];
+    int64_t bytes[3];
+    if (f[0] == FORM_LOWBIT) {
+        const int64_t groups = width / f[9];
+        at[0] = (const char *)f[3] + r * f[7], bytes[0] = f[7];
+        at[1] = (const char *)((const uint16_t *)f[4] + r * groups), bytes[1] = 2 * groups;
+        at[2] = (const char *)((const uint16_t *)f[5] + r * groups), bytes[2] = 2 * groups;
+    } else if (f[0] == FORM_CODEBOOK) {
+        at[0] = (const char *)f[3] + r * f[7], bytes[0] = f[7];
+        at[1] = (const char *)f[4] + r * f[8], bytes[1] = f[8];
+        at[2] = (const char *)((const uint16_t *)f[5] + r), bytes[2] = 2;
+    } else
+        return;
+    for (int part = 0; part < 3; part++)
+        for (int64_t line = 0; line < bytes[part]; line += 64) _mm_prefetch(at[part] + line, _MM_HINT_T0);
+}
+
+/* The tier of stored row s (forms in stored order, the first starting at 0) and s's row in it: r < 0 or beyond the
+   tier's rows where s is outside the tiers. */
+static inline const int64_t *tier_of(const int64_t *forms, int tiers, int64_t s, int64_t *r) {
+    int t = tiers - 1;
+    while (t > 0 && s < forms[t * FORM_FIELDS + 1]) t--;
+    *r = s - forms[t * FORM_FIELDS + 1];
+    return forms + t * FORM_FIELDS;
+}
+
+/* Rows this many tokens ahead are asked for while a row is decoded. */
+#define PREFETCH_AHEAD 4
+
+static int64_t tiered_rows(const int32_t *slot, int64_t vocab, const int64_t *tokens, int64_t first, int64_t begin,
+                           int64_t end, const int64_t *forms, int tiers, int64_t width, float *out) {
+    int64_t bad = 0;
+    for (int64_t i = begin; i < end; i++) {
+        if (i + PREFETCH_AHEAD < end) {
+            const int64_t token = tokens ? tokens[i + PREFETCH_AHEAD] : first + i + PREFETCH_AHEAD;
+            int64_t r;
+            if (token >= 0 && token < vocab) {
+                const int64_t *f = tier_of(forms, tiers, slot[token], &r);
+                if (r >= 0 && r < f[2]) tier_prefetch(f, r, width);
+            }
+        }
+        const int64_t token = tokens ? tokens[i] : first + i;
+        const int64_t s = token >= 0 && token < vocab ? slot[token] : -1;
+        int64_t r;
+        const int64_t *f = tier_of(forms, tiers, s, &r);
+        if (s < 0 || r < 0 || r >= f[2]) {
+            memset(out + i * width, 0, width * sizeof(float));
+            bad++;
+            continue;
+        }
+        tier_row(f, r, width, out + i * width);
+    }
+    return bad;
+}
+
+int64_t tiered_decode(const int32_t *slot, int64_t vocab, const int64_t *tokens, int64_t first, int64_t rows,
+                      const int64_t *forms, int tiers, int64_t width, float *out, int threads) {
+    int64_t bad = 0;
+    _Pragma("omp parallel for num_threads(threads) schedule(static) reduction(+ : bad)")
+    for (int part = 0; part < threads; part++) {
+        const int64_t begin = rows * part / threads, end = rows * (part + 1) / threads;
+        bad += tiered_rows(slot, vocab, tokens, first, begin, end, forms, tiers, width, out);
+    }
+    return bad;
 }
 
 void codebook_matmul_t(const uint8_t *low, const uint8_t *high, const uint16_t *scale, int64_t rows, int64_t vectors,

@@ -9,6 +9,7 @@ quantization). Lookups decode only the requested rows; the tied head decodes the
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 
 import torch
 from torch import nn
@@ -16,6 +17,7 @@ from torch import nn
 from ...runtime.codebook import CodebookTensor
 from ...runtime.contract import CompressedLayer, TensorProblem, TiedHead, untie_word_embeddings
 from ...runtime.lowbit import LowBitTensor
+from ...runtime.optional import sibling
 
 #: What a tier may store (``methods/tiered/config.py: TIER_BITS``, which this shipped file cannot import).
 TIER_WIDTHS = (0, 2, 3, 4, 8, 16, "codebook")
@@ -29,7 +31,7 @@ GEMM_POSITIONS = 16
 #: back from the cache, where a block of 4,096 rows of a 2,048-wide model (34 MB) went out to memory and back.
 GEMM_TOKENS = 512
 
-#: What ``_stored_places`` answers: for each tier holding some of the tokens, its index in ``tiers`` (``LOW_RANK``
+#: What ``_places_in`` answers: for each tier holding some of the tokens, its index in ``tiers`` (``LOW_RANK``
 #: for the low-rank part), the tokens' rows in it and their places among the tokens asked for.
 LOW_RANK = -1
 Places = list[tuple[int, torch.Tensor, torch.Tensor]]
@@ -123,8 +125,7 @@ class TieredEmbedding(CompressedLayer):
             self.left = LowBitTensor((num_embeddings - self.low_rank_start, rank), rank_bits)
             self.right = LowBitTensor((rank, embedding_dim), rank_bits)
         self.register_buffer("dtype_probe", torch.zeros(0), persistent=False)  # follows the model's dtype
-        self._places: dict[tuple[int, int], Places] = {}  # _stored_places's answers for one state of slot
-        self._places_of: tuple[torch.Tensor, int] | None = None  # that state: the slot tensor and its version
+        self._table_of: tuple[list[torch.Tensor], tuple] | None = None  # _tier_table's answer and its tensors
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -171,13 +172,31 @@ class TieredEmbedding(CompressedLayer):
 
     def lookup(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The stored rows of ``input_ids`` (what the replaced ``nn.Embedding`` looked up)."""
-        slot = self.slot[input_ids.reshape(-1)].long()
-        dtype = self.dtype_probe.dtype
-        if slot.device.type != "cpu":
-            vectors = self._lookup_every_tier(slot, dtype)
-            return vectors.reshape(*input_ids.shape, self.embedding_dim)
-        vectors = torch.zeros(len(slot), self.embedding_dim, dtype=dtype, device=slot.device)
-        return self._decode_places(self._places_in(slot), vectors).reshape(*input_ids.shape, self.embedding_dim)
+        tokens, dtype = input_ids.reshape(-1), self.dtype_probe.dtype
+        if self.slot.device.type != "cpu":
+            vectors = self._lookup_every_tier(self.slot[tokens].long(), dtype)
+        elif self._decode_all_tiers(tokens, vectors := torch.empty(len(tokens), self.embedding_dim)):
+            vectors = vectors.to(dtype)  # decoded in fp32 (a copy for a bf16 model, and rows are few)
+        else:
+            vectors = torch.zeros(len(tokens), self.embedding_dim, dtype=dtype)
+            self._decode_places(self._places_in(self.slot[tokens].long()), vectors)
+        return vectors.reshape(*input_ids.shape, self.embedding_dim)
+
+    def _decode_all_tiers(self, tokens: torch.Tensor | range, out: torch.Tensor) -> bool:
+        """CPU: the rows of ``tokens`` (ids, or a range of them) into fp32 ``out`` in one C call across every tier
+        (the kernel's ``decode_tiers``), then the low-rank part added; False (nothing written) where the checkpoint
+        has no kernel or it does not cover every tier's layout. Tier by tier, each call from Python would cost about
+        what decoding a few hundred rows does."""
+        kernel = sibling("lowbit_kernel")
+        if kernel is None:
+            return False
+        table, alive = self._tier_table(kernel)  # alive: what a table built just now points at
+        if table is None or not kernel.decode_tiers(self.slot, table, tokens, out):
+            return False
+        if self.rank:
+            slot = self.slot[tokens.start : tokens.stop] if isinstance(tokens, range) else self.slot[tokens]
+            self._decode_places(self._low_rank_places(slot.long()), out)
+        return True
 
     def _lookup_every_tier(self, slot: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The rows of ``slot`` without finding each tier's tokens first (``where_every_tier``): more decoding than
@@ -191,6 +210,29 @@ class TieredEmbedding(CompressedLayer):
         if self.rank:
             low_rank = (self.low_rank_start, lambda index: self.left.rows(index, dtype) @ self.right.dequantize(dtype))
         return where_every_tier(slot, tiers, self.embedding_dim, dtype, low_rank)
+
+    def _tier_table(self, kernel: ModuleType) -> tuple[tuple | None, list]:
+        """The kernel's table of every tier (``tier_table``; None where a tier's layout is not covered) and the forms
+        whose tensors it points at, which the caller keeps for the call. Built, with its checks, once for each set of
+        stored tensors: the C code reads them where they are, so values changed in place need nothing new, while a
+        replaced buffer (a load with ``assign``) is another tensor, and ``to()`` drops the table (``_apply``)."""
+        buffers = [buffer for stored in self.tiers for buffer in stored._buffers.values()]
+        kept = self._table_of
+        if kept is not None and len(kept[0]) == len(buffers) and all(a is b for a, b in zip(kept[0], buffers)):
+            return kept[1], []
+        stored = iter(self.tiers)
+        forms = [
+            next(stored).kernel_form(kernel) if tier["bits"] else kernel.zero_form(tier["rows"], self.embedding_dim)
+            for tier in self.tier_specs
+        ]
+        table = kernel.tier_table(forms, self.embedding_dim)
+        contiguous = all(buffer.is_contiguous() for buffer in buffers)  # else a form points at a copy
+        self._table_of = (buffers, table) if table is not None and contiguous else None
+        return table, forms
+
+    def _apply(self, fn: Callable, recurse: bool = True) -> TieredEmbedding:
+        self._table_of = None  # the table points at the tensors ``to()`` replaces (and would keep them alive)
+        return super()._apply(fn, recurse)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """``hidden @ Wᵀ`` in token order, decoding the table a chunk at a time (no float copy of the table): for
@@ -230,9 +272,11 @@ class TieredEmbedding(CompressedLayer):
         rows = block[: end - start]
         if self.slot.device.type != "cpu":
             return rows.copy_(self._lookup_every_tier(self.slot[start:end].long(), rows.dtype))
+        if self._decode_all_tiers(range(start, end), rows):
+            return rows
         if any(tier["bits"] == 0 for tier in self.tier_specs):
             rows.zero_()  # those rows are the low-rank part alone
-        return self._decode_places(self._stored_places(start, end), rows)
+        return self._decode_places(self._places_in(self.slot[start:end].long()), rows)
 
     def _decode_places(self, where: Places, out: torch.Tensor) -> torch.Tensor:
         """``out`` (zeros where only the low-rank part serves) with each token's row decoded at its place, tier by
@@ -244,17 +288,6 @@ class TieredEmbedding(CompressedLayer):
                 self.tiers[tier].decode_into(ids, out, places, in_range=True)
         return out
 
-    def _stored_places(self, start: int, end: int) -> Places:
-        """Where tokens ``start`` … ``end - 1`` are stored (``Places``), worked out once for each range and state of
-        ``slot`` and kept (16 bytes a token): a product over many hidden states asks for the same ranges every time,
-        and finding each tier's tokens anew would cost about as much as decoding a block of them."""
-        inference, kept = torch.is_inference(self.slot), self._places_of  # an inference tensor has no version
-        if inference or kept is None or kept[0] is not self.slot or kept[1] != self.slot._version:
-            self._places, self._places_of = {}, None if inference else (self.slot, self.slot._version)
-        if (start, end) not in self._places:
-            self._places[(start, end)] = self._places_in(self.slot[start:end].long())
-        return self._places[(start, end)]
-
     def _places_in(self, slot: torch.Tensor) -> Places:
         """Where the tokens at stored rows ``slot`` sit: for each tier holding some, their rows in it and their
         places in ``slot`` (both in range by construction)."""
@@ -263,11 +296,12 @@ class TieredEmbedding(CompressedLayer):
             hit = ((slot >= first) & (slot < last)).nonzero().squeeze(1)
             if len(hit):
                 places.append((tier, slot[hit] - first, hit))
-        if self.rank:
-            hit = (slot >= self.low_rank_start).nonzero().squeeze(1)
-            if len(hit):
-                places.append((LOW_RANK, slot[hit] - self.low_rank_start, hit))
-        return places
+        return places + self._low_rank_places(slot)
+
+    def _low_rank_places(self, slot: torch.Tensor) -> Places:
+        """``_places_in`` for the low-rank part alone (none without one)."""
+        hit = (slot >= self.low_rank_start).nonzero().squeeze(1) if self.rank else slot[:0]
+        return [(LOW_RANK, slot[hit] - self.low_rank_start, hit)] if len(hit) else []
 
     @property
     def weight(self) -> torch.Tensor:
