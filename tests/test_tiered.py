@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -210,6 +211,11 @@ def test_lookup_and_head_read_what_is_stored_now():
     layer.tiers[0].codes.copy_(torch.randint(256, layer.tiers[0].codes.shape, dtype=torch.uint8))
     reads_what_is_stored()
     layer.load_state_dict(other.state_dict(), assign=True)  # every buffer another tensor
+    reads_what_is_stored()
+    copied = copy.deepcopy(layer)  # the same tensors as far as the copy knows, at other addresses
+    for tier in layer.tiers:
+        tier.scale.zero_()  # the original's rows, not the copy's
+    layer = copied
     reads_what_is_stored()
     layer.to(torch.bfloat16)
     reads_what_is_stored()

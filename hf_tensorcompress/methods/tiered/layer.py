@@ -125,7 +125,7 @@ class TieredEmbedding(CompressedLayer):
             self.left = LowBitTensor((num_embeddings - self.low_rank_start, rank), rank_bits)
             self.right = LowBitTensor((rank, embedding_dim), rank_bits)
         self.register_buffer("dtype_probe", torch.zeros(0), persistent=False)  # follows the model's dtype
-        self._table_of: tuple[list[torch.Tensor], tuple] | None = None  # _tier_table's answer and its tensors
+        self._table_of: tuple[list[tuple[torch.Tensor, int]], tuple] | None = None  # _tier_table's, and its buffers
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -214,12 +214,15 @@ class TieredEmbedding(CompressedLayer):
     def _tier_table(self, kernel: ModuleType) -> tuple[tuple | None, list]:
         """The kernel's table of every tier (``tier_table``; None where a tier's layout is not covered) and the forms
         whose tensors it points at, which the caller keeps for the call. Built, with its checks, once for each set of
-        stored tensors: the C code reads them where they are, so values changed in place need nothing new, while a
-        replaced buffer (a load with ``assign``) is another tensor, and ``to()`` drops the table (``_apply``)."""
+        stored tensors at their addresses: the C code reads them where they are, so values changed in place need
+        nothing new, while a replaced buffer (a load with ``assign``) is another tensor, and a copy of the layer
+        (``deepcopy``, pickling) holds the same-named tensors at other addresses. ``to()`` drops the table
+        (``_apply``)."""
         buffers = [buffer for stored in self.tiers for buffer in stored._buffers.values()]
         kept = self._table_of
-        if kept is not None and len(kept[0]) == len(buffers) and all(a is b for a, b in zip(kept[0], buffers)):
-            return kept[1], []
+        if kept is not None and len(kept[0]) == len(buffers):
+            if all(a is b and at == b.data_ptr() for (a, at), b in zip(kept[0], buffers)):
+                return kept[1], []
         stored = iter(self.tiers)
         forms = [
             next(stored).kernel_form(kernel) if tier["bits"] else kernel.zero_form(tier["rows"], self.embedding_dim)
@@ -227,7 +230,8 @@ class TieredEmbedding(CompressedLayer):
         ]
         table = kernel.tier_table(forms, self.embedding_dim)
         contiguous = all(buffer.is_contiguous() for buffer in buffers)  # else a form points at a copy
-        self._table_of = (buffers, table) if table is not None and contiguous else None
+        held = [(buffer, buffer.data_ptr()) for buffer in buffers]
+        self._table_of = (held, table) if table is not None and contiguous else None
         return table, forms
 
     def _apply(self, fn: Callable, recurse: bool = True) -> TieredEmbedding:
