@@ -4,6 +4,7 @@ folder behind); the command line refuses outputs that would destroy its source, 
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import subprocess
@@ -339,4 +340,60 @@ def test_a_killed_writers_lock_and_folders_are_removed_by_the_next_save(tmp_path
     (tmp_path / f".model.{token}.lock").touch()
     with atomic_folder(target) as staging:
         (staging / "config.json").write_text('{"saved": true}')
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model"]
+
+
+@pytest.mark.parametrize("in_place", [False, True], ids=["beside", "in-place"])
+def test_a_writer_killed_before_locking_its_lock_file_leaves_nothing_after_the_next_save(
+    tmp_path, monkeypatch, in_place
+):
+    """A writer killed between creating its lock file and locking it leaves ``<prefix>.<token>.locking``: nobody
+    holds it, so the next save removes it (it was residue every later save kept)."""
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "config.json").write_text("{}")
+    if in_place:
+        monkeypatch.chdir(target)  # the working directory cannot be renamed: the save stages inside it
+    prefix = target / atomic.IN_PLACE if in_place else tmp_path / ".model"
+    Path(f"{prefix}.{os.getpid()}.0a0a0a0a.{atomic.LOCKING}").touch()  # a live process id: only the lock tells
+    Path(f"{prefix}.{dead_pid()}.0b0b0b0b.{atomic.LOCKING}").touch()
+    with atomic_folder(target) as staging:
+        (staging / "config.json").write_text('{"saved": true}')
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model"]
+    assert sorted(path.name for path in target.iterdir()) == ["config.json"]
+
+
+def test_a_live_writers_lock_file_is_left_alone_while_it_is_still_being_locked(tmp_path):
+    """A ``.locking`` file whose writer holds its lock (the moment before the rename to ``.lock``) is left alone."""
+    target = tmp_path / "model"
+    target.mkdir()
+    locking = tmp_path / f".model.{dead_pid()}.0a0a0a0a.{atomic.LOCKING}"  # another namespace's: its pid means nothing
+    descriptor = os.open(locking, os.O_CREAT | os.O_WRONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        with atomic_folder(target) as staging:
+            (staging / "config.json").write_text("{}")
+        assert locking.is_file()
+    finally:
+        os.close(descriptor)
+
+
+def test_a_writer_whose_unlocked_lock_file_was_taken_starts_again(tmp_path, monkeypatch):
+    """Between creating its lock file and locking it, a writer's file looks like a killed writer's, and another
+    process's ``recover`` may remove it: the writer then starts again under a new name, and saves."""
+    target = tmp_path / "model"
+    locked = []
+
+    def flock_after_a_recover(descriptor: int, operation: int) -> None:
+        locked.append(operation)
+        if locked == [fcntl.LOCK_EX]:  # the writer's first lock only: as if another process's recover ran just before
+            atomic.recover(target)
+        real_flock(descriptor, operation)
+
+    real_flock = fcntl.flock
+    monkeypatch.setattr(atomic.fcntl, "flock", flock_after_a_recover)
+    with atomic_folder(target) as staging:
+        (staging / "config.json").write_text('{"saved": true}')
+    assert locked.count(fcntl.LOCK_EX) == 2  # the first lock file was taken by recover, the second kept
+    assert json.loads((target / "config.json").read_text()) == {"saved": True}
     assert sorted(path.name for path in tmp_path.iterdir()) == ["model"]

@@ -37,6 +37,16 @@ IN_PLACE = ".tensorcompress"
 #: What an in-place staging folder is renamed to once every file is written: from then on it is moved in, not removed.
 READY = "ready"
 
+#: What a writer's lock file is named before it is locked (``_writer_lock``): a writer killed that early leaves it.
+LOCKING = "locking"
+
+#: What a staging name ends in: a folder being written, the old folder renamed aside, an in-place folder written in
+#: full, the writer's lock, its lock file not yet locked.
+KINDS = ("partial", "old", READY, "lock", LOCKING)
+
+#: Suffixes of the files (not folders) among those names.
+LOCK_SUFFIXES = (".lock", f".{LOCKING}")
+
 #: Weight files of a checkpoint (whole, sharded, their index): a save that writes weights keeps none of the old
 #: ones, so an old ``model.safetensors`` never shadows new shards (or old shards outlive a new single file).
 WEIGHTS = re.compile(r"(model|pytorch_model)(-\d{5}-of-\d{5})?\.(safetensors|bin)(\.index\.json)?")
@@ -80,19 +90,28 @@ def atomic_folder(target: str | os.PathLike) -> Iterator[Path]:
 def _writer_lock(prefix: Path) -> Iterator[str]:
     """This writer's token ``<pid>.<random>`` for its staging names, with ``<prefix>.<token>.lock`` locked until the
     block ends (then removed): the proof, to any process that can read the folder, that the writer is alive. The
-    file is locked under a temporary name and renamed into place, so no one sees it unlocked while its writer lives."""
+    file is locked under a temporary name and renamed into place, so no one sees a ``.lock`` unlocked while its writer
+    lives. A temporary file seen unlocked is taken for a killed writer's and removed (``recover``); if its writer was
+    alive, about to lock it, the rename fails and the writer starts again under a new name."""
     while True:
         token = f"{os.getpid()}.{secrets.token_hex(4)}"
-        pending, lock = Path(f"{prefix}.{token}.locking"), Path(f"{prefix}.{token}.lock")
+        pending, lock = Path(f"{prefix}.{token}.{LOCKING}"), Path(f"{prefix}.{token}.lock")
         try:
             descriptor = os.open(pending, os.O_CREAT | os.O_EXCL | os.O_WRONLY | getattr(os, "O_CLOEXEC", 0), 0o600)
-            break
         except FileExistsError:
             continue
+        try:
+            if fcntl is not None:
+                fcntl.flock(descriptor, fcntl.LOCK_EX)
+            os.rename(pending, lock)
+            break
+        except FileNotFoundError:  # a ``recover`` took it, still unlocked, for a killed writer's: start again
+            os.close(descriptor)
+        except BaseException:
+            pending.unlink(missing_ok=True)
+            os.close(descriptor)
+            raise
     try:
-        if fcntl is not None:
-            fcntl.flock(descriptor, fcntl.LOCK_EX)
-        os.rename(pending, lock)
         yield token
     finally:
         for path in (pending, lock):
@@ -106,7 +125,7 @@ def recover(target: str | os.PathLike) -> None:
     Leftovers of live processes are left alone."""
     target = Path(os.path.realpath(target))
     aside = sorted(_dead(target.parent, f".{target.name}"), key=lambda path: path.stat().st_mtime)
-    aside = [path for path in aside if path.suffix != ".lock"]
+    aside = [path for path in aside if path.suffix not in LOCK_SUFFIXES]
     if not target.exists():
         old = [path for path in aside if path.suffix == ".old"]
         if old:
@@ -118,16 +137,11 @@ def recover(target: str | os.PathLike) -> None:
         for path in _dead(target, IN_PLACE):
             if path.suffix == f".{READY}":
                 _move_in(path, target)
-            elif path.suffix != ".lock":
+            elif path.suffix not in LOCK_SUFFIXES:
                 shutil.rmtree(path, ignore_errors=True)
     for folder, prefix in ((target.parent, f".{target.name}"), (target, IN_PLACE)):
-        for lock in [path for path in _dead(folder, prefix) if path.suffix == ".lock"]:
+        for lock in [path for path in _dead(folder, prefix) if path.suffix in LOCK_SUFFIXES]:
             lock.unlink(missing_ok=True)  # its writer's folders are handled above
-
-
-#: What a staging name ends in: a folder being written, the old folder renamed aside, an in-place folder written in
-#: full, the writer's lock.
-KINDS = ("partial", "old", READY, "lock")
 
 
 def _dead(folder: Path, prefix: str) -> list[Path]:
@@ -143,7 +157,9 @@ def _dead(folder: Path, prefix: str) -> list[Path]:
         parts = name[len(prefix) + 1 :].split(".") if name.startswith(prefix + ".") else []
         if len(parts) == 3 and parts[0].isdigit() and parts[2] in KINDS:
             path = folder / name
-            if (path.is_dir() or parts[2] == "lock") and _writer_gone(folder / f"{prefix}.{parts[0]}.{parts[1]}.lock"):
+            is_file = path.suffix in LOCK_SUFFIXES
+            lock = path if is_file else folder / f"{prefix}.{parts[0]}.{parts[1]}.lock"
+            if (path.is_dir() or is_file) and _writer_gone(lock):
                 found.append(path)
     return found
 
