@@ -28,8 +28,9 @@ build's memory), so its memory figures are that build's alone:
   ``process_peak_over_fp32_model`` the whole process's peak (loading the model, the libraries, the build);
 - ``head_speed``: dense fp32 ``F.linear`` time / tiered ``logits`` time for ``--positions`` hidden states at batch 1
   and at batch 8 (8 × positions/8), and for one hidden state (a decoding step); ``lookup_speed`` the same for the
-  embedding lookup of those positions. Above 1: the tiered layer is faster. Pairs run alternately, best of
-  ``--repeats``.
+  embedding lookup of those positions (the dense arm multiplied by the model's embedding scale where it has one, as
+  its module does), and ``lookup_batch8_full`` for 8 prompts of ``--positions`` tokens each (a batch's prefill).
+  Above 1: the tiered layer is faster. Pairs run alternately, best of ``--repeats``.
 
 The last line printed is one JSON object with every figure. Targets (2 idle cores): SmolLM2 build ≤ 3 min, 262k ≤ 10
 min, 1B ≤ 30 min; peak RSS ≤ 1.5× the fp32 model; head and lookup at many positions ≥ 1.0× dense.
@@ -115,10 +116,18 @@ def reset_peak() -> None:
 
 
 @torch.no_grad()
-def speeds(layer, dense: torch.Tensor, positions: int, device: torch.device, repeats: int) -> dict:
-    """Dense time / tiered time of the head and the lookup at ``positions`` (batch 1 and 8) and at one position;
-    the lookups' milliseconds beside (both are small next to one layer of the model)."""
+def speeds(layer, dense: torch.Tensor, scale: float | None, positions: int, device: torch.device, repeats: int) -> dict:
+    """Dense time / tiered time of the head and the lookup at ``positions`` (batch 1 and 8) and at one position,
+    and of the lookup of 8 × ``positions`` tokens; the lookups' milliseconds beside (both are small next to one
+    layer of the model). ``scale``: the dense model's embedding scale (Gemma's √d), which its lookup multiplies by as
+    the tiered one does."""
     generator = torch.Generator().manual_seed(0)
+    factor = None if scale is None else torch.tensor(scale, dtype=torch.float32).to(device, dense.dtype)
+
+    def dense_lookup(tokens: torch.Tensor) -> torch.Tensor:  # the replaced module's forward
+        vectors = F.embedding(tokens, dense)
+        return vectors if factor is None else vectors * factor
+
     hidden = torch.randn(positions, dense.shape[1], generator=generator).to(device, dense.dtype)
     ids = torch.randint(0, dense.shape[0], (positions,), generator=generator).to(device)
     result = {}
@@ -129,10 +138,14 @@ def speeds(layer, dense: torch.Tensor, positions: int, device: torch.device, rep
         )
         result[f"head_{name}"] = dense_s / tiered_s
         dense_s, tiered_s = side_by_side(
-            lambda tokens=tokens: F.embedding(tokens, dense), lambda tokens=tokens: layer(tokens), device, repeats
+            lambda tokens=tokens: dense_lookup(tokens), lambda tokens=tokens: layer(tokens), device, repeats
         )
         result[f"lookup_{name}"] = dense_s / tiered_s
         result[f"lookup_{name}_ms"] = {"dense": 1e3 * dense_s, "tiered": 1e3 * tiered_s}
+    prompts = torch.randint(0, dense.shape[0], (8, positions), generator=generator).to(device)
+    dense_s, tiered_s = side_by_side(lambda: dense_lookup(prompts), lambda: layer(prompts), device, repeats)
+    result["lookup_batch8_full"] = dense_s / tiered_s  # 8 prompts of ``positions``: the prefill of a batch
+    result["lookup_batch8_full_ms"] = {"dense": 1e3 * dense_s, "tiered": 1e3 * tiered_s}
     return result
 
 
@@ -205,6 +218,8 @@ def build_part(args: argparse.Namespace) -> dict:
     model_bytes = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
     fp32_bytes = sum(t.numel() * 4 for t in [*model.parameters(), *model.buffers()] if t.is_floating_point())
     vocab = model.get_input_embeddings().num_embeddings
+    scale = getattr(model.get_input_embeddings(), "embed_scale", None)
+    scale = None if scale is None else float(scale)
     ids = calibration_ids(args.calibration_tokens, vocab)
     config = CompressionConfig(method="tiered", size_ratio=args.size_ratio, rounding="output")
     with tempfile.TemporaryDirectory() as folder:
@@ -242,7 +257,8 @@ def build_part(args: argparse.Namespace) -> dict:
         "process_peak_over_fp32_model": whole_peak * 2**20 / fp32_bytes,
         "stored_bytes": layer.storage_bits() // 8,
         "kept": check.kept if check else None,
-        **speeds(layer, dense, args.positions, device, args.repeats),
+        "embed_scale": scale,
+        **speeds(layer, dense, scale, args.positions, device, args.repeats),
     }
 
 
