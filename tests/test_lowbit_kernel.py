@@ -304,6 +304,12 @@ def test_one_call_over_every_tier_gives_each_tokens_stored_row(width):
         out = torch.full((vocab, width), float("nan"))
         assert lowbit_kernel.decode_tiers(slot, table, range(3, vocab), out)
         torch.testing.assert_close(out[: vocab - 3], stored_rows[slot.long()][3:], rtol=1e-6, atol=1e-6)
+        scaled = torch.full((700, width), float("nan"))
+        factor = float(torch.tensor(width**0.5, dtype=torch.float32))  # a scaled embedding's √d, as fp32 holds it
+        assert lowbit_kernel.decode_tiers(slot, table, tokens, scaled, factor)
+        unscaled = torch.empty(700, width)
+        assert lowbit_kernel.decode_tiers(slot, table, tokens, unscaled)
+        assert torch.equal(scaled, unscaled * torch.tensor(factor))  # the product a second pass would take
     finally:
         torch.set_num_threads(threads)
 

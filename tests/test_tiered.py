@@ -13,6 +13,7 @@ from transformers import AutoModelForCausalLM
 from hf_tensorcompress import CompressionConfig, apply_compression, apply_tiered
 from hf_tensorcompress.methods.tiered.layer import GEMM_POSITIONS, GEMM_TOKENS, TieredEmbedding, TieredTiedHead
 from hf_tensorcompress.methods.tiered.rounding import output_aware_codes
+from hf_tensorcompress.methods.tiered.scaled import ScaledTieredEmbedding
 from hf_tensorcompress.runtime.lowbit import LowBitTensor
 
 IDS = torch.randint(3, 120, (2, 9), generator=torch.Generator().manual_seed(2))
@@ -223,3 +224,26 @@ def test_lookup_and_head_read_what_is_stored_now():
         layer.decode_tokens(0, 512, torch.empty(100, 32))  # the C decode would write past the block
     with pytest.raises(IndexError, match="outside the vocabulary"):
         layer(torch.tensor([0, vocab]))
+
+
+@pytest.mark.parametrize("kernels", ["1", "0"], ids=["kernel", "torch"])
+@pytest.mark.parametrize("rank", [0, 4])
+def test_a_scaled_lookup_is_the_lookup_times_the_scale_in_the_models_dtype(kernels, rank, monkeypatch):
+    """Gemma's √d scale: an fp32 lookup on CPU takes the product as each row is decoded, other dtypes and a
+    low-rank part afterwards; either way the very values of ``lookup(ids) * scale`` in the model's dtype, as the
+    replaced module computes them."""
+    monkeypatch.setenv("HF_TENSORCOMPRESS_KERNELS", kernels)
+    tiers = [
+        {"rows": 40, "bits": 4, "group_size": 16},
+        {"rows": 50, "bits": "codebook", "codebook_dim": 4, "codebook_size": 256},
+        {"rows": 38, "bits": 2, "group_size": 16},
+    ]
+    torch.manual_seed(rank)
+    layer = ScaledTieredEmbedding(128, 48, tiers, rank=rank, embed_scale=48**0.5)
+    layer.reset_parameters()
+    ids = torch.randint(128, (3, 70))
+    for dtype in (torch.float32, torch.bfloat16):
+        layer = layer.to(dtype)
+        expected = layer.lookup(ids) * torch.tensor(48**0.5, dtype=torch.float32).to(dtype)
+        got = layer(ids)
+        assert got.dtype == dtype and torch.equal(got, expected)

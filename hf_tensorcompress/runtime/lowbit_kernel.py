@@ -81,7 +81,7 @@ def load_kernel() -> ctypes.CDLL | None:
         ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
     library.tiered_decode.restype = ctypes.c_int64
     library.tiered_decode.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p] + [ctypes.c_int64] * 2 + [
-        ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
+        ctypes.c_void_p, ctypes.c_int, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p, ctypes.c_int]  # fmt: skip
     library.built_with_openmp.restype = ctypes.c_int
     return library
 
@@ -405,11 +405,14 @@ def tier_table(forms: list[TierForm | None], width: int) -> TierTable | None:
     return TierTable(torch.tensor(fields, dtype=torch.int64), width, start)
 
 
-def decode_tiers(slot: torch.Tensor, table: TierTable, tokens: torch.Tensor | range, out: torch.Tensor) -> bool:
+def decode_tiers(
+    slot: torch.Tensor, table: TierTable, tokens: torch.Tensor | range, out: torch.Tensor, factor: float = 1.0
+) -> bool:
     """``out[i]`` = the row of token ``tokens[i]`` of a tiered embedding, stored at row ``slot[token]`` of the tiers
-    ``table`` describes, in one C call for every tier; False (nothing written) where the kernel does not cover it
-    (an ``out`` that is not fp32, or not as wide as the table's rows). The C code looks up each token and its slot
-    within their bounds: a token outside the vocabulary, or a slot outside the tiers, raises IndexError."""
+    ``table`` describes, times ``factor`` (fp32, as multiplying ``out`` afterwards would), in one C call for every
+    tier; False (nothing written) where the kernel does not cover it (an ``out`` that is not fp32, or not as wide as
+    the table's rows). The C code looks up each token and its slot within their bounds: a token outside the
+    vocabulary, or a slot outside the tiers, raises IndexError."""
     count = len(tokens)
     if not _enabled(slot, count, None) or slot.dtype != torch.int32 or slot.dim() != 1 or not slot.is_contiguous():
         return False
@@ -424,7 +427,7 @@ def decode_tiers(slot: torch.Tensor, table: TierTable, tokens: torch.Tensor | ra
         return False
     first, ids = (tokens.start, None) if isinstance(tokens, range) else (0, tokens.reshape(-1).long().contiguous())
     bad = library.tiered_decode(slot.data_ptr(), len(slot), None if ids is None else ids.data_ptr(), first, count,
-        table.fields.data_ptr(), len(table.fields), table.width, out.data_ptr(),
+        table.fields.data_ptr(), len(table.fields), table.width, factor, out.data_ptr(),
         _workers(count, per_thread=DECODE_ROWS_PER_THREAD))  # fmt: skip
     if bad:
         raise IndexError(

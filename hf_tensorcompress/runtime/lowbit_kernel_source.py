@@ -355,8 +355,9 @@ void codebook_decode(const uint8_t *low, const uint8_t *high, const uint16_t *sc
    (tokens NULL: token first + i), stored at row slot[token] of the tiers laid one after another. forms holds
    FORM_FIELDS int64s per tier, in stored order: kind, first stored row, rows, four buffer addresses and four sizes
    (see tier_row). A tier of kind FORM_ZERO stores nothing (the caller adds its low-rank part). A token outside the
-   vocabulary, or a slot outside the tiers, gets a zero row and is counted: the caller raises. One call for every
-   tier, because calling once per tier from Python costs more than decoding a few hundred rows. */
+   vocabulary, or a slot outside the tiers, gets a zero row and is counted: the caller raises. Each row is then
+   multiplied by factor (1: not at all). One call for every tier, because calling once per tier from Python costs
+   more than decoding a few hundred rows. */
 #define FORM_FIELDS 11
 enum { FORM_ZERO = 0, FORM_LOWBIT = 1, FORM_CODEBOOK = 2 };
 
@@ -407,8 +408,17 @@ static inline const int64_t *tier_of(const int64_t *forms, int tiers, int64_t s,
 /* Rows this many tokens ahead are asked for while a row is decoded. */
 #define PREFETCH_AHEAD 4
 
+/* o[0 .. width) *= factor: a model's embedding scale (Gemma's sqrt(d)) while the row is still in the cache, the
+   same single-precision product as multiplying the decoded rows afterwards. */
+static inline void scale_row(float *o, int64_t width, float factor) {
+    const __m256 f = _mm256_set1_ps(factor);
+    int64_t d = 0;
+    for (; d + 8 <= width; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(o + d), f));
+    for (; d < width; d++) o[d] *= factor;
+}
+
 static int64_t tiered_rows(const int32_t *slot, int64_t vocab, const int64_t *tokens, int64_t first, int64_t begin,
-                           int64_t end, const int64_t *forms, int tiers, int64_t width, float *out) {
+                           int64_t end, const int64_t *forms, int tiers, int64_t width, float factor, float *out) {
     int64_t bad = 0;
     for (int64_t i = begin; i < end; i++) {
         if (i + PREFETCH_AHEAD < end) {
@@ -429,17 +439,18 @@ static int64_t tiered_rows(const int32_t *slot, int64_t vocab, const int64_t *to
             continue;
         }
         tier_row(f, r, width, out + i * width);
+        if (factor != 1.0f) scale_row(out + i * width, width, factor);
     }
     return bad;
 }
 
 int64_t tiered_decode(const int32_t *slot, int64_t vocab, const int64_t *tokens, int64_t first, int64_t rows,
-                      const int64_t *forms, int tiers, int64_t width, float *out, int threads) {
+                      const int64_t *forms, int tiers, int64_t width, float factor, float *out, int threads) {
     int64_t bad = 0;
     _Pragma("omp parallel for num_threads(threads) schedule(static) reduction(+ : bad)")
     for (int part = 0; part < threads; part++) {
         const int64_t begin = rows * part / threads, end = rows * (part + 1) / threads;
-        bad += tiered_rows(slot, vocab, tokens, first, begin, end, forms, tiers, width, out);
+        bad += tiered_rows(slot, vocab, tokens, first, begin, end, forms, tiers, width, factor, out);
     }
     return bad;
 }

@@ -170,28 +170,35 @@ class TieredEmbedding(CompressedLayer):
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
         return self.lookup(input_ids)
 
-    def lookup(self, input_ids: torch.Tensor) -> torch.Tensor:
-        """The stored rows of ``input_ids`` (what the replaced ``nn.Embedding`` looked up)."""
-        tokens, dtype = input_ids.reshape(-1), self.dtype_probe.dtype
-        if self.slot.device.type != "cpu":
+    def lookup(self, input_ids: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+        """The stored rows of ``input_ids`` (what the replaced ``nn.Embedding`` looked up), times ``scale`` where
+        given (a scaled embedding's: the product in the model's dtype, as the replaced module computes it)."""
+        tokens, dtype, cpu = input_ids.reshape(-1), self.dtype_probe.dtype, self.slot.device.type == "cpu"
+        # the C decode multiplies each fp32 row as it is written; in another dtype, or with a low-rank part still to
+        # add, the product is taken afterwards, where the replaced module takes it
+        fused = scale is not None and cpu and dtype == torch.float32 and not self.rank
+        factor = float(torch.tensor(scale, dtype=torch.float32)) if fused else 1.0
+        if not cpu:
             vectors = self._lookup_every_tier(self.slot[tokens].long(), dtype)
-        elif self._decode_all_tiers(tokens, vectors := torch.empty(len(tokens), self.embedding_dim)):
+        elif self._decode_all_tiers(tokens, vectors := torch.empty(len(tokens), self.embedding_dim), factor):
             vectors = vectors.to(dtype)  # decoded in fp32 (a copy for a bf16 model, and rows are few)
         else:
-            vectors = torch.zeros(len(tokens), self.embedding_dim, dtype=dtype)
+            vectors, fused = torch.zeros(len(tokens), self.embedding_dim, dtype=dtype), False
             self._decode_places(self._places_in(self.slot[tokens].long()), vectors)
+        if scale is not None and not fused:
+            vectors = vectors * torch.tensor(scale, dtype=torch.float32).to(dtype)
         return vectors.reshape(*input_ids.shape, self.embedding_dim)
 
-    def _decode_all_tiers(self, tokens: torch.Tensor | range, out: torch.Tensor) -> bool:
+    def _decode_all_tiers(self, tokens: torch.Tensor | range, out: torch.Tensor, factor: float = 1.0) -> bool:
         """CPU: the rows of ``tokens`` (ids, or a range of them) into fp32 ``out`` in one C call across every tier
-        (the kernel's ``decode_tiers``), then the low-rank part added; False (nothing written) where the checkpoint
-        has no kernel or it does not cover every tier's layout. Tier by tier, each call from Python would cost about
-        what decoding a few hundred rows does."""
+        (the kernel's ``decode_tiers``), each times ``factor`` (only without a low-rank part), then the
+        low-rank part added; False (nothing written) where the checkpoint has no kernel or it does not cover every
+        tier's layout. Tier by tier, each call from Python would cost about what decoding a few hundred rows does."""
         kernel = sibling("lowbit_kernel")
         if kernel is None:
             return False
         table, alive = self._tier_table(kernel)  # alive: what a table built just now points at
-        if table is None or not kernel.decode_tiers(self.slot, table, tokens, out):
+        if table is None or not kernel.decode_tiers(self.slot, table, tokens, out, factor):
             return False
         if self.rank:
             slot = self.slot[tokens.start : tokens.stop] if isinstance(tokens, range) else self.slot[tokens]

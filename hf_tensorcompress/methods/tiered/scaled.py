@@ -1,8 +1,9 @@
 """Tiered embeddings for models that scale their token embedding in the forward (Gemma, Gemma 2, Gemma 3: ``√d``).
 
 Ships inside saved checkpoints (torch only). The scale is applied exactly as the replaced module applies it
-(``lookup * embed_scale`` cast to the output's dtype); the stored rows, ``weight`` and a tied output layer stay
-unscaled, as the dense matrix was.
+(``lookup * embed_scale`` cast to the output's dtype; an fp32 lookup on CPU takes that product as the C code decodes
+each row, not in a second pass); the stored rows, ``weight`` and a tied output layer stay unscaled, as the dense
+matrix was.
 """
 
 from __future__ import annotations
@@ -22,8 +23,7 @@ class ScaledTieredEmbedding(TieredEmbedding):
         self.embed_scale = float(embed_scale)
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        vectors = self.lookup(input_ids)
-        return vectors * torch.tensor(self.embed_scale, dtype=torch.float32).to(vectors.dtype)
+        return self.lookup(input_ids, scale=self.embed_scale)
 
     def spec(self) -> dict:
         return {**super().spec(), "type": self.layer_type, "embed_scale": self.embed_scale}
