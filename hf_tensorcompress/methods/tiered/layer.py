@@ -176,8 +176,9 @@ class TieredEmbedding(CompressedLayer):
         tokens, dtype, cpu = input_ids.reshape(-1), self.dtype_probe.dtype, self.slot.device.type == "cpu"
         # the C decode multiplies each fp32 row as it is written; in another dtype, or with a low-rank part still to
         # add, the product is taken afterwards, where the replaced module takes it
-        fused = scale is not None and cpu and dtype == torch.float32 and not self.rank
-        factor = float(torch.tensor(scale, dtype=torch.float32)) if fused else 1.0
+        scale32 = None if scale is None else torch.tensor(scale, dtype=torch.float32)  # as the replaced module holds it
+        fused = scale32 is not None and cpu and dtype == torch.float32 and not self.rank
+        factor = float(scale32) if fused else 1.0
         if not cpu:
             vectors = self._lookup_every_tier(self.slot[tokens].long(), dtype)
         elif self._decode_all_tiers(tokens, vectors := torch.empty(len(tokens), self.embedding_dim), factor):
@@ -185,8 +186,8 @@ class TieredEmbedding(CompressedLayer):
         else:
             vectors, fused = torch.zeros(len(tokens), self.embedding_dim, dtype=dtype), False
             self._decode_places(self._places_in(self.slot[tokens].long()), vectors)
-        if scale is not None and not fused:
-            vectors = vectors * torch.tensor(scale, dtype=torch.float32).to(dtype)
+        if scale32 is not None and not fused:
+            vectors = vectors * scale32.to(dtype)
         return vectors.reshape(*input_ids.shape, self.embedding_dim)
 
     def _decode_all_tiers(self, tokens: torch.Tensor | range, out: torch.Tensor, factor: float = 1.0) -> bool:
