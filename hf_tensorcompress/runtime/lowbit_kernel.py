@@ -91,7 +91,7 @@ def _enabled(stored: torch.Tensor, vectors: int, most: int | None = MAX_VECTORS)
     few, ``most``, for the products that read the codes once per vector)."""
     return (
         os.environ.get("HF_TENSORCOMPRESS_KERNELS", "1") != "0"
-        and stored.device.type == "cpu"
+        and stored.is_cpu
         and stored.shape[0] > 0
         and vectors > 0
         and (most is None or vectors <= most)
@@ -413,25 +413,30 @@ def decode_tiers(
     tier; False (nothing written) where the kernel does not cover it (an ``out`` that is not fp32, or not as wide as
     the table's rows). The C code looks up each token and its slot within their bounds: a token outside the
     vocabulary, or a slot outside the tiers, raises IndexError."""
-    count = len(tokens)
+    # shape[0], not len(): a tensor's __len__ runs in Python, and a one-token lookup is a few microseconds in all
+    count = (tokens.stop - tokens.start) if isinstance(tokens, range) else tokens.numel()
     if not _enabled(slot, count, None) or slot.dtype != torch.int32 or slot.dim() != 1 or not slot.is_contiguous():
         return False
-    if out.dtype != torch.float32 or out.dim() != 2 or out.shape[1] != table.width or len(out) < count:
+    if out.dtype != torch.float32 or out.dim() != 2 or out.shape[1] != table.width or out.shape[0] < count:
         return False
-    if not out.is_contiguous() or table.rows != len(slot):
+    if not out.is_contiguous() or table.rows != slot.shape[0]:
         return False
-    if isinstance(tokens, range) and tokens.step != 1 or isinstance(tokens, torch.Tensor) and tokens.is_cuda:
+    if isinstance(tokens, range) and tokens.step != 1 or isinstance(tokens, torch.Tensor) and not tokens.is_cpu:
         return False
     library = load_kernel()
     if library is None:
         return False
-    first, ids = (tokens.start, None) if isinstance(tokens, range) else (0, tokens.reshape(-1).long().contiguous())
-    bad = library.tiered_decode(slot.data_ptr(), len(slot), None if ids is None else ids.data_ptr(), first, count,
-        table.fields.data_ptr(), len(table.fields), table.width, factor, out.data_ptr(),
+    first, ids = 0, tokens
+    if isinstance(tokens, range):
+        first, ids = tokens.start, None
+    elif tokens.dtype != torch.int64 or tokens.dim() != 1 or not tokens.is_contiguous():
+        ids = tokens.reshape(-1).long().contiguous()
+    bad = library.tiered_decode(slot.data_ptr(), table.rows, None if ids is None else ids.data_ptr(), first, count,
+        table.fields.data_ptr(), table.fields.shape[0], table.width, factor, out.data_ptr(),
         _workers(count, per_thread=DECODE_ROWS_PER_THREAD))  # fmt: skip
     if bad:
         raise IndexError(
-            f"{bad} of {count} tokens are outside the vocabulary of {len(slot)} or stored outside its tiers "
+            f"{bad} of {count} tokens are outside the vocabulary of {table.rows} or stored outside its tiers "
             "(token ids are 0 .. vocabulary size - 1; slot must be a permutation of them)"
         )
     return True

@@ -8,6 +8,7 @@ quantization). Lookups decode only the requested rows; the tied head decodes the
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from types import ModuleType
 
@@ -125,7 +126,8 @@ class TieredEmbedding(CompressedLayer):
             self.left = LowBitTensor((num_embeddings - self.low_rank_start, rank), rank_bits)
             self.right = LowBitTensor((rank, embedding_dim), rank_bits)
         self.register_buffer("dtype_probe", torch.zeros(0), persistent=False)  # follows the model's dtype
-        self._table_of: tuple[list[tuple[torch.Tensor, int]], tuple] | None = None  # _tier_table's, and its buffers
+        # _tier_table's: the buffers, their addresses, the table
+        self._table_of: tuple[list[torch.Tensor], list[int], tuple] | None = None
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -173,19 +175,23 @@ class TieredEmbedding(CompressedLayer):
     def lookup(self, input_ids: torch.Tensor, scale: float | None = None) -> torch.Tensor:
         """The stored rows of ``input_ids`` (what the replaced ``nn.Embedding`` looked up), times ``scale`` where
         given (a scaled embedding's: the product in the model's dtype, as the replaced module computes it)."""
-        tokens, dtype, cpu = input_ids.reshape(-1), self.dtype_probe.dtype, self.slot.device.type == "cpu"
+        # the buffers read from their dict: Module.__getattr__ costs about half a microsecond a name, and the lookup
+        # of a few tokens takes a few microseconds in all
+        slot, dtype = self._buffers["slot"], self._buffers["dtype_probe"].dtype
+        tokens, cpu = input_ids.reshape(-1), slot.is_cpu
         # the C decode multiplies each fp32 row as it is written; in another dtype, or with a low-rank part still to
         # add, the product is taken afterwards, where the replaced module takes it
         scale32 = None if scale is None else torch.tensor(scale, dtype=torch.float32)  # as the replaced module holds it
         fused = scale32 is not None and cpu and dtype == torch.float32 and not self.rank
         factor = float(scale32) if fused else 1.0
         if not cpu:
-            vectors = self._lookup_every_tier(self.slot[tokens].long(), dtype)
-        elif self._decode_all_tiers(tokens, vectors := torch.empty(len(tokens), self.embedding_dim), factor):
-            vectors = vectors.to(dtype)  # decoded in fp32 (a copy for a bf16 model, and rows are few)
+            vectors = self._lookup_every_tier(slot[tokens].long(), dtype)
+        elif self._decode_all_tiers(tokens, vectors := torch.empty((tokens.shape[0], self.embedding_dim)), factor):
+            if dtype != torch.float32:
+                vectors = vectors.to(dtype)  # decoded in fp32 (a copy for a bf16 model, and rows are few)
         else:
             vectors, fused = torch.zeros(len(tokens), self.embedding_dim, dtype=dtype), False
-            self._decode_places(self._places_in(self.slot[tokens].long()), vectors)
+            self._decode_places(self._places_in(slot[tokens].long()), vectors)
         if scale32 is not None and not fused:
             vectors = vectors * scale32.to(dtype)
         return vectors.reshape(*input_ids.shape, self.embedding_dim)
@@ -226,11 +232,12 @@ class TieredEmbedding(CompressedLayer):
         nothing new, while a replaced buffer (a load with ``assign``) is another tensor, and a copy of the layer
         (``deepcopy``, pickling) holds the same-named tensors at other addresses. ``to()`` drops the table
         (``_apply``)."""
-        buffers = [buffer for stored in self.tiers for buffer in stored._buffers.values()]
+        # map() and the dicts, not a loop over attributes: this runs at every lookup, a few microseconds in all
+        buffers = [buffer for stored in self._modules["tiers"] for buffer in stored._buffers.values()]
         kept = self._table_of
-        if kept is not None and len(kept[0]) == len(buffers):
-            if all(a is b and at == b.data_ptr() for (a, at), b in zip(kept[0], buffers)):
-                return kept[1], []
+        if kept is not None and len(kept[0]) == len(buffers) and all(map(operator.is_, kept[0], buffers)):
+            if kept[1] == list(map(torch.Tensor.data_ptr, buffers)):
+                return kept[2], []
         stored = iter(self.tiers)
         forms = [
             next(stored).kernel_form(kernel) if tier["bits"] else kernel.zero_form(tier["rows"], self.embedding_dim)
@@ -238,8 +245,8 @@ class TieredEmbedding(CompressedLayer):
         ]
         table = kernel.tier_table(forms, self.embedding_dim)
         contiguous = all(buffer.is_contiguous() for buffer in buffers)  # else a form points at a copy
-        held = [(buffer, buffer.data_ptr()) for buffer in buffers]
-        self._table_of = (held, table) if table is not None and contiguous else None
+        held = (buffers, list(map(torch.Tensor.data_ptr, buffers)), table)
+        self._table_of = held if table is not None and contiguous else None
         return table, forms
 
     def _apply(self, fn: Callable, recurse: bool = True) -> TieredEmbedding:
