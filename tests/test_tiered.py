@@ -37,6 +37,18 @@ def test_lookups_and_the_tied_head_read_the_same_stored_rows():
     torch.testing.assert_close(model.lm_head(hidden), hidden @ table.T, rtol=1e-5, atol=1e-5)
 
 
+def test_ids_of_any_integer_dtype_and_layout_look_up_the_same_rows():
+    """The C lookup takes contiguous int64 ids as they are and converts the rest (int32, a transposed view, one id):
+    each must give the rows ``nn.Embedding`` semantics give, not rows read from a misread buffer."""
+    embedding = compressed(**OPTIONS).get_input_embeddings()
+    table = embedding.weight
+    ids = torch.randint(0, table.shape[0], (6, 5), generator=torch.Generator().manual_seed(4))
+    for form in (ids, ids.int(), ids.T, ids.T.int(), ids[:, ::2], ids[0, 0]):
+        rows = embedding(form)  # the low-rank part's product may round apart by an ulp with another count of rows
+        assert rows.shape == (*form.shape, table.shape[1])
+        torch.testing.assert_close(rows, table[form.long()], rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize(
     "options",
     [
