@@ -38,8 +38,9 @@ RUNS = (
     "random-bytes",
     "greedy-bytes",
 )
-#: Arms a comparison may add by name: the library's lowbit method on every Linear (``lowbit-<bits>-g<group>``).
-LOWBIT_PATTERN = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g\d+")
+#: Arms a comparison may add by name: the library's lowbit method on every Linear (``lowbit-<bits>-g<group>``;
+#: ``-learned``: with learned group scales).
+LOWBIT_PATTERN = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g\d+(-learned)?")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -109,7 +110,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def run_name(text: str) -> str:
     if text in RUNS or LOWBIT_PATTERN.fullmatch(text):
         return text
-    raise argparse.ArgumentTypeError(f"{text!r}: choose among {', '.join(RUNS)} or lowbit-<bits>-g<group>")
+    raise argparse.ArgumentTypeError(f"{text!r}: choose among {', '.join(RUNS)} or lowbit-<bits>-g<group>[-learned]")
 
 
 def summary(runs: list[dict]) -> dict[str, dict]:

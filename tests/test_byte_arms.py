@@ -92,7 +92,11 @@ def test_the_recipes_take_the_byte_search_start_form(capsys):
 
 
 def test_lowbit_arm_names():
-    assert lowbit_arm("lowbit-2-g128") == (2, 128) and lowbit_arm("lowbit-ternary-g64") == ("ternary", 64)
+    assert lowbit_arm("lowbit-2-g128") == (2, 128, "rounded") and lowbit_arm("lowbit-ternary-g64")[:2] == (
+        "ternary",
+        64,
+    )
+    assert lowbit_arm("lowbit-ternary-g128-learned") == ("ternary", 128, "learned")
     assert lowbit_arm("lowbit-5-g32") is None and lowbit_arm("qat-int2-all") is None
 
 

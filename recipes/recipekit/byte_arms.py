@@ -31,26 +31,29 @@ UNIFORM_KINDS = ("lowbit", "svd", "biprop")
 BYTE_DERIVED = (*(f"uniform-{kind}-bytes" for kind in UNIFORM_KINDS), "random-bytes", "greedy-bytes")
 #: Weight QAT of every Linear in int-N groups of 32 (straight-through), deployed as those codes.
 INT_QAT_ARMS = ("qat-int4-all", "qat-int2-all")
-#: ``lowbit-<bits>-g<group>``: the ``lowbit`` method on every Linear, trained quantization-aware from the first step.
-LOWBIT_ARM = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g(\d+)")
+#: ``lowbit-<bits>-g<group>[-learned]``: the ``lowbit`` method on every Linear, trained quantization-aware from the
+#: first step (``-learned``: with ``weight_scales="learned"``).
+LOWBIT_ARM = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g(\d+)(-learned)?")
 
 Allocation = dict[str, Form]  # Linear name -> its form
 
 
-def lowbit_arm(name: str) -> tuple[int | str, int] | None:
-    """(bits, group size) of a ``lowbit-<bits>-g<group>`` arm name, or None."""
+def lowbit_arm(name: str) -> tuple[int | str, int, str] | None:
+    """(bits, group size, weight scales) of a ``lowbit-<bits>-g<group>[-learned]`` arm name, or None."""
     match = LOWBIT_ARM.fullmatch(name)
     if match is None:
         return None
     bits = match.group(1)
-    return (int(bits) if bits.isdigit() else bits), int(match.group(2))
+    return (int(bits) if bits.isdigit() else bits), int(match.group(2)), "learned" if match.group(3) else "rounded"
 
 
-def prepare_lowbit(bits: int | str, group: int) -> Callable:
-    """An arm's ``prepare``: every Linear as ``method="lowbit"`` (full weight in ``bits``, groups of ``group``)."""
+def prepare_lowbit(bits: int | str, group: int, scales: str = "rounded") -> Callable:
+    """An arm's ``prepare``: every Linear as ``method="lowbit"`` (full weight in ``bits``, groups of ``group``,
+    ``scales`` its ``weight_scales``)."""
 
     def prepare(model: torch.nn.Module, final_ranks) -> None:
-        apply_compression(model, CompressionConfig(method="lowbit", weight_bits=bits, weight_group_size=group))
+        config = CompressionConfig(method="lowbit", weight_bits=bits, weight_group_size=group, weight_scales=scales)
+        apply_compression(model, config)
 
     return prepare
 

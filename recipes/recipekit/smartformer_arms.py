@@ -178,7 +178,8 @@ def run_names_help() -> str:
         "with --budget-ratio: smartformer-bytes",
         *BYTE_DERIVED,
         *INT_QAT_ARMS,
-        'lowbit-<bits>-g<group> (every Linear as method="lowbit", e.g. lowbit-2-g128)',
+        'lowbit-<bits>-g<group>[-learned] (every Linear as method="lowbit", e.g. lowbit-2-g128; -learned: '
+        'weight_scales="learned")',
         "svd-all-<ratio>[-q4][-scheduled] and svd-all-<ratio>[-scheduled]+<int8|int4|int2> (each --all-linear-ratios ratio)",
     ]
     text = "runs (--runs NAME ...): " + ", ".join(names)

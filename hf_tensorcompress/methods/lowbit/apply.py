@@ -28,10 +28,12 @@ def build(
         config.weight_bits,
         config.weight_group_size,
         bias=dense.bias is not None,
+        learned_scales=config.weight_scales == "learned",
     )
     layer = layer.to(device=dense.weight.device, dtype=dense.weight.dtype)
     if config.init == "copy":
         layer.latent.data.copy_(dense.weight)
+        layer.start_scales()  # from the copied weights
     if dense.bias is not None:  # after the move: the bias of a model on the meta device is meta too
         layer.bias.data.copy_(dense.bias)
     return layer

@@ -8,6 +8,10 @@ from typing import ClassVar
 from ...config import CompressionConfig, check_choice, check_int, one_of
 from ...runtime.marker import FACTOR_WIDTHS
 
+#: ``"rounded"``: each group's scale (and minimum) taken from the weights' present values at every step (their range;
+#: the least-squares level for ternary); ``"learned"``: trained as parameters, from those values on (LSQ).
+WEIGHT_SCALES = ("rounded", "learned")
+
 #: ``"copy"``: start from the dense weights (a fresh model trains from scratch, a trained one goes on from there);
 #: ``"random"``: ``nn.Linear``'s own init (what a model built on the meta device needs: no weights to read).
 LOWBIT_INITS = ("copy", "random")
@@ -27,6 +31,10 @@ class LowBitConfig(CompressionConfig):
             inputs: one group per output row). Larger groups cost fewer bytes: at 2 bits, 32 → 3 bits a weight, 128
             → 2.25.
         init: ``"copy"`` (the dense weights, rounded) or ``"random"`` (``nn.Linear``'s init).
+        weight_scales: ``"rounded"`` (each group's scale and minimum from the weights' range at every step; for
+            ternary, the least-squares level) or ``"learned"`` (trained with the weights, starting there: LSQ, with
+            a learned minimum; the scales' gradients scaled by ``1/sqrt(group · top code)``). The saved form is the
+            same either way.
 
     The layer trains fp32 weights and computes with them rounded exactly as they will be stored (straight-through
     gradients), so training with it is quantization-aware training; saved, it holds only the packed codes, on disk
@@ -37,6 +45,7 @@ class LowBitConfig(CompressionConfig):
     weight_bits: int | str = one_of(4, FACTOR_WIDTHS)
     weight_group_size: int | None = 32
     init: str = "copy"  # not a one_of: --init is one flag of several methods, each with its own values
+    weight_scales: str = one_of("rounded", WEIGHT_SCALES)
 
     method_name: ClassVar[str] = "lowbit"
 
@@ -49,3 +58,9 @@ class LowBitConfig(CompressionConfig):
         if self.weight_group_size is not None:
             check_int(self.weight_group_size, "weight_group_size", 1, " (input columns per scale group) or None")
         check_choice(self.init, "init", LOWBIT_INITS)
+        check_choice(self.weight_scales, "weight_scales", WEIGHT_SCALES)
+        if self.weight_scales == "learned" and self.weight_bits == 16:
+            raise ValueError(
+                "weight_scales='learned' trains group scales, and weight_bits=16 (bfloat16) has none; "
+                "choose weight_bits 8, 4, 3, 2 or 'ternary', or weight_scales='rounded'"
+            )

@@ -21,12 +21,15 @@ from torch import nn
 from ...runtime.contract import CompressedLinear
 from ...runtime.factor_storage import read_codes, rounded, save_codes, stored, stored_form
 from ...runtime.lowbit import StoredMatrix
+from .learned_scales import initial_scales, learned_stored, learned_values, scale_groups
 
 
 class LowBitLinear(CompressedLinear):
     """``y = x Q(W)ᵀ + b``, ``Q`` the rounding to ``bits`` per group of ``group_size`` input columns.
 
     ``stored=True`` builds the inference-only form a checkpoint loads as (``LowBitTensor`` codes, no fp32 weight).
+    ``learned_scales=True`` trains each group's scale (and minimum) as parameters ``scale`` and ``minimum`` rather
+    than taking them from the weights at every step (``learned_scales.py``); the stored form is the same.
     """
 
     layer_type = "lowbit"
@@ -41,15 +44,25 @@ class LowBitLinear(CompressedLinear):
         stored: bool = False,
         device: torch.device | None = None,
         dtype: torch.dtype | None = None,
+        learned_scales: bool = False,
     ) -> None:
         super().__init__()
+        if learned_scales and (stored or bits == 16):
+            raise ValueError(
+                "learned_scales trains the scales of a layer being trained at 8, 4, 3, 2 bits or ternary; "
+                f"this one is {'a loaded (stored) layer' if stored else 'bfloat16 (bits=16), which has no scales'}"
+            )
         self.in_features, self.out_features = in_features, out_features
-        self.bits, self.group_size, self.stored = bits, group_size, stored
+        self.bits, self.group_size, self.stored, self.learned_scales = bits, group_size, stored, learned_scales
         kwargs = {"device": device, "dtype": dtype}
         if stored:
             self.stored_weight = stored_form((out_features, in_features), bits, group_size)
         else:
             self.latent = nn.Parameter(torch.empty(out_features, in_features, **kwargs))
+            if learned_scales:
+                groups = in_features // scale_groups(bits, group_size, in_features)
+                self.scale = nn.Parameter(torch.ones(out_features, groups, **kwargs))
+                self.minimum = nn.Parameter(torch.zeros(out_features, groups, **kwargs))
             self.register_state_dict_post_hook(_store_weight)
         self.bias = nn.Parameter(torch.zeros(out_features, **kwargs)) if bias else None
         self._cache: tuple[tuple, StoredMatrix] | None = None
@@ -67,9 +80,18 @@ class LowBitLinear(CompressedLinear):
                 self.stored_weight.copy_(stored(fresh, self.bits, self.group_size))
             else:
                 self.latent.copy_(fresh)
+                self.start_scales()
             if self.bias is not None:
                 bound = 1.0 / math.sqrt(self.in_features)
                 nn.init.uniform_(self.bias, -bound, bound)
+
+    @torch.no_grad()
+    def start_scales(self) -> None:
+        """Learned scales: start from those the weight's present values give (after the weight was set)."""
+        if self.learned_scales and not self.latent.is_meta:
+            scale, minimum = initial_scales(self.latent, self.bits, self.group_size)
+            self.scale.copy_(scale)
+            self.minimum.copy_(minimum)
 
     def spec(self) -> dict:
         return {**super().spec(), "bits": self.bits, "group_size": self.group_size}
@@ -86,6 +108,8 @@ class LowBitLinear(CompressedLinear):
         afterwards."""
         if self.stored:
             raise ValueError("this layer was loaded with packed codes; its fp32 weight is gone")
+        if self.learned_scales:
+            raise ValueError("a layer with learned scales keeps its width (its scales were learned for it)")
         self.bits, self.group_size = bits, group_size
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
@@ -93,6 +117,10 @@ class LowBitLinear(CompressedLinear):
         round to themselves."""
         if not self.stored:
             shape = (self.out_features, self.in_features)
+            if self.learned_scales and prefix + "stored_weight.scale" in state_dict:  # the learned scales as stored
+                scale = state_dict[prefix + "stored_weight.scale"]
+                state_dict[prefix + "scale"] = scale.float()
+                state_dict[prefix + "minimum"] = state_dict.get(prefix + "stored_weight.minimum", scale * 0).float()
             values = read_codes(
                 state_dict, prefix, "stored_weight", shape, self.bits, self.group_size, self.latent.dtype
             )
@@ -105,6 +133,8 @@ class LowBitLinear(CompressedLinear):
         """The weight the forward computes with (the trainable form: with straight-through gradients)."""
         if self.stored:
             return self.stored_weight.dequantize()
+        if self.learned_scales:
+            return learned_values(self.latent, self.scale, self.minimum, self.bits, self.group_size)
         return rounded(self.latent, self.bits, self.group_size)
 
     def dense_weight(self) -> torch.Tensor:
@@ -116,15 +146,23 @@ class LowBitLinear(CompressedLinear):
         the weight or its width changes (evaluation runs the loaded form's product on them)."""
         if self.stored:
             return self.stored_weight
-        key = (self.latent.data_ptr(), self.latent._version, self.latent.device, self.bits, self.group_size)
+        key = (*((t.data_ptr(), t._version) for t in self._trained()), self.latent.device, self.bits, self.group_size)
         if self._cache is None or self._cache[0] != key:
-            self._cache = (key, stored(self.latent, self.bits, self.group_size))
+            if self.learned_scales:
+                form = learned_stored(self.latent, self.scale, self.minimum, self.bits, self.group_size)
+            else:
+                form = stored(self.latent, self.bits, self.group_size)
+            self._cache = (key, form)
         return self._cache[1]
+
+    def _trained(self) -> list[nn.Parameter]:
+        """The trainable form's parameters the weight is computed from."""
+        return [self.latent, *([self.scale, self.minimum] if self.learned_scales else [])]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Training: the rounded weight with straight-through gradients. Without gradients (evaluation, a loaded
         checkpoint): the packed codes' own product, so a trained layer scores exactly as it will once loaded."""
-        if not self.stored and torch.is_grad_enabled() and (self.latent.requires_grad or x.requires_grad):
+        if not self.stored and torch.is_grad_enabled() and any(t.requires_grad for t in (x, *self._trained())):
             output = x @ self.weight.T
         else:
             output = self.packed().matmul_t(x)
@@ -150,11 +188,18 @@ class LowBitLinear(CompressedLinear):
         return (
             f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}, "
             f"group_size={self.group_size}, stored={self.stored}"
+            + (", learned_scales=True" if self.learned_scales else "")
         )
 
 
 def _store_weight(module: LowBitLinear, state_dict: dict, prefix: str, local_metadata) -> None:
     """The trainable form saves what the stored form loads: the codes, not the fp32 weight."""
     if module.stored:
+        return
+    if module.learned_scales:  # the codes and the scales as learned; the parameters themselves are not saved
+        for key, value in module.packed().state_dict().items():
+            state_dict[f"{prefix}stored_weight.{key}"] = value
+        for name in ("latent", "scale", "minimum"):
+            state_dict.pop(prefix + name, None)
         return
     save_codes(state_dict, prefix, {"stored_weight": ("latent", module.latent)}, module.bits, module.group_size)
