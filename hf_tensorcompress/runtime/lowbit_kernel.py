@@ -413,8 +413,9 @@ def decode_tiers(
     tier; False (nothing written) where the kernel does not cover it (an ``out`` that is not fp32, or not as wide as
     the table's rows). The C code looks up each token and its slot within their bounds: a token outside the
     vocabulary, or a slot outside the tiers, raises IndexError."""
-    # shape[0], not len(): a tensor's __len__ runs in Python, and a one-token lookup is a few microseconds in all
-    count = (tokens.stop - tokens.start) if isinstance(tokens, range) else tokens.numel()
+    # sizes from shape and numel(), not len(): a tensor's __len__ runs in Python, and a one-token lookup is a few
+    # microseconds in all
+    count = len(tokens) if isinstance(tokens, range) else tokens.numel()
     if not _enabled(slot, count, None) or slot.dtype != torch.int32 or slot.dim() != 1 or not slot.is_contiguous():
         return False
     if out.dtype != torch.float32 or out.dim() != 2 or out.shape[1] != table.width or out.shape[0] < count:

@@ -77,11 +77,7 @@ def ternary_stored(tensor: torch.Tensor, group_size: int | None) -> TernaryTenso
     if tensor.dim() != 2:
         raise ValueError(f"ternary storage takes matrices; got shape {tuple(tensor.shape)}")
     stored = TernaryTensor(tensor.shape, group_size).to(tensor.device)
-    codes, scale = ternary_params(tensor, stored.group_size)
-    with torch.no_grad():
-        stored.codes.copy_(pack_trits(codes))
-        stored.scale.copy_(scale)
-    return stored
+    return stored.set_codes(*ternary_params(tensor, stored.group_size))
 
 
 class TernaryTensor(StoredMatrix):
@@ -96,6 +92,13 @@ class TernaryTensor(StoredMatrix):
         self.group_size = check_lowbit(GROUP_CHECK_BITS, group_size, columns)
         self.register_buffer("codes", torch.zeros(rows, -(-columns // TRITS_PER_BYTE), dtype=torch.uint8))
         self.register_buffer("scale", torch.ones(rows, columns // self.group_size, dtype=torch.float16))
+
+    @torch.no_grad()
+    def set_codes(self, codes: torch.Tensor, scale: torch.Tensor) -> TernaryTensor:
+        """Store codes ``{0, 1, 2}`` (unpacked, the matrix's shape) chosen elsewhere, with their per-group levels."""
+        self.codes.copy_(pack_trits(codes))
+        self.scale.copy_(scale)
+        return self
 
     def spec(self) -> dict:
         return {"shape": list(self.shape), "group_size": self.group_size}

@@ -120,7 +120,8 @@ class LowBitLinear(CompressedLinear):
             if self.learned_scales and prefix + "stored_weight.scale" in state_dict:  # the learned scales as stored
                 scale = state_dict[prefix + "stored_weight.scale"]
                 state_dict[prefix + "scale"] = scale.float()
-                state_dict[prefix + "minimum"] = state_dict.get(prefix + "stored_weight.minimum", scale * 0).float()
+                minimum = state_dict.get(prefix + "stored_weight.minimum", torch.zeros_like(scale))  # none: ternary
+                state_dict[prefix + "minimum"] = minimum.float()
             values = read_codes(
                 state_dict, prefix, "stored_weight", shape, self.bits, self.group_size, self.latent.dtype
             )

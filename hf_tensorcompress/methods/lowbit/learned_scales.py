@@ -20,7 +20,7 @@ import torch
 from ...runtime.factor_storage import factor_group
 from ...runtime.lowbit import LowBitTensor, check_lowbit, encode, group_params
 from ...runtime.marker import TERNARY
-from ...runtime.ternary import GROUP_CHECK_BITS, TernaryTensor, pack_trits, ternary_params
+from ...runtime.ternary import GROUP_CHECK_BITS, TernaryTensor, ternary_params
 
 #: The range a learned scale is kept in: fp16's, where it is stored.
 SMALLEST, LARGEST = torch.finfo(torch.float16).tiny, torch.finfo(torch.float16).max
@@ -68,9 +68,9 @@ def learned_values(
     step = _as_stored(magnitude(scale), factor)[..., None]
     low, offset = (-1, 0.0) if bits == TERNARY else (0, _as_stored(minimum, factor)[..., None])
     position = ((grouped - offset) / step).clamp(low, top)
-    codes = position + (torch.round(position) - position).detach()
-    if not (torch.is_grad_enabled() and any(t.requires_grad for t in (matrix, scale, minimum))):
-        codes = torch.round(position.detach())
+    codes = torch.round(position.detach())
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (matrix, scale, minimum)):
+        codes = position + (codes - position).detach()
     return (codes * step + offset).view(rows, columns)
 
 
@@ -83,13 +83,9 @@ def learned_stored(
     group = scale_groups(bits, group_size, columns)
     step = magnitude(scale.detach()).half()
     if bits == TERNARY:
-        stored = TernaryTensor((rows, columns), group).to(matrix.device)
         grouped = matrix.detach().float().view(rows, columns // group, group)
         codes = torch.round(grouped / step.float()[..., None]).clamp(-1, 1).add(1).to(torch.uint8)
-        with torch.no_grad():
-            stored.codes.copy_(pack_trits(codes.view(rows, columns)))
-            stored.scale.copy_(step)
-        return stored
+        return TernaryTensor((rows, columns), group).to(matrix.device).set_codes(codes.view(rows, columns), step)
     offset = minimum.detach().half()
     stored = LowBitTensor((rows, columns), bits, group).to(matrix.device)
     return stored.set_codes(encode(matrix, step, offset, bits), step, offset)

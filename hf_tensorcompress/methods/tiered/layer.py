@@ -9,6 +9,7 @@ quantization). Lookups decode only the requested rows; the tied head decodes the
 from __future__ import annotations
 
 import operator
+import struct
 from collections.abc import Callable
 from types import ModuleType
 
@@ -56,6 +57,12 @@ def where_every_tier(
         start, decode = low_rank
         vectors = vectors + torch.where((slot >= start)[:, None], decode((slot - start).clamp(min=0)), 0.0)
     return vectors
+
+
+def _as_float32(value: float) -> float:
+    """``value`` rounded to fp32, as ``torch.tensor(value, dtype=torch.float32)`` holds it, without building a tensor
+    (a lookup of a few tokens takes a few microseconds, and a tensor costs about two)."""
+    return struct.unpack("f", struct.pack("f", value))[0]
 
 
 def _count(value: object) -> bool:
@@ -181,9 +188,8 @@ class TieredEmbedding(CompressedLayer):
         tokens, cpu = input_ids.reshape(-1), slot.is_cpu
         # the C decode multiplies each fp32 row as it is written; in another dtype, or with a low-rank part still to
         # add, the product is taken afterwards, where the replaced module takes it
-        scale32 = None if scale is None else torch.tensor(scale, dtype=torch.float32)  # as the replaced module holds it
-        fused = scale32 is not None and cpu and dtype == torch.float32 and not self.rank
-        factor = float(scale32) if fused else 1.0
+        fused = scale is not None and cpu and dtype == torch.float32 and not self.rank
+        factor = _as_float32(scale) if fused else 1.0
         if not cpu:
             vectors = self._lookup_every_tier(slot[tokens].long(), dtype)
         elif self._decode_all_tiers(tokens, vectors := torch.empty((tokens.shape[0], self.embedding_dim)), factor):
@@ -192,8 +198,8 @@ class TieredEmbedding(CompressedLayer):
         else:
             vectors, fused = torch.zeros(len(tokens), self.embedding_dim, dtype=dtype), False
             self._decode_places(self._places_in(slot[tokens].long()), vectors)
-        if scale32 is not None and not fused:
-            vectors = vectors * scale32.to(dtype)
+        if scale is not None and not fused:
+            vectors = vectors * torch.tensor(scale, dtype=torch.float32).to(dtype)  # as the replaced module holds it
         return vectors.reshape(*input_ids.shape, self.embedding_dim)
 
     def _decode_all_tiers(self, tokens: torch.Tensor | range, out: torch.Tensor, factor: float = 1.0) -> bool:
