@@ -15,7 +15,7 @@ from transformers import PatchTSTForPrediction
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.methods.lowbit.layer import LowBitLinear
-from tests.helpers import tiny_patchtst_config
+from tests.helpers import run_without_library, tiny_patchtst_config
 
 #: (bits, group size): 48 does not divide the 32 inputs, so those rows are one group each, as storage groups them
 WIDTHS = [(2, 8), (3, 16), (4, None), (8, 8), ("ternary", 8), ("ternary", None), (2, 48), ("ternary", 48)]
@@ -75,7 +75,7 @@ def test_the_gradients_are_lsq_s():
     torch.testing.assert_close(layer.scale.grad.squeeze(), expected)
 
 
-def test_a_trained_model_saves_packed_and_loads_in_a_new_process_and_resumes_to_the_same_outputs(tmp_path):
+def test_a_trained_model_saves_packed_resumes_and_loads_in_new_processes_with_and_without_the_library(tmp_path):
     torch.manual_seed(0)
     model = PatchTSTForPrediction(tiny_patchtst_config())
     apply_compression(
@@ -119,6 +119,19 @@ def test_a_trained_model_saves_packed_and_loads_in_a_new_process_and_resumes_to_
         [sys.executable, "-c", textwrap.dedent(check)], cwd=tmp_path, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+    run_without_library(
+        f"""
+        import os, torch
+        os.environ["HF_MODULES_CACHE"] = {str(tmp_path / "modules")!r}
+        from transformers import AutoModel
+        io = torch.load({str(tmp_path / "io.pt")!r})
+        model = AutoModel.from_pretrained({str(tmp_path / "model")!r}, trust_remote_code=True).eval()
+        assert "hf_tensorcompress" not in type(model).__module__
+        with torch.no_grad():
+            torch.testing.assert_close(model(past_values=io["x"]).prediction_outputs, io["expected"], rtol=1e-5, atol=1e-6)
+        """,
+        tmp_path,
+    )
 
 
 def test_bad_settings_name_the_fix():
