@@ -8,7 +8,8 @@
 # one is kept when the run is stopped and skipped when it is started again, and the last step merges them all.
 #
 # RUNS replaces the arms and FLAGS adds the byte search's flags, e.g. the search on each Linear's Pareto front beside
-# dense and greedy: RUNS="dense smartformer-bytes greedy-bytes" FLAGS=--front-only. BUDGET replaces the budget (1/32).
+# dense and greedy: RUNS="dense smartformer-bytes greedy-bytes" FLAGS=--front-only. BUDGET replaces the budget (1/32),
+# DATASETS the data sets (a subset of the three).
 #
 #     JOBS=2 bash recipes/byte_table_cpu.sh [OUTPUT_DIR] [SEEDS...]
 set -euo pipefail
@@ -20,7 +21,7 @@ jobs=${JOBS:-1}
 budget=${BUDGET:-1/16}
 export OMP_NUM_THREADS=1
 python=${PYTHON:-python}
-datasets=(electricity bikesharing appliances_energy)
+datasets=(${DATASETS:-electricity bikesharing appliances_energy})
 
 common=(--device cpu --size medium --context 168 --horizon 24 --patch 24 24 --learning-rate 1e-3 --steps 2000
         --train-stride 1 --random-draws 1 --budget-ratio "$budget" --forms dense lowbit svd cp biprop

@@ -89,6 +89,12 @@ def test_the_recipes_take_the_byte_search_start_form(capsys):
     assert "form 'lowbit:2': one of dense, lowbit:<bits>/<g<group>|row>" in capsys.readouterr().err
     args = comparison_args(["--search-start", "lowbit:2/g32"])
     assert passed(args)[-2:] == ["--search-start", "lowbit:2/g32"]  # the byte comparison passes it on
+    assert smartformer.parse_args([]).weight_scales == ["rounded"]
+    assert smartformer.parse_args(["--weight-scales", "learned"]).weight_scales == ["learned"]
+    with pytest.raises(SystemExit):
+        smartformer.parse_args(["--weight-scales", "lsq"])
+    assert "invalid choice: 'lsq'" in capsys.readouterr().err
+    assert passed(comparison_args(["--weight-scales", "learned"])) == ["--weight-scales", "learned"]
 
 
 def test_lowbit_arm_names():

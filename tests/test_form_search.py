@@ -293,9 +293,12 @@ def test_pacing_spends_the_budget_across_the_linears(tmp_path):
 
 
 def test_form_labels_and_a_search_that_starts_from_low_bit_weights(tmp_path):
-    for label in ("dense", "lowbit:2/row", "lowbit:ternary/g32", "svd:r8:4", "cp:r3:None", "biprop:0.5"):
+    labels = ("dense", "lowbit:2/row", "lowbit:ternary/g32", "lowbit:2/g8/learned", "svd:r8:4", "cp:r3:None")
+    for label in (*labels, "biprop:0.5"):
         assert Form.from_label(label).label() == label
-    for label in ("lowbit:2", "lowbit:None/row", "lowbit:5/g32", "svd:r8", "svd:8:4", "dense:", "int4", ""):
+    assert Form.from_label("lowbit:2/g8/learned") == Form("lowbit", 2, group=8, scales="learned")
+    wrong = ("lowbit:2", "lowbit:None/row", "lowbit:5/g32", "lowbit:2/g8/", "lowbit:2/g8/lsq", "svd:r8", "svd:8:4")
+    for label in (*wrong, "dense:", "int4", ""):
         with pytest.raises(ValueError, match="e.g. lowbit:2/row"):
             Form.from_label(label)
     with pytest.raises(ValueError, match="start='lowbit:2/row': a form of one of forms=\\['svd'\\]"):
@@ -314,6 +317,44 @@ def test_form_labels_and_a_search_that_starts_from_low_bit_weights(tmp_path):
     trainer.train()  # the agent's first action moves one Linear away from the start form
     first = trainer.search.trace[0]
     assert first["previous_bits"] == 4 and first["form_changes"] == {first["layer"]: first["action"]}
+
+
+def test_a_search_over_learned_scales_gives_the_optimizer_each_widths_new_scales_and_saves_them(tmp_path):
+    """With ``weight_scales=("learned",)`` every low-bit form trains its scales; a width change replaces them (in the
+    optimizer too, in the model's order), and the saved model scores as the trained one did."""
+    with pytest.raises(ValueError, match="weight_scales=\\['lsq'\\]: distinct values among"):
+        search_config(1 / 6, weight_scales=("lsq",))
+    trainer = train_search(
+        tmp_path / "run", 1 / 6, steps=24, forms=("lowbit",), weight_scales=("learned",), start="lowbit:8/g16/learned"
+    )
+    slots = trainer.search.groups
+    assert all(form.scales == "learned" for slot in slots for form in slot.actions)
+    trainer.train()
+    assert any(record["previous_bits"] != record["chosen"] for record in trainer.search.trace)
+    model = trainer.model
+    layers = [model.get_submodule(slot.name) for slot in slots]
+    assert all(layer.learned_scales for layer in layers)
+    assert {layer.bits for layer in layers} != {8}  # widths changed in place, each with new scales
+    optimizer = trainer.optimizer.optimizer if hasattr(trainer.optimizer, "optimizer") else trainer.optimizer
+    held = [p for group in optimizer.param_groups for p in group["params"]]
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert {id(p) for p in held} == {id(p) for p in trainable} and len(held) == len(trainable)
+    order = {id(p): i for i, p in enumerate(trainable)}
+    for group in optimizer.param_groups:  # each group in the model's order
+        positions = [order[id(p)] for p in group["params"]]
+        assert positions == sorted(positions)
+    steps = [int(optimizer.state[layer.scale]["step"]) if layer.scale in optimizer.state else 0 for layer in layers]
+    changed = [step for step, layer in zip(steps, layers) if layer.bits != 8]
+    assert max(changed) > 0 and all(step < 24 for step in changed)  # new scales, trained since their change
+    assert all(step == 24 for step, layer in zip(steps, layers) if layer.bits == 8)
+    assert model.config.compression_config["forms"][slots[0].name]["weight_scales"] == "learned"
+    model.eval()
+    past = sines(200, seed=3)[0]["past_values"][None]
+    with torch.no_grad():
+        expected = model(past_values=past).prediction_outputs
+    model.save_pretrained(tmp_path / "saved")
+    with torch.no_grad():
+        torch.testing.assert_close(load_model(tmp_path / "saved")(past_values=past).prediction_outputs, expected)
 
 
 def test_a_warmup_trains_the_start_forms_before_the_agent_first_acts(tmp_path):

@@ -141,5 +141,22 @@ def test_bad_settings_name_the_fix():
         CompressionConfig(method="lowbit", weight_scales="lsq").validate()
     with pytest.raises(ValueError, match="bfloat16 .* which has no scales"):
         LowBitLinear(8, 4, 16, None, learned_scales=True)
-    with pytest.raises(ValueError, match="keeps its width"):
-        LowBitLinear(8, 4, 2, None, learned_scales=True).set_bits(4)
+    with pytest.raises(ValueError, match="bfloat16 \\(bits=16\\) has no scales"):
+        LowBitLinear(8, 4, 2, None, learned_scales=True).set_bits(16)
+
+
+def test_a_width_change_starts_new_scales_from_the_weights_and_names_the_replaced_parameters():
+    """The scales learned at 2 bits in groups of 8 mean nothing at ternary in groups of 16: new parameters (the
+    optimizer must take them) start where a fresh layer of that width would, from the trained weight."""
+    layer = trained_layer(2, 8)
+    old = (layer.scale, layer.minimum)
+    replaced = layer.set_bits("ternary", 16)
+    assert list(replaced) == list(old) and list(replaced.values()) == [layer.scale, layer.minimum]
+    assert layer.scale.shape == (12, 2) and all(p.requires_grad for p in replaced.values())
+    fresh = LowBitLinear(32, 12, "ternary", 16, learned_scales=True)
+    with torch.no_grad():
+        fresh.latent.copy_(layer.latent)
+        fresh.bias.copy_(layer.bias)
+    fresh.start_scales()
+    torch.testing.assert_close(layer.weight, fresh.weight)
+    assert LowBitLinear(8, 4, 2, 8).set_bits(4) == {}  # rounded scales: nothing replaced

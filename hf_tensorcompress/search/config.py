@@ -78,6 +78,10 @@ class SearchConfig(JsonConfig):
         keep_ratios: the keep ratios of the ``"biprop"`` form.
         weight_group_sizes: the group sizes of the ``"lowbit"`` form's weights (input columns per scale); larger
             groups cost fewer bytes (2 bits in groups of 32: 3 bits a weight; of 128: 2.25).
+        weight_scales: how the ``"lowbit"`` form's group scales are set (``LowBitConfig.weight_scales``), each
+            offered at every width and group size: ``"rounded"`` (from the weights at every step) and/or
+            ``"learned"`` (trained with the weights, started from the rounded ones; a width change starts them
+            afresh, and the optimizer takes the new ones). The bytes are the same.
         start: the form every searched Linear starts in (a ``Form`` label: ``"dense"``, ``"lowbit:2/g32"``,
             ``"biprop:0.5"``, ...); the agent then moves each one to the form it chooses. ``"dense"`` is the model as
             given; any other start must be a form the search may choose for every searched Linear (one of ``forms``
@@ -125,6 +129,7 @@ class SearchConfig(JsonConfig):
     target_modules: list[str] | str | None = None
     keep_ratios: tuple[float, ...] = (0.5,)
     weight_group_sizes: tuple[int | None, ...] = (32,)
+    weight_scales: tuple[str, ...] = ("rounded",)
     start: str = "dense"
     pace: float | None = 0.5
     front_only: bool = False
@@ -139,7 +144,7 @@ class SearchConfig(JsonConfig):
     plot_file: str | None = "smartformer_trace.png"
 
     def __post_init__(self) -> None:
-        for name in ("factor_widths", "forms", "keep_ratios", "weight_group_sizes"):
+        for name in ("factor_widths", "forms", "keep_ratios", "weight_group_sizes", "weight_scales"):
             if getattr(self, name) is not None:
                 setattr(self, name, tuple(getattr(self, name)))  # a JSON round trip gives a list
         if self.tolerance is None and self.reward in DEFAULT_TOLERANCE:
@@ -252,6 +257,9 @@ class SearchConfig(JsonConfig):
         for group in self.weight_group_sizes:
             if group is not None:
                 _positive_int(group, "weight_group_sizes")
+        scales = list(self.weight_scales)
+        if not scales or len(set(scales)) != len(scales) or set(scales) - {"rounded", "learned"}:
+            raise ValueError(f"weight_scales={scales}: distinct values among ['rounded', 'learned'], at least one")
         kind = self.start.partition(":")[0]
         if self.start != "dense" and kind not in self.forms:
             raise ValueError(

@@ -51,14 +51,15 @@ def current_weight(module: nn.Module) -> torch.Tensor:
 
 
 def _same_kind(module: nn.Module, form: Form) -> bool:
-    return getattr(module, "layer_type", "dense" if isinstance(module, nn.Linear) else "") == form.kind
+    """Whether ``module`` changes to ``form`` in place (a low-bit weight only where its scales are set the same way)."""
+    kind = getattr(module, "layer_type", "dense" if isinstance(module, nn.Linear) else "")
+    return kind == form.kind and (kind != "lowbit" or module.learned_scales == (form.scales == "learned"))
 
 
 def _in_place(module: nn.Module, form: Form, slot: LinearSlot) -> dict[nn.Parameter, nn.Parameter]:
     """Change ``module`` (of ``form``'s kind) to ``form`` where it is; returns {old: new} parameters."""
     if form.kind == "lowbit":
-        module.set_bits(form.bits, form.group)
-        return {}
+        return module.set_bits(form.bits, form.group)
     replaced = module.set_rank(form.rank, n_iter=slot.cp_iterations)
     module.set_factor_bits(form.bits, slot.factor_group_size)
     return replaced

@@ -37,18 +37,21 @@ SLOT_FIELDS = ("form", "pos", "in", "out", "rank", "bits", "keep")
 @dataclass(frozen=True)
 class Form:
     """One form of one Linear: ``kind`` (``FORM_KINDS``), the width of its weight or factors (``bits``, ``None``:
-    fp32), its rank (``svd``, ``cp``), its keep ratio (``biprop``), its weight's group size (``lowbit``)."""
+    fp32), its rank (``svd``, ``cp``), its keep ratio (``biprop``), its weight's group size and how its group scales
+    are set (``lowbit``: ``scales`` ``"rounded"`` from the weights at every step, or ``"learned"``)."""
 
     kind: str
     bits: Width = None
     rank: int | None = None
     keep: float | None = None
     group: int | None = None
+    scales: str = "rounded"
 
     def options(self, factor_group_size: int | None, cp_iterations: int) -> dict | None:
         """The form as ``method="mixed"`` records it (``None``: dense, no layer)."""
         if self.kind == "lowbit":
-            return {"method": "lowbit", "weight_bits": self.bits, "weight_group_size": self.group}
+            learned = {"weight_scales": "learned"} if self.scales == "learned" else {}
+            return {"method": "lowbit", "weight_bits": self.bits, "weight_group_size": self.group, **learned}
         if self.kind in ("svd", "cp"):
             factors = {"factor_bits": self.bits, "factor_group_size": factor_group_size}
             extra = {"cp_iterations": cp_iterations} if self.kind == "cp" else {}
@@ -58,30 +61,37 @@ class Form:
         return None
 
     def label(self) -> str:
-        """Short text for logs and tables: ``dense``, ``lowbit:2/g64``, ``svd:r8:4``, ``cp:r6:ternary``,
-        ``biprop:0.5``."""
+        """Short text for logs and tables: ``dense``, ``lowbit:2/g64``, ``lowbit:ternary/g128/learned``,
+        ``svd:r8:4``, ``cp:r6:ternary``, ``biprop:0.5``."""
         if self.kind == "lowbit":
-            return f"lowbit:{self.bits}/" + ("row" if self.group is None else f"g{self.group}")
+            learned = "/learned" if self.scales == "learned" else ""
+            return f"lowbit:{self.bits}/" + ("row" if self.group is None else f"g{self.group}") + learned
         if self.kind in ("svd", "cp"):
             return f"{self.kind}:r{self.rank}:{self.bits}"
         return f"biprop:{self.keep}" if self.kind == "biprop" else "dense"
 
     def dump(self) -> list:
-        return [self.kind, self.bits, self.rank, self.keep, self.group]
+        return [self.kind, self.bits, self.rank, self.keep, self.group, self.scales]
 
     @classmethod
     def from_label(cls, text: str) -> Form:
-        """The form a ``label`` names (``dense``, ``lowbit:2/row``, ``lowbit:4/g32``, ``svd:r8:4``, ``cp:r6:None``,
-        ``biprop:0.5``); a ``ValueError`` says what a label looks like."""
+        """The form a ``label`` names (``dense``, ``lowbit:2/row``, ``lowbit:4/g32``, ``lowbit:2/g32/learned``,
+        ``svd:r8:4``, ``cp:r6:None``, ``biprop:0.5``); a ``ValueError`` says what a label looks like."""
         kind, _, rest = text.partition(":")
         try:
             if text == "dense":
                 return cls("dense")
             if kind == "lowbit":
                 bits, _, group = rest.partition("/")
+                group, slash, scales = group.partition("/")
                 width = _width(bits)
-                if width is not None and (group == "row" or group.startswith("g")):
-                    return cls("lowbit", width, group=None if group == "row" else int(group.removeprefix("g")))
+                if (
+                    width is not None
+                    and (group == "row" or group.startswith("g"))
+                    and scales == ("learned" if slash else "")
+                ):
+                    size = None if group == "row" else int(group.removeprefix("g"))
+                    return cls("lowbit", width, group=size, scales=scales or "rounded")
             if kind in ("svd", "cp"):
                 rank, _, bits = rest.partition(":")
                 if rank.startswith("r"):
@@ -91,7 +101,7 @@ class Form:
         except ValueError:
             pass
         raise ValueError(
-            f"form {text!r}: one of dense, lowbit:<bits>/<g<group>|row>, svd:r<rank>:<bits>, cp:r<rank>:<bits>, "
+            f"form {text!r}: one of dense, lowbit:<bits>/<g<group>|row>[/learned], svd:r<rank>:<bits>, cp:r<rank>:<bits>, "
             "biprop:<keep> (bits: 16, 8, 4, 3, 2, ternary, or None for fp32 factors), e.g. lowbit:2/row"
         )
 
@@ -217,8 +227,10 @@ def slot_actions(
     keep_ratios: tuple[float, ...],
     group_sizes: tuple[int | None, ...],
     max_candidates: int,
+    weight_scales: tuple[str, ...] = ("rounded",),
 ) -> tuple[Form, ...]:
-    """Every form of one Linear among ``kinds``: lowbit at every width (not fp32) and weight group size, svd and cp
+    """Every form of one Linear among ``kinds``: lowbit at every width (not fp32), weight group size and way of
+    setting its scales, svd and cp
     (cp only for attention projections) at every candidate rank (parameter ratios 1/n … 1) and width, biprop at
     every keep ratio, and dense."""
     actions: list[Form] = []
@@ -227,7 +239,13 @@ def slot_actions(
         if kind == "dense":
             actions.append(Form("dense"))
         elif kind == "lowbit":
-            actions += [Form("lowbit", bits, group=g) for bits in widths if bits is not None for g in group_sizes]
+            actions += [
+                Form("lowbit", bits, group=g, scales=scales)
+                for bits in widths
+                if bits is not None
+                for g in group_sizes
+                for scales in weight_scales
+            ]
         elif kind == "svd":
             ranks = candidate_ranks(dense_weights, in_features + out_features, max_candidates)
             limit = min(in_features, out_features)
@@ -278,6 +296,7 @@ def linear_slots(model: nn.Module, config) -> list[LinearSlot]:
             config.keep_ratios,
             config.weight_group_sizes,
             config.max_candidates,
+            config.weight_scales,
         )
         slot = LinearSlot(
             name,

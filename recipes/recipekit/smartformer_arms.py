@@ -67,6 +67,7 @@ def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., Search
                 factor_widths=tuple(args.factor_widths),
                 keep_ratios=tuple(args.keep_ratios),
                 weight_group_sizes=tuple(args.weight_group_sizes),
+                weight_scales=tuple(args.weight_scales),
                 reward=args.byte_reward,
                 validation_batches=args.validation_batches,
                 front_only=args.front_only,
@@ -262,6 +263,14 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         nargs="+",
         default=[32],
         help="group sizes of the lowbit form's weights (input columns per scale; 'row': one scale per output row)",
+    )
+    parser.add_argument(
+        "--weight-scales",
+        nargs="+",
+        choices=("rounded", "learned"),
+        default=["rounded"],
+        help="how the lowbit form's group scales are set, each offered to the byte search and its allocations: "
+        "rounded from the weights at every step, or learned with them (SearchConfig.weight_scales)",
     )
     parser.add_argument("--keep-ratios", type=float, nargs="+", default=[0.5], help="keep ratios of the biprop form")
     parser.add_argument(

@@ -102,15 +102,24 @@ class LowBitLinear(CompressedLinear):
         sizes = (spec["in_features"], spec["out_features"], spec["bits"], spec["group_size"])
         return cls(*sizes, bias=spec["bias"], stored=True)
 
-    def set_bits(self, bits: int | str, group_size: int | None = None) -> None:
+    def set_bits(self, bits: int | str, group_size: int | None = None) -> dict[nn.Parameter, nn.Parameter]:
         """Store (and compute with) the weight in ``bits`` from now on: the same parameter, rounded another way (a
-        search switching widths, or rounding after training). Re-record the spec in the model's compression_config
-        afterwards."""
+        search switching widths, or rounding after training). Learned scales were learned for the old width: new
+        ``scale`` and ``minimum`` parameters start from the weight's present values at the new one. Returns {old:
+        new} parameters (for the optimizer); re-record the spec in the model's compression_config afterwards."""
         if self.stored:
             raise ValueError("this layer was loaded with packed codes; its fp32 weight is gone")
-        if self.learned_scales:
-            raise ValueError("a layer with learned scales keeps its width (its scales were learned for it)")
+        if self.learned_scales and bits == 16:
+            raise ValueError("learned scales need 8, 4, 3, 2 bits or 'ternary'; bfloat16 (bits=16) has no scales")
         self.bits, self.group_size = bits, group_size
+        if not self.learned_scales:
+            return {}
+        old = (self.scale, self.minimum)
+        groups = self.in_features // scale_groups(bits, group_size, self.in_features)
+        for name in ("scale", "minimum"):
+            setattr(self, name, nn.Parameter(self.latent.new_zeros(self.out_features, groups)))
+        self.start_scales()
+        return dict(zip(old, (self.scale, self.minimum)))
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
         """The trainable form reads codes too (its own ``state_dict``): the weight becomes the stored values, which
