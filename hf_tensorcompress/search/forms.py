@@ -230,9 +230,8 @@ def slot_actions(
     weight_scales: tuple[str, ...] = ("rounded",),
 ) -> tuple[Form, ...]:
     """Every form of one Linear among ``kinds``: lowbit at every width (not fp32), weight group size and way of
-    setting its scales, svd and cp
-    (cp only for attention projections) at every candidate rank (parameter ratios 1/n … 1) and width, biprop at
-    every keep ratio, and dense."""
+    setting its scales, svd and cp (cp only for attention projections) at every candidate rank (parameter ratios
+    1/n … 1) and width, biprop at every keep ratio, and dense."""
     actions: list[Form] = []
     dense_weights = in_features * out_features
     for kind in kinds:
