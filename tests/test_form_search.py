@@ -157,19 +157,21 @@ class StopAt(TrainerCallback):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("start", ["dense", "lowbit:2/g16"])
-def test_search_over_forms_resumes_from_a_checkpoint_where_it_stopped(tmp_path, start):
+@pytest.mark.parametrize(
+    "start,scales", [("dense", ("rounded",)), ("lowbit:2/g16", ("rounded",)), ("lowbit:2/g16/learned", ("learned",))]
+)
+def test_search_over_forms_resumes_from_a_checkpoint_where_it_stopped(tmp_path, start, scales):
     """A checkpoint inside the search holds every Linear in its current form (Biprop with its scores); resuming
     rebuilds those forms, from dense or from the start form, and continues with the same decisions, and the same
-    training, as an uninterrupted run."""
-    whole = train_search(tmp_path / "whole", 1 / 8, steps=20, start=start)
+    training, as an uninterrupted run (learned scales: read back from the checkpoint with the weights behind them)."""
+    whole = train_search(tmp_path / "whole", 1 / 8, steps=20, start=start, weight_scales=scales)
     whole.train()
-    first = train_search(tmp_path / "part", 1 / 8, steps=20, save_steps=8, start=start)
+    first = train_search(tmp_path / "part", 1 / 8, steps=20, save_steps=8, start=start, weight_scales=scales)
     first.add_callback(StopAt(8))
     first.train()
     assert not first.search.done and any(f.label() != start for f in first.search.chosen.values())
     assert any(f.label() == start for f in first.search.chosen.values())  # undecided Linears still in the start form
-    resumed = train_search(tmp_path / "part", 1 / 8, steps=20, save_steps=8, start=start)
+    resumed = train_search(tmp_path / "part", 1 / 8, steps=20, save_steps=8, start=start, weight_scales=scales)
     resumed.train(resume_from_checkpoint=str(tmp_path / "part" / "checkpoint-8"))
     assert resumed.search.chosen == whole.search.chosen
     assert [r["chosen"] for r in resumed.search.trace] == [r["chosen"] for r in whole.search.trace]
