@@ -22,6 +22,7 @@ from hf_tensorcompress.search.allocators import (
     random_allocation,
     uniform_forms,
 )
+from hf_tensorcompress.search.form_swap import change_forms, prepare_for_forms
 from hf_tensorcompress.search.forms import FORM_KINDS, Form, form_bytes, form_spec, linear_slots, pareto_front
 from hf_tensorcompress.search.mdp import RankSearch
 from hf_tensorcompress.search.trainer import SmartformerTrainer
@@ -357,6 +358,26 @@ def test_a_search_over_learned_scales_gives_the_optimizer_each_widths_new_scales
     model.save_pretrained(tmp_path / "saved")
     with torch.no_grad():
         torch.testing.assert_close(load_model(tmp_path / "saved")(past_values=past).prediction_outputs, expected)
+
+
+def test_rounded_and_learned_scales_are_separate_actions_and_a_change_between_them_builds_a_new_layer():
+    """Offered both ways, each low-bit form is two actions at the same bytes; moving a Linear from rounded to learned
+    scales builds a learned layer from the weight the rounded one trains, and the old parameters leave."""
+    model = dense_patchtst(layers=1)
+    config = search_config(1 / 6, forms=("dense", "lowbit"), factor_widths=(2,), weight_scales=("rounded", "learned"))
+    slot = linear_slots(model, config)[1]
+    rounded, learned = Form("lowbit", 2, group=16), Form("lowbit", 2, group=16, scales="learned")
+    assert set(slot.actions) == {Form("dense"), rounded, learned}
+    assert slot.bytes_at(rounded) == slot.bytes_at(learned)
+    prepare_for_forms(model, [slot])
+    change_forms(model, {slot.name: slot}, {slot.name: rounded})
+    before = model.get_submodule(slot.name)
+    removed = change_forms(model, {slot.name: slot}, {slot.name: learned})
+    after = model.get_submodule(slot.name)
+    assert after is not before and after.learned_scales and not before.learned_scales
+    assert after.bias is before.bias and [id(p) for p in removed] == [id(before.latent)]  # the bias stays
+    torch.testing.assert_close(after.latent, before.latent)
+    torch.testing.assert_close(after.weight, before.weight)  # started from the scales the rounded layer used
 
 
 def test_a_warmup_trains_the_start_forms_before_the_agent_first_acts(tmp_path):
