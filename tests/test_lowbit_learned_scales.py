@@ -150,6 +150,7 @@ def test_a_width_change_starts_new_scales_from_the_weights_and_names_the_replace
     optimizer must take them) start where a fresh layer of that width would, from the trained weight."""
     layer = trained_layer(2, 8)
     old = (layer.scale, layer.minimum)
+    assert layer.set_bits(2, 8) == {} and layer.scale is old[0]  # the same width keeps its learned scales
     replaced = layer.set_bits("ternary", 16)
     assert list(replaced) == list(old) and list(replaced.values()) == [layer.scale, layer.minimum]
     assert layer.scale.shape == (12, 2) and all(p.requires_grad for p in replaced.values())

@@ -111,8 +111,9 @@ class LowBitLinear(CompressedLinear):
             raise ValueError("this layer was loaded with packed codes; its fp32 weight is gone")
         if self.learned_scales and bits == 16:
             raise ValueError("learned scales need 8, 4, 3, 2 bits or 'ternary'; bfloat16 (bits=16) has no scales")
+        same = (bits, group_size) == (self.bits, self.group_size)
         self.bits, self.group_size = bits, group_size
-        if not self.learned_scales:
+        if not self.learned_scales or same:  # the same width keeps what its scales learned
             return {}
         old = (self.scale, self.minimum)
         groups = self.in_features // scale_groups(bits, group_size, self.in_features)
