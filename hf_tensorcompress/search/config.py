@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..core.json_config import JsonConfig
+from ..methods.lowbit.config import WEIGHT_SCALES
 from ..runtime.marker import FACTOR_WIDTHS
 
 INTERVAL_UNITS = ("steps", "epochs")
@@ -258,8 +259,8 @@ class SearchConfig(JsonConfig):
             if group is not None:
                 _positive_int(group, "weight_group_sizes")
         scales = list(self.weight_scales)
-        if not scales or len(set(scales)) != len(scales) or set(scales) - {"rounded", "learned"}:
-            raise ValueError(f"weight_scales={scales}: distinct values among ['rounded', 'learned'], at least one")
+        if not scales or len(set(scales)) != len(scales) or set(scales) - set(WEIGHT_SCALES):
+            raise ValueError(f"weight_scales={scales}: distinct values among {list(WEIGHT_SCALES)}, at least one")
         kind = self.start.partition(":")[0]
         if self.start != "dense" and kind not in self.forms:
             raise ValueError(

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from accelerate import PartialState
 
+from hf_tensorcompress.methods.lowbit.config import WEIGHT_SCALES
 from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.allocators import check_budget_fits
@@ -267,7 +268,7 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
     parser.add_argument(
         "--weight-scales",
         nargs="+",
-        choices=("rounded", "learned"),
+        choices=WEIGHT_SCALES,
         default=["rounded"],
         help="how the lowbit form's group scales are set, each offered to the byte search and its allocations: "
         "rounded from the weights at every step, or learned with them (SearchConfig.weight_scales)",

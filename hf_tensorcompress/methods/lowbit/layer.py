@@ -60,9 +60,7 @@ class LowBitLinear(CompressedLinear):
         else:
             self.latent = nn.Parameter(torch.empty(out_features, in_features, **kwargs))
             if learned_scales:
-                groups = in_features // scale_groups(bits, group_size, in_features)
-                self.scale = nn.Parameter(torch.ones(out_features, groups, **kwargs))
-                self.minimum = nn.Parameter(torch.zeros(out_features, groups, **kwargs))
+                self._new_scales(**kwargs)
             self.register_state_dict_post_hook(_store_weight)
         self.bias = nn.Parameter(torch.zeros(out_features, **kwargs)) if bias else None
         self._cache: tuple[tuple, StoredMatrix] | None = None
@@ -84,6 +82,12 @@ class LowBitLinear(CompressedLinear):
             if self.bias is not None:
                 bound = 1.0 / math.sqrt(self.in_features)
                 nn.init.uniform_(self.bias, -bound, bound)
+
+    def _new_scales(self, **kwargs) -> None:
+        """Fresh ``scale`` (ones) and ``minimum`` (zeros) parameters, one per group of the present width."""
+        groups = self.in_features // scale_groups(self.bits, self.group_size, self.in_features)
+        self.scale = nn.Parameter(torch.ones(self.out_features, groups, **kwargs))
+        self.minimum = nn.Parameter(torch.zeros(self.out_features, groups, **kwargs))
 
     @torch.no_grad()
     def start_scales(self) -> None:
@@ -116,9 +120,7 @@ class LowBitLinear(CompressedLinear):
         if not self.learned_scales or same:  # the same width keeps what its scales learned
             return {}
         old = (self.scale, self.minimum)
-        groups = self.in_features // scale_groups(bits, group_size, self.in_features)
-        for name in ("scale", "minimum"):
-            setattr(self, name, nn.Parameter(self.latent.new_zeros(self.out_features, groups)))
+        self._new_scales(device=self.latent.device, dtype=self.latent.dtype)
         self.start_scales()
         return dict(zip(old, (self.scale, self.minimum)))
 
