@@ -39,8 +39,8 @@ RUNS = (
     "greedy-bytes",
 )
 #: Arms a comparison may add by name: the library's lowbit method on every Linear (``lowbit-<bits>-g<group>``;
-#: ``-learned``: with learned group scales).
-LOWBIT_PATTERN = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g\d+(-learned)?")
+#: ``-learned``: with learned group scales), and two widths inside every Linear (``rows-<bits>-<fraction>``).
+NAMED_ARM = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g\d+(-learned)?|rows-(8|4|3|2)-(0\.\d+)")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -78,7 +78,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         nargs="+",
         default=list(RUNS),
         type=run_name,
-        help=f"only these arms ({', '.join(RUNS)}, lowbit-2-g64 …)",
+        help=f"only these arms ({', '.join(RUNS)}, lowbit-2-g64, rows-4-0.045 …)",
     )
     parser.add_argument("--forms", nargs="+", default=None, help="the forms the byte search offers (the recipe's)")
     parser.add_argument("--weight-group-sizes", nargs="+", default=None, help="the lowbit form's group sizes")
@@ -109,9 +109,11 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def run_name(text: str) -> str:
-    if text in RUNS or LOWBIT_PATTERN.fullmatch(text):
+    if text in RUNS or NAMED_ARM.fullmatch(text):
         return text
-    raise argparse.ArgumentTypeError(f"{text!r}: choose among {', '.join(RUNS)} or lowbit-<bits>-g<group>[-learned]")
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: choose among {', '.join(RUNS)}, lowbit-<bits>-g<group>[-learned] or rows-<bits>-<fraction>"
+    )
 
 
 def summary(runs: list[dict]) -> dict[str, dict]:

@@ -14,7 +14,7 @@ from hf_tensorcompress.evaluation.naive import evaluate_naive, naive_forecast, n
 from hf_tensorcompress.search import attention_groups
 from hf_tensorcompress.search.allocators import allocation_bytes, greedy_allocation, random_allocation
 
-from recipekit.byte_arms import BYTE_WIDTHS, lowbit_arm, prepare_int_qat
+from recipekit.byte_arms import BYTE_WIDTHS, lowbit_arm, prepare_int_qat, prepare_rows, rows_arm
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +114,26 @@ def test_int_qat_trains_rounded_weights_and_counts_their_codes():
     assert packed["0"] < 64 * 32 * 4 / 8 + 32 * 4  # 2-bit codes with their scales, and the fp32 bias
     dense(torch.randn(3, 64)).sum().backward()
     assert dense[0].parametrizations.weight.original.grad is not None  # straight-through to the fp32 latent
+
+
+def test_the_rows_arm_trains_two_widths_in_one_weight_and_counts_both():
+    assert rows_arm("rows-4-0.045") == (4, 0.045) and rows_arm("rows-ternary-0.1") is None
+    layer = torch.nn.Linear(256, 40)
+    packed = prepare_rows(4, 0.1)(torch.nn.Sequential(layer), None)
+    weight = layer.weight
+    assert all(len(torch.unique(row[:128])) <= 16 for row in weight[:4])  # 4 wide rows: 4-bit codes
+    assert len(torch.unique(weight[4:, :128])) > 3 and all(len(torch.unique(row[:128])) <= 3 for row in weight[4:])
+    assert torch.equal(layer.bias, layer.bias.half().float())
+    ternary = 36 * 52 * 8 + 36 * 2 * 16  # five codes a byte (52 bytes a row), an fp16 scale per group of 128
+    four_bit = 4 * 256 * 4 + 4 * 2 * 2 * 16  # an fp16 scale and minimum per group
+    assert packed["0"] == -(-(ternary + four_bit + 40 + 40 * 16) // 8)  # a bit a row, the fp16 bias
+    layer(torch.randn(3, 256)).sum().backward()
+    widths = layer.parametrizations.weight[0]
+    assert all(p.grad is not None for p in (layer.parametrizations.weight.original, widths.scale, widths.wide_scale))
+    with pytest.raises(SystemExit):
+        from byte_comparison import parse_args
+
+        parse_args(["--runs", "rows-5-0.1"])
 
 
 def test_naive_forecasts():

@@ -2,10 +2,12 @@
 dense, full-rank low-bit, low-rank or CP factors at a width, a Biprop mask) and, at the bytes each seed's search
 ended with, the allocations a user could make without RL over the same forms: one form everywhere, random ones, and a
 greedy HAQ-style allocation by measured sensitivity; ``lowbit-<bits>-g<group>`` (the library's full-rank low-bit
-method on every Linear); and int4/int2 weight QAT of every Linear (the quantization a user would train instead)."""
+method on every Linear); ``rows-<bits>-<fraction>`` (two widths inside every Linear); and int4/int2 weight QAT of
+every Linear (the quantization a user would train instead)."""
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections.abc import Callable
@@ -14,6 +16,7 @@ import torch
 from torch.nn.utils import parametrize
 
 from hf_tensorcompress import CompressionConfig, apply_compression
+from hf_tensorcompress.methods.lowbit.learned_scales import initial_scales, learned_values
 from hf_tensorcompress.runtime.factor_storage import rounded, stored_form
 from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search.allocators import greedy_allocation, random_allocation, uniform_forms
@@ -34,6 +37,10 @@ INT_QAT_ARMS = ("qat-int4-all", "qat-int2-all")
 #: ``lowbit-<bits>-g<group>[-learned]``: the ``lowbit`` method on every Linear, trained quantization-aware from the
 #: first step (``-learned``: with ``weight_scales="learned"``).
 LOWBIT_ARM = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g(\d+)(-learned)?")
+#: ``rows-<bits>-<fraction>``: the first ``fraction`` of every Linear's rows at ``bits``, the rest ternary.
+ROWS_ARM = re.compile(r"rows-(8|4|3|2)-(0\.\d+)")
+#: Input columns per learned scale of the ``rows-`` arms (as ``lowbit-ternary-g128-learned``).
+ROWS_GROUP = 128
 
 Allocation = dict[str, Form]  # Linear name -> its form
 
@@ -56,6 +63,12 @@ def prepare_lowbit(bits: int | str, group: int, scales: str = "rounded") -> Call
         apply_compression(model, config)
 
     return prepare
+
+
+def rows_arm(name: str) -> tuple[int, float] | None:
+    """(bits of the wide rows, their fraction) of a ``rows-<bits>-<fraction>`` arm name, or None."""
+    match = ROWS_ARM.fullmatch(name)
+    return None if match is None else (int(match.group(1)), float(match.group(2)))
 
 
 def prepare_forms(slots: list[LinearSlot], allocation: Allocation) -> Callable:
@@ -137,3 +150,56 @@ class FirstWindows(torch.utils.data.Dataset):
         if hasattr(self.windows, "scored_mask"):
             return self.windows.scored_mask(index)
         return torch.ones_like(self.windows[index]["future_values"], dtype=torch.bool)
+
+
+class RowWidths(torch.nn.Module):
+    """Two widths inside one weight, straight-through: the first ``wide`` rows at ``bits``, the rest ternary, each
+    against learned group scales (LSQ, ``learned_scales.py``, started from the weight given here). Trained from the
+    first step, the model learns which features to carry in the wide rows, so which rows they are does not matter."""
+
+    def __init__(self, weight: torch.Tensor, bits: int, wide: int) -> None:
+        super().__init__()
+        self.bits, self.wide = bits, wide
+        with torch.no_grad():
+            scale, minimum = initial_scales(weight[:wide], bits, ROWS_GROUP)
+            self.wide_scale, self.wide_minimum = torch.nn.Parameter(scale), torch.nn.Parameter(minimum)
+            scale, minimum = initial_scales(weight[wide:], "ternary", ROWS_GROUP)
+            self.scale, self.minimum = torch.nn.Parameter(scale), torch.nn.Parameter(minimum)
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        wide = learned_values(weight[: self.wide], self.wide_scale, self.wide_minimum, self.bits, ROWS_GROUP)
+        narrow = learned_values(weight[self.wide :], self.scale, self.minimum, "ternary", ROWS_GROUP)
+        return torch.cat((wide, narrow))
+
+
+class HalfBias(torch.nn.Module):
+    """The bias as fp16 stores it, straight-through."""
+
+    def forward(self, bias: torch.Tensor) -> torch.Tensor:
+        return bias + (bias.half().float() - bias).detach()
+
+
+def prepare_rows(bits: int, fraction: float) -> Callable:
+    """An arm's ``prepare``: in every Linear, the first ``ceil(fraction · rows)`` rows at ``bits`` and the rest
+    ternary, in groups of 128 with learned scales, and the bias in fp16 (the bytes the wide rows take); returns their
+    disk bytes: both parts' codes and scales, a bit a row saying which part it is in, and the fp16 bias."""
+
+    def prepare(model: torch.nn.Module, final_ranks) -> dict[str, int]:
+        packed = {}
+        for name in scope_names(model, "all"):
+            module = model.get_submodule(name)
+            rows, columns = module.out_features, module.in_features
+            wide = min(rows, math.ceil(fraction * rows))
+            parametrize.register_parametrization(module, "weight", RowWidths(module.weight.detach(), bits, wide))
+            stored_bits = (
+                stored_form((wide, columns), bits, ROWS_GROUP).storage_bits()
+                + stored_form((rows - wide, columns), "ternary", ROWS_GROUP).storage_bits()
+                + rows
+            )
+            if module.bias is not None:
+                parametrize.register_parametrization(module, "bias", HalfBias())
+                stored_bits += 16 * module.bias.numel()
+            packed[name] = math.ceil(stored_bits / 8)
+        return packed
+
+    return prepare

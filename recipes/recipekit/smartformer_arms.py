@@ -20,7 +20,16 @@ from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total
 from hf_tensorcompress.search.config import FORM_KINDS
 from hf_tensorcompress.search.forms import Form, linear_slots
 
-from .byte_arms import BYTE_DERIVED, BYTE_WIDTHS, INT_QAT_ARMS, lowbit_arm, prepare_int_qat, prepare_lowbit
+from .byte_arms import (
+    BYTE_DERIVED,
+    BYTE_WIDTHS,
+    INT_QAT_ARMS,
+    lowbit_arm,
+    prepare_int_qat,
+    prepare_lowbit,
+    prepare_rows,
+    rows_arm,
+)
 from .forecasters import Size
 from .quantization_arms import (
     FACTOR_SCHEMES,
@@ -117,6 +126,9 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
         if lowbit_arm(name) is not None:
             plan.arms.append((name, None, None, None))
             plan.prepares[name] = prepare_lowbit(*lowbit_arm(name))
+        elif rows_arm(name) is not None:
+            plan.arms.append((name, None, None, None))
+            plan.prepares[name] = prepare_rows(*rows_arm(name))
     if args.runs is not None:
         plan.arms = chosen_runs(plan, args.runs)
     check_switch_step(plan, size.steps, args.switch_step is not None)
