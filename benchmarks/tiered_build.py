@@ -29,8 +29,10 @@ build's memory), so its memory figures are that build's alone:
 - ``head_speed``: dense fp32 ``F.linear`` time / tiered ``logits`` time for ``--positions`` hidden states at batch 1
   and at batch 8 (8 × positions/8), and for one hidden state (a decoding step); ``lookup_speed`` the same for the
   embedding lookup of those positions (the dense arm multiplied by the model's embedding scale where it has one, as
-  its module does), and ``lookup_batch8_full`` for 8 prompts of ``--positions`` tokens each (a batch's prefill).
-  Above 1: the tiered layer is faster. Pairs run alternately, best of ``--repeats``.
+  its module does), and ``lookup_batch8_full`` for 8 prompts of ``--positions`` tokens each (a batch's prefill);
+  ``model_prefill`` / ``model_scoring`` the same for the whole model over one prompt of ``--positions`` calibration
+  tokens, its logits at the last position (``generate()``'s prefill) or at every one (scoring), against the dense
+  model built again. Above 1: the tiered layer is faster. Pairs run alternately, best of ``--repeats``.
 
 The last line printed is one JSON object with every figure. Targets (2 idle cores): SmolLM2 build ≤ 3 min, 262k ≤ 10
 min, 1B ≤ 30 min; peak RSS ≤ 1.5× the fp32 model; head and lookup at many positions ≥ 1.0× dense.
@@ -259,7 +261,30 @@ def build_part(args: argparse.Namespace) -> dict:
         "kept": check.kept if check else None,
         "embed_scale": scale,
         **speeds(layer, dense, scale, args.positions, device, args.repeats),
+        **whole_model_speeds(model, args.shape, ids[: args.positions], device, dtype, args.repeats),
     }
+
+
+@torch.no_grad()
+def whole_model_speeds(
+    model: torch.nn.Module, shape: str, ids: torch.Tensor, device: torch.device, dtype: torch.dtype, repeats: int
+) -> dict:
+    """Dense time / tiered time of the whole model over one prompt of ``ids`` (what a user waits for): its prefill
+    (every layer, the lookup, and the head at the last position, as ``generate()`` runs it) and its scoring (the
+    head at every position). The dense model is the same one built again (the same seed, or the same files)."""
+    dense_model = model_of(shape).to(device, dtype).eval()
+    tokens = ids[None].to(device)
+    result = {}
+    for name, keep in (("prefill", 1), ("scoring", 0)):
+        dense_s, tiered_s = side_by_side(
+            lambda keep=keep: dense_model(input_ids=tokens, logits_to_keep=keep),
+            lambda keep=keep: model(input_ids=tokens, logits_to_keep=keep),
+            device,
+            repeats,
+        )
+        result[f"model_{name}"] = dense_s / tiered_s
+        result[f"model_{name}_ms"] = {"dense": 1e3 * dense_s, "tiered": 1e3 * tiered_s}
+    return result
 
 
 def run_part(shape: str, part: str, args: argparse.Namespace) -> dict:

@@ -40,7 +40,7 @@ RUNS = (
 )
 #: Arms a comparison may add by name: the library's lowbit method on every Linear (``lowbit-<bits>-g<group>``;
 #: ``-learned``: with learned group scales), and two widths inside every Linear (``rows-<bits>-<fraction>``).
-NAMED_ARM = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g\d+(-learned)?|rows-(8|4|3|2)-(0\.\d+)")
+NAMED_ARM = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g\d+(-learned)?|rows-(8|4|3|2)-(0\.\d*[1-9]\d*)")
 
 
 def parse_args(argv=None) -> argparse.Namespace:

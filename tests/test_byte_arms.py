@@ -117,7 +117,7 @@ def test_int_qat_trains_rounded_weights_and_counts_their_codes():
 
 
 def test_the_rows_arm_trains_two_widths_in_one_weight_and_counts_both():
-    assert rows_arm("rows-4-0.045") == (4, 0.045) and rows_arm("rows-ternary-0.1") is None
+    assert rows_arm("rows-4-0.045") == (4, 0.045) and rows_arm("rows-ternary-0.1") is rows_arm("rows-4-0.0") is None
     layer = torch.nn.Linear(256, 40)
     packed = prepare_rows(4, 0.1)(torch.nn.Sequential(layer), None)
     weight = layer.weight

@@ -38,7 +38,7 @@ INT_QAT_ARMS = ("qat-int4-all", "qat-int2-all")
 #: first step (``-learned``: with ``weight_scales="learned"``).
 LOWBIT_ARM = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g(\d+)(-learned)?")
 #: ``rows-<bits>-<fraction>``: the first ``fraction`` of every Linear's rows at ``bits``, the rest ternary.
-ROWS_ARM = re.compile(r"rows-(8|4|3|2)-(0\.\d+)")
+ROWS_ARM = re.compile(r"rows-(8|4|3|2)-(0\.\d*[1-9]\d*)")
 #: Input columns per learned scale of the ``rows-`` arms (as ``lowbit-ternary-g128-learned``).
 ROWS_GROUP = 128
 
