@@ -155,7 +155,7 @@ class FirstWindows(torch.utils.data.Dataset):
 class RowWidths(torch.nn.Module):
     """Two widths inside one weight, straight-through: the first ``wide`` rows at ``bits``, the rest ternary, each
     against learned group scales (LSQ, ``learned_scales.py``, started from the weight given here). Trained from the
-    first step, the model learns which features to carry in the wide rows, so which rows they are does not matter."""
+    first step, there is no trained weight to choose rows by: the wide ones are the first, and training fills them."""
 
     def __init__(self, weight: torch.Tensor, bits: int, wide: int) -> None:
         super().__init__()
