@@ -20,9 +20,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
+
+from recipekit.arm_names import NAMED_ARM, NAMED_ARM_FORMS
 
 RUNS = (
     "dense",
@@ -38,9 +39,6 @@ RUNS = (
     "random-bytes",
     "greedy-bytes",
 )
-#: Arms a comparison may add by name: the library's lowbit method on every Linear (``lowbit-<bits>-g<group>``;
-#: ``-learned``: with learned group scales), and two widths inside every Linear (``rows-<bits>-<fraction>``).
-NAMED_ARM = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g\d+(-learned)?|rows-(8|4|3|2)-(0\.\d*[1-9]\d*)")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -111,9 +109,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def run_name(text: str) -> str:
     if text in RUNS or NAMED_ARM.fullmatch(text):
         return text
-    raise argparse.ArgumentTypeError(
-        f"{text!r}: choose among {', '.join(RUNS)}, lowbit-<bits>-g<group>[-learned] or rows-<bits>-<fraction>"
-    )
+    raise argparse.ArgumentTypeError(f"{text!r}: choose among {', '.join(RUNS)}, {NAMED_ARM_FORMS}")
 
 
 def summary(runs: list[dict]) -> dict[str, dict]:

@@ -14,7 +14,7 @@ from hf_tensorcompress.evaluation.naive import evaluate_naive, naive_forecast, n
 from hf_tensorcompress.search import attention_groups
 from hf_tensorcompress.search.allocators import allocation_bytes, greedy_allocation, random_allocation
 
-from recipekit.byte_arms import BYTE_WIDTHS, lowbit_arm, prepare_int_qat, prepare_rows, rows_arm
+from recipekit.byte_arms import BYTE_WIDTHS, dense_fraction, lowbit_arm, prepare_int_qat, prepare_rows, rows_arm
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +104,12 @@ def test_lowbit_arm_names():
     )
     assert lowbit_arm("lowbit-ternary-g128-learned") == ("ternary", 128, "learned")
     assert lowbit_arm("lowbit-5-g32") is None and lowbit_arm("qat-int2-all") is None
+    after = "lowbit-ternary-g128-learned-after-dense-0.9"
+    assert lowbit_arm(after) == ("ternary", 128, "learned") and dense_fraction(after) == 0.9
+    assert dense_fraction("lowbit-2-g128") is None and lowbit_arm("lowbit-2-g128-after-dense-0") is None
+    from byte_comparison import parse_args
+
+    assert parse_args(["--runs", after]).runs == [after]
 
 
 def test_int_qat_trains_rounded_weights_and_counts_their_codes():

@@ -149,6 +149,24 @@ def test_distill_teaches_every_arm_with_the_dense_run(smartformer, tmp_path, cap
     assert all(np.isfinite(run["metrics"]["mse"]) for run in results["runs"])
 
 
+def test_an_after_dense_arm_trains_dense_first_and_stores_the_quantized_form(smartformer, tmp_path, capsys):
+    """``lowbit-…-after-dense-<f>`` trains dense for that share of the steps, then the form for the rest (model
+    selection only there), and stores what the arm trained from the first step stores; no phase may be empty."""
+    common = ["--model", "patchtst", "--dataset", str(series_csv(tmp_path / "s.csv")), "--horizon", "8",
+              "--context", "64", "--steps", "6"]  # fmt: skip
+    with pytest.raises(SystemExit):
+        smartformer.main([*common, "--runs", "lowbit-2-g16-after-dense-0.95", "--output-dir", str(tmp_path / "none")])
+    assert "6 dense steps leave no step of one phase" in capsys.readouterr().err
+    runs = ["lowbit-2-g16", "lowbit-2-g16-after-dense-0.5"]
+    results = smartformer.main([*common, "--runs", *runs, "--output-dir", str(tmp_path / "out")])
+    plain, after = results["runs"]
+    assert (plain["dense_steps"], after["dense_steps"]) == (None, 3)
+    assert plain["steps"] == after["steps"] == 6 and 3 < after["selected_step"] <= 6
+    assert after["linear_bytes"] == plain["linear_bytes"]
+    assert after["metrics"]["mse"] != plain["metrics"]["mse"]  # another start: the dense phase's weights
+    assert (tmp_path / "out" / "runs" / "lowbit-2-g16-after-dense-0.5-seed0-dense-phase").is_dir()
+
+
 def test_a_byte_budget_below_every_cheapest_form_stops_before_any_arm_trains(smartformer, tmp_path, capsys):
     with pytest.raises(SystemExit):
         smartformer.main(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import random
-import re
 from collections.abc import Callable
 
 import torch
@@ -22,6 +21,7 @@ from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search.allocators import greedy_allocation, random_allocation, uniform_forms
 from hf_tensorcompress.search.forms import Form, LinearSlot, mixed_forms
 
+from .arm_names import LOWBIT_ARM, ROWS_ARM
 from .costs import scope_names
 
 #: Widths the byte search and its baselines choose among: every width ``factor_bits`` / ``lowbit`` stores.
@@ -34,11 +34,6 @@ UNIFORM_KINDS = ("lowbit", "svd", "biprop")
 BYTE_DERIVED = (*(f"uniform-{kind}-bytes" for kind in UNIFORM_KINDS), "random-bytes", "greedy-bytes")
 #: Weight QAT of every Linear in int-N groups of 32 (straight-through), deployed as those codes.
 INT_QAT_ARMS = ("qat-int4-all", "qat-int2-all")
-#: ``lowbit-<bits>-g<group>[-learned]``: the ``lowbit`` method on every Linear, trained quantization-aware from the
-#: first step (``-learned``: with ``weight_scales="learned"``).
-LOWBIT_ARM = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g(\d+)(-learned)?")
-#: ``rows-<bits>-<fraction>``: the first ``fraction`` of every Linear's rows at ``bits``, the rest ternary.
-ROWS_ARM = re.compile(r"rows-(8|4|3|2)-(0\.\d*[1-9]\d*)")
 #: Input columns per learned scale of the ``rows-`` arms (as ``lowbit-ternary-g128-learned``).
 ROWS_GROUP = 128
 
@@ -52,6 +47,13 @@ def lowbit_arm(name: str) -> tuple[int | str, int, str] | None:
         return None
     bits = match.group(1)
     return (int(bits) if bits.isdigit() else bits), int(match.group(2)), "learned" if match.group(3) else "rounded"
+
+
+def dense_fraction(name: str) -> float | None:
+    """The share of the steps a ``lowbit-…-after-dense-<fraction>`` arm trains dense before it is quantized, or
+    None (quantization-aware from the first step)."""
+    match = LOWBIT_ARM.fullmatch(name)
+    return None if match is None or match.group(4) is None else float(match.group(4))
 
 
 def prepare_lowbit(bits: int | str, group: int, scales: str = "rounded") -> Callable:

@@ -24,6 +24,7 @@ from .byte_arms import (
     BYTE_DERIVED,
     BYTE_WIDTHS,
     INT_QAT_ARMS,
+    dense_fraction,
     lowbit_arm,
     prepare_int_qat,
     prepare_lowbit,
@@ -52,12 +53,14 @@ DERIVED = ("uniform-cp", "random-ranks", "searched-ranks", "uniform-cp-scheduled
 class Plan:
     """``arms``: (name, method, rank, make_search(seed) or None) in run order; ``prepares``: arms that build their
     model themselves (name -> ``prepare(model, final_ranks)``); ``post_arms``: arms that round a trained run's
-    weights (name -> (source run, ``transform``)); ``switch_step``: where the ``-scheduled`` svd-all arms are cut."""
+    weights (name -> (source run, ``transform``)); ``switch_step``: where the ``-scheduled`` svd-all arms are cut;
+    ``dense_first``: arms that train dense for a share of the steps before ``prepare`` (name -> that share)."""
 
     arms: list[tuple]
     switch_step: int
     prepares: dict[str, Callable] = field(default_factory=dict)
     post_arms: dict[str, tuple[str, Callable]] = field(default_factory=dict)
+    dense_first: dict[str, float] = field(default_factory=dict)
 
 
 def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., SearchConfig]:
@@ -126,12 +129,15 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
         if lowbit_arm(name) is not None:
             plan.arms.append((name, None, None, None))
             plan.prepares[name] = prepare_lowbit(*lowbit_arm(name))
+            if dense_fraction(name) is not None:
+                plan.dense_first[name] = dense_fraction(name)
         elif rows_arm(name) is not None:
             plan.arms.append((name, None, None, None))
             plan.prepares[name] = prepare_rows(*rows_arm(name))
     if args.runs is not None:
         plan.arms = chosen_runs(plan, args.runs)
     check_switch_step(plan, size.steps, args.switch_step is not None)
+    check_dense_first(plan, size.steps)
     check_distill(plan, args.distill)
     if any(entry[0] == "smartformer-bytes" for entry in plan.arms):  # before any arm trains, not after dense
         config = search(0, in_bytes=True)
@@ -148,6 +154,16 @@ def check_distill(plan: Plan, weight: float | None) -> None:
     """``--distill`` teaches every arm with the seed's dense run, so that run must come first."""
     if weight is not None and (not plan.arms or plan.arms[0][0] != "dense"):
         raise ValueError("--distill teaches every arm with this seed's dense run; add dense to --runs")
+
+
+def check_dense_first(plan: Plan, steps: int) -> None:
+    """An ``-after-dense-<fraction>`` arm needs steps in both of its phases."""
+    for name, share in plan.dense_first.items():
+        if not 1 <= round(share * steps) < steps:
+            raise ValueError(
+                f"--runs {name} with --steps {steps}: {round(share * steps)} dense steps leave no step of one phase; "
+                "choose a fraction that leaves at least one step of each, or train longer"
+            )
 
 
 def check_switch_step(plan: Plan, steps: int, passed: bool) -> None:
@@ -189,11 +205,12 @@ def run_names_help() -> str:
         *DERIVED,
         *PTQ_ARMS,
         *QAT_ARMS,
+        'lowbit-<bits>-g<group>[-learned][-after-dense-<fraction>] (every Linear as method="lowbit", e.g. '
+        'lowbit-2-g128; -learned: weight_scales="learned"; -after-dense-0.5: half the steps dense first)',
+        "rows-<bits>-<fraction> (the first fraction of every Linear's rows at bits, the rest ternary)",
         "with --budget-ratio: smartformer-bytes",
         *BYTE_DERIVED,
         *INT_QAT_ARMS,
-        'lowbit-<bits>-g<group>[-learned] (every Linear as method="lowbit", e.g. lowbit-2-g128; -learned: '
-        'weight_scales="learned")',
         "svd-all-<ratio>[-q4][-scheduled] and svd-all-<ratio>[-scheduled]+<int8|int4|int2> (each --all-linear-ratios ratio)",
     ]
     text = "runs (--runs NAME ...): " + ", ".join(names)

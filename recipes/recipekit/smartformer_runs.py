@@ -7,6 +7,7 @@ import copy
 import os
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 from accelerate import PartialState
@@ -56,12 +57,15 @@ def run_one(
     switch_at: int | None = None,
     prepare: Callable | None = None,
     teacher: torch.nn.Module | None = None,
+    dense_steps: int | None = None,
 ):
     """Train one arm. ``rank``: one rank (int, or a parameter ratio) for every projection, or ``{module: rank}``;
     with ``switch_at`` the model trains at full rank (like a search's start) and takes those ranks after that step.
     ``prepare(model, final_ranks or None)`` builds an arm of its own (quantization-aware training, every Linear
     low-rank) instead of ``method`` and returns the disk bytes of modules deployed in another form than trained.
-    With ``teacher`` (this seed's dense run) the arm is distilled from it with ``--distill``'s weight."""
+    With ``teacher`` (this seed's dense run) the arm is distilled from it with ``--distill``'s weight. With
+    ``dense_steps`` the model first trains dense for that many of the run's steps (its own linear learning-rate
+    decay, no model selection), then ``prepare`` takes those weights and the rest of the steps train that form."""
     train, validation, test = data
     output_dir = os.path.join(args.output_dir, "runs", f"{name}-seed{seed}")
     checkpoint = get_last_checkpoint(output_dir) if args.resume and os.path.isdir(output_dir) else None
@@ -69,6 +73,14 @@ def run_one(
     if switch_at is not None and checkpoint and int(checkpoint.rsplit("-", 1)[1]) >= switch_at:
         schedule_at = None  # saved after the cut: build the model at its final ranks, the checkpoint's shapes
     model = build_model(args.model, args.channels, args.context, args.horizon, size, seed, args.model_path)
+    dense_seconds = 0.0
+    if dense_steps is not None:
+        if checkpoint is None:  # a checkpoint holds the second phase's weights: the first is not run again
+            phase = training_arguments(f"{output_dir}-dense-phase", replace(size, steps=dense_steps), seed, args)
+            start = time.perf_counter()
+            ForecastTrainer(model=model, args=phase, train_dataset=train).train()
+            dense_seconds = time.perf_counter() - start
+        size = replace(size, steps=size.steps - dense_steps)
     packed = None
     if prepare is not None:
         packed = prepare(model, rank if schedule_at is None else None)
@@ -96,7 +108,7 @@ def run_one(
         trainer.add_callback(selection)
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=checkpoint)
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - start + dense_seconds
     model = trainer.model
     ranks, factor_bits = {}, {}
     if method is not None:
@@ -110,8 +122,10 @@ def run_one(
         "seed": seed,
         "metrics": evaluate_forecaster(model, test, batch_size=size.batch_size, progress=False),
         "validation_mse": None if selection is None or selection.best is None else selection.best[0],
-        "steps": size.steps,
-        "selected_step": size.steps if selection is None or selection.best is None else selection.best[1],
+        "steps": size.steps + (dense_steps or 0),
+        "dense_steps": dense_steps,
+        "selected_step": (dense_steps or 0)
+        + (size.steps if selection is None or selection.best is None else selection.best[1]),
         "params": sum(p.numel() for p in model.parameters()),
         "attention_params": attention_params(model),
         **byte_counts(model, packed),

@@ -76,12 +76,13 @@ def run_seed(seed: int, plan: Plan, args, size: Size, data, results: dict, heade
         switch_at = None
         if name.endswith("-scheduled"):
             switch_at = plan.switch_step if name in plan.prepares else state.searched[2]
+        dense_steps = round(plan.dense_first[name] * size.steps) if name in plan.dense_first else None
         for run_name, run_rank, draw, prepare in arm_runs(name, rank, plan, state, seed, args, size, data):
             teacher = state.trained["dense"][1] if args.distill and name != "dense" else None
             with headers.run(run_name):
                 search = make_search(seed) if make_search else None
                 result, trainer = run_one(
-                    run_name, method, run_rank, search, seed, args, size, data, switch_at, prepare, teacher
+                    run_name, method, run_rank, search, seed, args, size, data, switch_at, prepare, teacher, dense_steps
                 )
             state.trained[run_name] = (result, trainer.model)
             if draw is not None:

@@ -1,0 +1,17 @@
+"""The arms a comparison may add by name in ``--runs``, as patterns. Torch-free: ``byte_comparison.py`` checks the
+names before it launches a run, and ``byte_arms.py`` reads the settings out of them."""
+
+from __future__ import annotations
+
+import re
+
+#: ``lowbit-<bits>-g<group>[-learned][-after-dense-<fraction>]``: the ``lowbit`` method on every Linear, trained
+#: quantization-aware from the first step (``-learned``: with ``weight_scales="learned"``; ``-after-dense-<f>``: from
+#: the weights of the first ``f`` of the steps trained dense, the rest quantization-aware).
+LOWBIT_ARM = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g(\d+)(-learned)?(?:-after-dense-(0\.\d*[1-9]\d*))?")
+#: ``rows-<bits>-<fraction>``: the first ``fraction`` of every Linear's rows at ``bits``, the rest ternary.
+ROWS_ARM = re.compile(r"rows-(8|4|3|2)-(0\.\d*[1-9]\d*)")
+#: Either of them.
+NAMED_ARM = re.compile(f"{LOWBIT_ARM.pattern}|{ROWS_ARM.pattern}")
+#: How the named arms are spelled, for a message that refuses a name.
+NAMED_ARM_FORMS = "lowbit-<bits>-g<group>[-learned][-after-dense-<fraction>] or rows-<bits>-<fraction>"
