@@ -28,8 +28,8 @@ build's memory), so its memory figures are that build's alone:
   ``process_peak_over_fp32_model`` the whole process's peak (loading the model, the libraries, the build);
 - ``head_speed``: dense fp32 ``F.linear`` time / tiered ``logits`` time for ``--positions`` hidden states at batch 1
   and at batch 8 (8 × positions/8), and for one hidden state (a decoding step); ``lookup_speed`` the same for the
-  embedding lookup of those positions (the dense arm multiplied by the model's embedding scale where it has one, as
-  its module does), and ``lookup_batch8_full`` for 8 prompts of ``--positions`` tokens each (a batch's prefill);
+  embedding lookup of those positions (both called as modules, as the model calls them; the dense arm an
+  ``nn.Embedding`` of the table, multiplied by the model's embedding scale where it has one, as its module does), and ``lookup_batch8_full`` for 8 prompts of ``--positions`` tokens each (a batch's prefill);
   ``model_prefill`` / ``model_scoring`` the same for the whole model over one prompt of ``--positions`` calibration
   tokens, its logits at the last position (``generate()``'s prefill) or at every one (scoring), against the dense
   model built again. Above 1: the tiered layer is faster. Pairs run alternately, best of ``--repeats``.
@@ -125,9 +125,10 @@ def speeds(layer, dense: torch.Tensor, scale: float | None, positions: int, devi
     the tiered one does."""
     generator = torch.Generator().manual_seed(0)
     factor = None if scale is None else torch.tensor(scale, dtype=torch.float32).to(device, dense.dtype)
+    embedding = torch.nn.Embedding.from_pretrained(dense, freeze=True)  # the same tensor, called as a module
 
-    def dense_lookup(tokens: torch.Tensor) -> torch.Tensor:  # the replaced module's forward
-        vectors = F.embedding(tokens, dense)
+    def dense_lookup(tokens: torch.Tensor) -> torch.Tensor:  # the replaced module, called as the model calls it
+        vectors = embedding(tokens)
         return vectors if factor is None else vectors * factor
 
     hidden = torch.randn(positions, dense.shape[1], generator=generator).to(device, dense.dtype)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import pickle
 
 import pytest
 import torch
@@ -200,9 +201,9 @@ def test_the_head_over_many_positions_decodes_in_token_order_to_the_same_logits(
 
 
 def test_lookup_and_head_read_what_is_stored_now():
-    """On the CPU the lookup and the head decode every tier in one C call, through a table of the tiers' buffers
-    built once: a slot or codes changed in place, every buffer replaced (a load with ``assign``), and a move with
-    ``to()`` each give the rows stored now."""
+    """On the CPU the lookup and the head decode every tier in one C call, through a decode of the tiers' buffers
+    built once: a slot or codes changed in place, every buffer replaced (a load with ``assign``), a copy, a pickled
+    layer and a move with ``to()`` each give the rows stored now."""
     vocab = 3 * GEMM_TOKENS
     tiers = [
         {"rows": GEMM_TOKENS, "bits": 8, "group_size": 32},
@@ -229,6 +230,8 @@ def test_lookup_and_head_read_what_is_stored_now():
     for tier in layer.tiers:
         tier.scale.zero_()  # the original's rows, not the copy's
     layer = copied
+    reads_what_is_stored()
+    layer = pickle.loads(pickle.dumps(layer))  # a saved whole module: the decode is built again where it loads
     reads_what_is_stored()
     layer.to(torch.bfloat16)
     reads_what_is_stored()

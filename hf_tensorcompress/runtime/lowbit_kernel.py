@@ -28,6 +28,7 @@ import functools
 import os
 import platform
 import warnings
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -413,34 +414,53 @@ def decode_tiers(
     tier; False (nothing written) where the kernel does not cover it (an ``out`` that is not fp32, or not as wide as
     the table's rows). The C code looks up each token and its slot within their bounds: a token outside the
     vocabulary, or a slot outside the tiers, raises IndexError."""
-    # sizes from shape and numel(), not len(): a tensor's __len__ runs in Python, and a one-token lookup is a few
-    # microseconds in all
-    count = len(tokens) if isinstance(tokens, range) else tokens.numel()
-    if not _enabled(slot, count, None) or slot.dtype != torch.int32 or slot.dim() != 1 or not slot.is_contiguous():
-        return False
-    if out.dtype != torch.float32 or out.dim() != 2 or out.shape[1] != table.width or out.shape[0] < count:
-        return False
-    if not out.is_contiguous() or table.rows != slot.shape[0]:
-        return False
-    if isinstance(tokens, range) and tokens.step != 1 or isinstance(tokens, torch.Tensor) and not tokens.is_cpu:
-        return False
+    decode = tier_decoder(slot, table)
+    return decode is not None and decode(tokens, out, factor)
+
+
+def tier_decoder(slot: torch.Tensor, table: TierTable, keep: object = None) -> Callable[..., bool] | None:
+    """``decode_tiers`` for this ``slot`` and ``table``, with what a lookup does not change checked once: called with
+    ``(tokens, out, factor=1.0)`` it checks only those. A layer keeps it for its stored tensors' addresses, so that a
+    lookup of a few tokens costs a few microseconds more than dense. None where the kernel cannot serve ``slot``.
+    It holds ``slot``, ``table`` and ``keep`` (what the table's addresses point at) while it lives."""
+    if not _enabled(slot, 1, None) or slot.dtype != torch.int32 or slot.dim() != 1 or not slot.is_contiguous():
+        return None
     library = load_kernel()
-    if library is None:
-        return False
-    first, ids = 0, tokens
-    if isinstance(tokens, range):
-        first, ids = tokens.start, None
-    elif tokens.dtype != torch.int64 or tokens.dim() != 1 or not tokens.is_contiguous():
-        ids = tokens.reshape(-1).long().contiguous()
-    bad = library.tiered_decode(slot.data_ptr(), table.rows, None if ids is None else ids.data_ptr(), first, count,
-        table.fields.data_ptr(), table.fields.shape[0], table.width, factor, out.data_ptr(),
-        _workers(count, per_thread=DECODE_ROWS_PER_THREAD))  # fmt: skip
-    if bad:
-        raise IndexError(
-            f"{bad} of {count} tokens are outside the vocabulary of {table.rows} or stored outside its tiers "
-            "(token ids are 0 .. vocabulary size - 1; slot must be a permutation of them)"
-        )
-    return True
+    if library is None or table.rows != slot.shape[0]:
+        return None
+    call, width, rows, tiers = library.tiered_decode, table.width, table.rows, table.fields.shape[0]
+    addresses = (slot.data_ptr(), table.fields.data_ptr())
+    held = (slot, table, keep)
+
+    def decode(tokens: torch.Tensor | range, out: torch.Tensor, factor: float = 1.0, _held: tuple = held) -> bool:
+        if os.environ.get("HF_TENSORCOMPRESS_KERNELS", "1") == "0":
+            return False
+        if out.dtype != torch.float32 or out.dim() != 2 or out.shape[1] != width or not out.is_contiguous():
+            return False
+        first, ids = 0, tokens
+        if isinstance(tokens, range):
+            if tokens.step != 1:
+                return False
+            first, ids, count = tokens.start, None, len(tokens)
+        elif not tokens.is_cpu:
+            return False
+        else:
+            # sizes from shape and numel(), not len(): a tensor's __len__ runs in Python
+            count = tokens.numel()
+            if tokens.dtype != torch.int64 or tokens.dim() != 1 or not tokens.is_contiguous():
+                ids = tokens.reshape(-1).long().contiguous()
+        if count == 0 or out.shape[0] < count:
+            return False
+        bad = call(addresses[0], rows, None if ids is None else ids.data_ptr(), first, count, addresses[1], tiers,
+            width, factor, out.data_ptr(), _workers(count, per_thread=DECODE_ROWS_PER_THREAD))  # fmt: skip
+        if bad:
+            raise IndexError(
+                f"{bad} of {count} tokens are outside the vocabulary of {rows} or stored outside its tiers "
+                "(token ids are 0 .. vocabulary size - 1; slot must be a permutation of them)"
+            )
+        return True
+
+    return decode
 
 
 def _workers(rows: int, per_thread: int = MIN_ROWS_PER_THREAD) -> int:

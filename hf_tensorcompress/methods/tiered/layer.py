@@ -11,7 +11,6 @@ from __future__ import annotations
 import operator
 import struct
 from collections.abc import Callable
-from types import ModuleType
 
 import torch
 from torch import nn
@@ -133,8 +132,8 @@ class TieredEmbedding(CompressedLayer):
             self.left = LowBitTensor((num_embeddings - self.low_rank_start, rank), rank_bits)
             self.right = LowBitTensor((rank, embedding_dim), rank_bits)
         self.register_buffer("dtype_probe", torch.zeros(0), persistent=False)  # follows the model's dtype
-        # _tier_table's: the buffers, their addresses, the table
-        self._table_of: tuple[list[torch.Tensor], list[int], tuple] | None = None
+        # _decoder's: the buffers, their addresses, the decode built for them
+        self._decoder_of: tuple[list[torch.Tensor], list[int], Callable[..., bool]] | None = None
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
@@ -204,14 +203,11 @@ class TieredEmbedding(CompressedLayer):
 
     def _decode_all_tiers(self, tokens: torch.Tensor | range, out: torch.Tensor, factor: float = 1.0) -> bool:
         """CPU: the rows of ``tokens`` (ids, or a range of them) into fp32 ``out`` in one C call across every tier
-        (the kernel's ``decode_tiers``), each times ``factor`` (only without a low-rank part), then the
+        (the kernel's ``tier_decoder``), each times ``factor`` (only without a low-rank part), then the
         low-rank part added; False (nothing written) where the checkpoint has no kernel or it does not cover every
         tier's layout. Tier by tier, each call from Python would cost about what decoding a few hundred rows does."""
-        kernel = sibling("lowbit_kernel")
-        if kernel is None:
-            return False
-        table, alive = self._tier_table(kernel)  # alive: what a table built just now points at
-        if table is None or not kernel.decode_tiers(self.slot, table, tokens, out, factor):
+        decode = self._decoder()
+        if decode is None or not decode(tokens, out, factor):
             return False
         if self.rank:
             slot = self.slot[tokens.start : tokens.stop] if isinstance(tokens, range) else self.slot[tokens]
@@ -231,32 +227,40 @@ class TieredEmbedding(CompressedLayer):
             low_rank = (self.low_rank_start, lambda index: self.left.rows(index, dtype) @ self.right.dequantize(dtype))
         return where_every_tier(slot, tiers, self.embedding_dim, dtype, low_rank)
 
-    def _tier_table(self, kernel: ModuleType) -> tuple[tuple | None, list]:
-        """The kernel's table of every tier (``tier_table``; None where a tier's layout is not covered) and the forms
-        whose tensors it points at, which the caller keeps for the call. Built, with its checks, once for each set of
-        stored tensors at their addresses: the C code reads them where they are, so values changed in place need
-        nothing new, while a replaced buffer (a load with ``assign``) is another tensor, and a copy of the layer
-        (``deepcopy``, pickling) holds the same-named tensors at other addresses. ``to()`` drops the table
-        (``_apply``)."""
+    def _decoder(self) -> Callable[..., bool] | None:
+        """The kernel's decode of every tier (``tier_decoder``; None where the checkpoint has no kernel or a tier's
+        layout is not covered). Built, with its checks, once for each set of stored tensors (``slot`` and the tiers')
+        at their addresses: the C code reads them where they are, so values changed in place need nothing new, while
+        a replaced buffer (a load with ``assign``) is another tensor, and a copy of the layer (``deepcopy``, pickling)
+        holds the same-named tensors at other addresses. ``to()`` drops it (``_apply``)."""
         # map() and the dicts, not a loop over attributes: this runs at every lookup, a few microseconds in all
-        buffers = [buffer for stored in self._modules["tiers"] for buffer in stored._buffers.values()]
-        kept = self._table_of
+        buffers = [self._buffers["slot"]]
+        buffers += [buffer for stored in self._modules["tiers"] for buffer in stored._buffers.values()]
+        kept = self._decoder_of
         if kept is not None and len(kept[0]) == len(buffers) and all(map(operator.is_, kept[0], buffers)):
             if kept[1] == list(map(torch.Tensor.data_ptr, buffers)):
-                return kept[2], []
+                return kept[2]
+        kernel = sibling("lowbit_kernel")
+        if kernel is None:
+            return None
         stored = iter(self.tiers)
         forms = [
             next(stored).kernel_form(kernel) if tier["bits"] else kernel.zero_form(tier["rows"], self.embedding_dim)
             for tier in self.tier_specs
         ]
         table = kernel.tier_table(forms, self.embedding_dim)
+        decode = None if table is None else kernel.tier_decoder(buffers[0], table, forms)  # it holds the forms
         contiguous = all(buffer.is_contiguous() for buffer in buffers)  # else a form points at a copy
-        held = (buffers, list(map(torch.Tensor.data_ptr, buffers)), table)
-        self._table_of = held if table is not None and contiguous else None
-        return table, forms
+        held = (buffers, list(map(torch.Tensor.data_ptr, buffers)), decode)
+        self._decoder_of = held if decode is not None and contiguous else None
+        return decode
+
+    def __getstate__(self) -> dict:
+        """What pickling keeps: everything but the decode, which calls this process's kernel on its tensors."""
+        return {**super().__getstate__(), "_decoder_of": None}
 
     def _apply(self, fn: Callable, recurse: bool = True) -> TieredEmbedding:
-        self._table_of = None  # the table points at the tensors ``to()`` replaces (and would keep them alive)
+        self._decoder_of = None  # the decode points at the tensors ``to()`` replaces (and would keep them alive)
         return super()._apply(fn, recurse)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
