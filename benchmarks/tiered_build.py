@@ -29,7 +29,8 @@ build's memory), so its memory figures are that build's alone:
 - ``head_speed``: dense fp32 ``F.linear`` time / tiered ``logits`` time for ``--positions`` hidden states at batch 1
   and at batch 8 (8 × positions/8), and for one hidden state (a decoding step); ``lookup_speed`` the same for the
   embedding lookup of those positions (both called as modules, as the model calls them; the dense arm an
-  ``nn.Embedding`` of the table, multiplied by the model's embedding scale where it has one, as its module does), and ``lookup_batch8_full`` for 8 prompts of ``--positions`` tokens each (a batch's prefill);
+  ``nn.Embedding`` of the table, multiplied by the model's embedding scale where it has one, as its module does),
+  and ``lookup_batch8_full`` for 8 prompts of ``--positions`` tokens each (a batch's prefill);
   ``model_prefill`` / ``model_scoring`` the same for the whole model over one prompt of ``--positions`` calibration
   tokens, its logits at the last position (``generate()``'s prefill) or at every one (scoring), against the dense
   model built again. Above 1: the tiered layer is faster. Pairs run alternately, best of ``--repeats``.
