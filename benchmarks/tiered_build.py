@@ -30,7 +30,9 @@ build's memory), so its memory figures are that build's alone:
   and at batch 8 (8 × positions/8), and for one hidden state (a decoding step); ``lookup_speed`` the same for the
   embedding lookup of those positions (both called as modules, as the model calls them; the dense arm an
   ``nn.Embedding`` of the table, multiplied by the model's embedding scale where it has one, as its module does),
-  and ``lookup_batch8_full`` for 8 prompts of ``--positions`` tokens each (a batch's prefill);
+  and ``lookup_batch8_full`` for 8 prompts of ``--positions`` tokens each (a batch's prefill); ``…_cold`` the
+  lookups of one prompt and of the 8 prompts with 128 MB read before each call, as a forward pass meets them (its
+  layers' weights have pushed the table's rows out of the caches), where a repeated lookup finds them cached;
   ``model_prefill`` / ``model_scoring`` the same for the whole model over one prompt of ``--positions`` calibration
   tokens, its logits at the last position (``generate()``'s prefill) or at every one (scoring), against the dense
   model built again. Above 1: the tiered layer is faster. Pairs run alternately, best of ``--repeats``.
@@ -59,6 +61,9 @@ from timing import add_device_arguments, device_and_dtype, side_by_side  # noqa:
 SHAPES = ("smollm2", "262k", "1b")
 TARGET_MINUTES = {"smollm2": 3, "262k": 10, "1b": 30}
 WINDOW = 512
+
+#: Bytes read before each cold lookup: several times a last-level cache (32 MB on the AMD EPYC these figures ran on).
+EVICTION_BYTES = 128 * 2**20
 
 
 def model_of(shape: str) -> torch.nn.Module:
@@ -150,6 +155,16 @@ def speeds(layer, dense: torch.Tensor, scale: float | None, positions: int, devi
     dense_s, tiered_s = side_by_side(lambda: dense_lookup(prompts), lambda: layer(prompts), device, repeats)
     result["lookup_batch8_full"] = dense_s / tiered_s  # 8 prompts of ``positions``: the prefill of a batch
     result["lookup_batch8_full_ms"] = {"dense": 1e3 * dense_s, "tiered": 1e3 * tiered_s}
+    # the same lookups from cold caches, as a forward pass meets them: every layer's weights have gone through the
+    # caches since the model's last lookup, where a repeated lookup finds the rows it read last time still there
+    streamed = torch.ones(EVICTION_BYTES // 4, device=device)
+    for name, tokens in (("batch1", ids[None]), ("batch8_full", prompts)):
+        dense_s, tiered_s = side_by_side(
+            lambda tokens=tokens: dense_lookup(tokens), lambda tokens=tokens: layer(tokens), device, repeats,
+            before=streamed.sum,
+        )  # fmt: skip
+        result[f"lookup_{name}_cold"] = dense_s / tiered_s
+        result[f"lookup_{name}_cold_ms"] = {"dense": 1e3 * dense_s, "tiered": 1e3 * tiered_s}
     return result
 
 

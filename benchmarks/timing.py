@@ -40,11 +40,22 @@ def seconds(function: Callable[[], object], device: torch.device) -> float:
 
 
 def side_by_side(
-    first: Callable[[], object], second: Callable[[], object], device: torch.device, repeats: int
+    first: Callable[[], object],
+    second: Callable[[], object],
+    device: torch.device,
+    repeats: int,
+    before: Callable[[], object] | None = None,
 ) -> tuple[float, float]:
-    """Best-of-``repeats`` times of two functions run alternately, so machine noise hits both."""
+    """Best-of-``repeats`` times of two functions run alternately, so machine noise hits both; ``before`` runs,
+    untimed, ahead of every timed call (e.g. to push what the last call read out of the caches)."""
     first(), second()
-    pairs = [(seconds(first, device), seconds(second, device)) for _ in range(repeats)]
+
+    def timed(function: Callable[[], object]) -> float:
+        if before is not None:
+            before()
+        return seconds(function, device)
+
+    pairs = [(timed(first), timed(second)) for _ in range(repeats)]
     return min(p[0] for p in pairs), min(p[1] for p in pairs)
 
 
