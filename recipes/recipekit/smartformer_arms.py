@@ -54,13 +54,13 @@ class Plan:
     """``arms``: (name, method, rank, make_search(seed) or None) in run order; ``prepares``: arms that build their
     model themselves (name -> ``prepare(model, final_ranks)``); ``post_arms``: arms that round a trained run's
     weights (name -> (source run, ``transform``)); ``switch_step``: where the ``-scheduled`` svd-all arms are cut;
-    ``dense_first``: arms that train dense for a share of the steps before ``prepare`` (name -> that share)."""
+    ``dense_first``: arms that train dense for a share of the steps before ``prepare`` (name -> those steps)."""
 
     arms: list[tuple]
     switch_step: int
     prepares: dict[str, Callable] = field(default_factory=dict)
     post_arms: dict[str, tuple[str, Callable]] = field(default_factory=dict)
-    dense_first: dict[str, float] = field(default_factory=dict)
+    dense_first: dict[str, int] = field(default_factory=dict)
 
 
 def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., SearchConfig]:
@@ -129,8 +129,8 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
         if lowbit_arm(name) is not None:
             plan.arms.append((name, None, None, None))
             plan.prepares[name] = prepare_lowbit(*lowbit_arm(name))
-            if dense_fraction(name) is not None:
-                plan.dense_first[name] = dense_fraction(name)
+            if (fraction := dense_fraction(name)) is not None:
+                plan.dense_first[name] = round(fraction * size.steps)
         elif rows_arm(name) is not None:
             plan.arms.append((name, None, None, None))
             plan.prepares[name] = prepare_rows(*rows_arm(name))
@@ -158,10 +158,10 @@ def check_distill(plan: Plan, weight: float | None) -> None:
 
 def check_dense_first(plan: Plan, steps: int) -> None:
     """An ``-after-dense-<fraction>`` arm needs steps in both of its phases."""
-    for name, share in plan.dense_first.items():
-        if not 1 <= round(share * steps) < steps:
+    for name, dense_steps in plan.dense_first.items():
+        if not 1 <= dense_steps < steps:
             raise ValueError(
-                f"--runs {name} with --steps {steps}: {round(share * steps)} dense steps leave no step of one phase; "
+                f"--runs {name} with --steps {steps}: {dense_steps} dense steps leave no step of one phase; "
                 "choose a fraction that leaves at least one step of each, or train longer"
             )
 

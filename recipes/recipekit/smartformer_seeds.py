@@ -76,7 +76,7 @@ def run_seed(seed: int, plan: Plan, args, size: Size, data, results: dict, heade
         switch_at = None
         if name.endswith("-scheduled"):
             switch_at = plan.switch_step if name in plan.prepares else state.searched[2]
-        dense_steps = round(plan.dense_first[name] * size.steps) if name in plan.dense_first else None
+        dense_steps = plan.dense_first.get(name)
         for run_name, run_rank, draw, prepare in arm_runs(name, rank, plan, state, seed, args, size, data):
             teacher = state.trained["dense"][1] if args.distill and name != "dense" else None
             with headers.run(run_name):
