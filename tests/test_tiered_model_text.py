@@ -79,6 +79,10 @@ def test_sequences_run_in_rounds_whose_cache_fits_the_budget_and_give_the_same_c
     model.config.sliding_window = 4096  # the static cache holds a sliding-window layer at the sequences' length
     assert model_text.sequences_at_once(model, 127, 1000) == fit
     model.config.sliding_window = None
+    monkeypatch.setattr(model_text, "CACHE_SHARE", 1e-9)  # room for any number of sequences: the cap decides
+    assert model_text.sequences_at_once(model, 127, 1000) == model_text.MOST_AT_ONCE == 64
+    assert model_text.sequences_at_once(model, 127, 50) == 50
+    monkeypatch.undo()
     counts = torch.bincount(CALIBRATION, minlength=VOCAB)
     whole = sample_model_text(model, 2000, counts, held_tokens=90)
     monkeypatch.setattr(model_text, "CACHE_SHARE", 10**9)  # 8 sequences a round: the counted and held ones mix

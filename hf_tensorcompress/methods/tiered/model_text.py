@@ -10,8 +10,8 @@ The hidden states entering its output layer along that text estimate the covaria
 Cost: short sequences sampled side by side with the key/value cache, so the model runs about as many token
 positions as the sample holds, each step one GEMM-sized product over every sequence of a round, and the hidden states
 are taken from those steps rather than from a second pass. As many sequences run at once as keep their cache and
-each step's logits under a quarter of the model's own bytes: each round reads every weight once a step, and a decoding
-step of a few sequences is bound by those reads, so fewer, wider rounds take less time. Short sequences make the
+each step's logits under half of the model's own bytes (64 at most): each round reads every weight once a step, and a
+decoding step of a few sequences is bound by those reads, so fewer, wider rounds take less time. Short sequences make the
 rounds wide (a sequence's cache grows with its length) and few (a round takes as many steps as a sequence has
 tokens): on SmolLM2 (2 cores), 8,192 tokens as 64 sequences of 128 took 85 s, 128 of 64 took 74 s, 256 of 32 took
 51 s, and the rows weighed at 32 served unseen text no worse. The cache is ``generate``'s static one, allocated
@@ -47,12 +47,15 @@ SEQUENCES_AT_ONCE = 8
 ROWS_AT_ONCE = 4096
 
 #: What the sequences sampled side by side hold (their cache and each step's logits) stays under the model's bytes
-#: divided by this. A quarter: under half, a 1B model (128,256 × 2,048, 16 layers) sampled its 288 sequences in two
-#: rounds of 144, which added 1.7 GB (0.36× its fp32 bytes) and took the build's peak to 1.52× the model, past the
-#: 1.5× a build should stay under. Wide rounds save time only while a step's products are narrow enough to be bound
-#: by reading the weights (on SmolLM2 with 128-token sequences, 30 a round against 15 took the step from 182 s to
-#: 136 s); at 32 tokens a sequence rounds are wide either way.
-CACHE_SHARE = 4
+#: divided by this. Half: on SmolLM2, 30 sequences a round instead of a quarter's 15 took the step from 182 s to 136 s
+#: (2 cores), and the build's peak did not rise (the widths measured next reuse the freed space).
+CACHE_SHARE = 2
+
+#: The most sequences sampled side by side, however many fit: a step's products over 64 positions are bound by their
+#: arithmetic on a CPU rather than by reading the weights, so wider rounds save little time and hold more memory. A
+#: 1B model (128,256 × 2,048, 16 layers) sampled its 288 sequences in two rounds of 144 under half its bytes, which
+#: added 1.7 GB at the step's peak (0.36× its fp32 bytes) and took the build's peak to 1.52× the model.
+MOST_AT_ONCE = 64
 
 #: Float32 copies of a sequence's logits a generation step holds at its peak (the model's output, ``generate``'s
 #: float copy, a soft cap's temporaries, the draw's scores, and the heap they leave): measured on the 262,144 × 640
@@ -172,13 +175,14 @@ def cache_bytes_per_position(model: nn.Module) -> int:
 
 def sequences_at_once(model: nn.Module, length: int, total: int) -> int:
     """How many sequences to sample side by side: as many as keep their cache and their steps' logits under
-    ``1 / CACHE_SHARE`` of the model's bytes, at least ``SEQUENCES_AT_ONCE``, at most ``total``."""
+    ``1 / CACHE_SHARE`` of the model's bytes, at least ``SEQUENCES_AT_ONCE``, at most ``MOST_AT_ONCE`` and
+    ``total``."""
     model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     vocab = model.get_output_embeddings().weight.shape[0]
     # the static cache holds the start token and ``length`` positions a sequence (a sliding-window layer no more)
     per_sequence = cache_bytes_per_position(model) * (length + 1) + LOGIT_COPIES * 4 * vocab
     fit = model_bytes // CACHE_SHARE // max(1, per_sequence)
-    return max(1, min(total, max(SEQUENCES_AT_ONCE, fit)))
+    return max(1, min(total, MOST_AT_ONCE, max(SEQUENCES_AT_ONCE, fit)))
 
 
 @torch.no_grad()
