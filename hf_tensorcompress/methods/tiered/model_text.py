@@ -51,10 +51,11 @@ ROWS_AT_ONCE = 4096
 #: (2 cores), and the build's peak did not rise (the widths measured next reuse the freed space).
 CACHE_SHARE = 2
 
-#: The most sequences sampled side by side, however many fit: a step's products over 64 positions are bound by their
-#: arithmetic on a CPU rather than by reading the weights, so wider rounds save little time and hold more memory. A
-#: 1B model (128,256 × 2,048, 16 layers) sampled its 288 sequences in two rounds of 144 under half its bytes, which
-#: added 1.7 GB at the step's peak (0.36× its fp32 bytes) and took the build's peak to 1.52× the model.
+#: The most sequences sampled side by side, however many fit: at 64 the step holds less than the build's other steps
+#: do at their peaks (on SmolLM2, a 262k-vocabulary 270M shape and a 1B shape). Under half its bytes alone, the 1B
+#: shape (128,256 × 2,048, 16 layers) sampled its 288 sequences in two rounds of 144 and the step added 1.7 GB (0.36×
+#: its fp32 bytes), taking the build's peak to 1.52× the model; in five rounds of 58 it added 259 MB (peak 1.27×), at
+#: the price of 383 s against 257 s for the step (2 cores, on days a dense forward took 193 s and 176 s).
 MOST_AT_ONCE = 64
 
 #: Float32 copies of a sequence's logits a generation step holds at its peak (the model's output, ``generate``'s
