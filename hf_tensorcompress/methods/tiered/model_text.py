@@ -11,8 +11,8 @@ Cost: short sequences sampled side by side with the key/value cache, so the mode
 positions as the sample holds, each step one GEMM-sized product over every sequence of a round, and the hidden states
 are taken from those steps rather than from a second pass. As many sequences run at once as keep their cache and
 each step's logits under half of the model's own bytes (64 at most): each round reads every weight once a step, and a
-decoding step of a few sequences is bound by those reads, so fewer, wider rounds take less time. Short sequences make the
-rounds wide (a sequence's cache grows with its length) and few (a round takes as many steps as a sequence has
+decoding step of a few sequences is bound by those reads, so fewer, wider rounds take less time. Short sequences make
+the rounds wide (a sequence's cache grows with its length) and few (a round takes as many steps as a sequence has
 tokens): on SmolLM2 (2 cores), 8,192 tokens as 64 sequences of 128 took 85 s, 128 of 64 took 74 s, 256 of 32 took
 51 s, and the rows weighed at 32 served unseen text no worse. The cache is ``generate``'s static one, allocated
 once at the sequences' length: the default cache grows by a position each step, every layer's keys and values copied
@@ -51,8 +51,8 @@ ROWS_AT_ONCE = 4096
 #: (2 cores), and the build's peak did not rise (the widths measured next reuse the freed space).
 CACHE_SHARE = 2
 
-#: The most sequences sampled side by side, however many fit: at 64 the step holds less than the build's other steps
-#: do at their peaks (on SmolLM2, a 262k-vocabulary 270M shape and a 1B shape). Under half its bytes alone, the 1B
+#: The most sequences sampled side by side, however many fit: at 64 the step adds less at its peak than the build's
+#: largest other step (on SmolLM2, a 262k-vocabulary 270M shape and a 1B shape). Under half its bytes alone, the 1B
 #: shape (128,256 × 2,048, 16 layers) sampled its 288 sequences in two rounds of 144 and the step added 1.7 GB (0.36×
 #: its fp32 bytes), taking the build's peak to 1.52× the model; in five rounds of 58 it added 259 MB (peak 1.27×), at
 #: the price of 383 s against 257 s for the step (2 cores, on days a dense forward took 193 s and 176 s).
