@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -137,6 +138,12 @@ def speeds(layer, dense: torch.Tensor, scale: float | None, positions: int, devi
         vectors = embedding(tokens)
         return vectors if factor is None else vectors * factor
 
+    def lookup_speed(key: str, tokens: torch.Tensor, before: Callable[[], object] | None = None) -> None:
+        """``result[key]`` (dense time / tiered time) and ``result[key + "_ms"]`` for the lookup of ``tokens``."""
+        dense_s, tiered_s = side_by_side(lambda: dense_lookup(tokens), lambda: layer(tokens), device, repeats, before)
+        result[key] = dense_s / tiered_s
+        result[f"{key}_ms"] = {"dense": 1e3 * dense_s, "tiered": 1e3 * tiered_s}
+
     hidden = torch.randn(positions, dense.shape[1], generator=generator).to(device, dense.dtype)
     ids = torch.randint(0, dense.shape[0], (positions,), generator=generator).to(device)
     result = {}
@@ -146,25 +153,14 @@ def speeds(layer, dense: torch.Tensor, scale: float | None, positions: int, devi
             lambda states=states: F.linear(states, dense), lambda states=states: layer.logits(states), device, repeats
         )
         result[f"head_{name}"] = dense_s / tiered_s
-        dense_s, tiered_s = side_by_side(
-            lambda tokens=tokens: dense_lookup(tokens), lambda tokens=tokens: layer(tokens), device, repeats
-        )
-        result[f"lookup_{name}"] = dense_s / tiered_s
-        result[f"lookup_{name}_ms"] = {"dense": 1e3 * dense_s, "tiered": 1e3 * tiered_s}
+        lookup_speed(f"lookup_{name}", tokens)
     prompts = torch.randint(0, dense.shape[0], (8, positions), generator=generator).to(device)
-    dense_s, tiered_s = side_by_side(lambda: dense_lookup(prompts), lambda: layer(prompts), device, repeats)
-    result["lookup_batch8_full"] = dense_s / tiered_s  # 8 prompts of ``positions``: the prefill of a batch
-    result["lookup_batch8_full_ms"] = {"dense": 1e3 * dense_s, "tiered": 1e3 * tiered_s}
+    lookup_speed("lookup_batch8_full", prompts)  # 8 prompts of ``positions``: the prefill of a batch
     # the same lookups from cold caches, as a forward pass meets them: every layer's weights have gone through the
     # caches since the model's last lookup, where a repeated lookup finds the rows it read last time still there
     streamed = torch.ones(EVICTION_BYTES // 4, device=device)
-    for name, tokens in (("batch1", ids[None]), ("batch8_full", prompts)):
-        dense_s, tiered_s = side_by_side(
-            lambda tokens=tokens: dense_lookup(tokens), lambda tokens=tokens: layer(tokens), device, repeats,
-            before=streamed.sum,
-        )  # fmt: skip
-        result[f"lookup_{name}_cold"] = dense_s / tiered_s
-        result[f"lookup_{name}_cold_ms"] = {"dense": 1e3 * dense_s, "tiered": 1e3 * tiered_s}
+    lookup_speed("lookup_batch1_cold", ids[None], before=streamed.sum)
+    lookup_speed("lookup_batch8_full_cold", prompts, before=streamed.sum)
     return result
 
 
