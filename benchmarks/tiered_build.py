@@ -33,6 +33,8 @@ build's memory), so its memory figures are that build's alone:
   and ``lookup_batch8_full`` for 8 prompts of ``--positions`` tokens each (a batch's prefill); ``…_cold`` the
   lookups of one prompt and of the 8 prompts with 128 MB read before each call, as a forward pass meets them (its
   layers' weights have pushed the table's rows out of the caches), where a repeated lookup finds them cached;
+  these draw token ids uniformly, so most rows are of the narrowest tier; ``lookup_text_…`` the same lookups (one
+  prompt, 8 prompts, warm and cold) of Moby Dick's held-out text, whose tokens reach the tiers as a user's do;
   ``model_prefill`` / ``model_scoring`` the same for the whole model over one prompt of ``--positions`` calibration
   tokens, its logits at the last position (``generate()``'s prefill) or at every one (scoring), against the dense
   model built again. Above 1: the tiered layer is faster. Pairs run alternately, best of ``--repeats``.
@@ -91,8 +93,9 @@ def model_of(shape: str) -> torch.nn.Module:
     return AutoModelForCausalLM.from_config(config)
 
 
-def calibration_ids(tokens: int, vocab: int) -> torch.Tensor:
-    """The first ``tokens`` tokens of Moby Dick's build split in SmolLM2's tokenizer, spread over ``vocab``."""
+def moby_dick_ids(tokens: int, vocab: int, held_out: bool = False) -> torch.Tensor:
+    """The first ``tokens`` tokens of Moby Dick's build split (``held_out``: of its held-out split, text the build
+    never saw) in SmolLM2's tokenizer, spread over ``vocab``."""
     from transformers import AutoTokenizer
 
     from hf_tensorcompress import assets
@@ -100,8 +103,8 @@ def calibration_ids(tokens: int, vocab: int) -> torch.Tensor:
     from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir())
-    ids = token_ids(tokenizer, split_documents(text_dataset(assets.moby_dick_dir()), 0.25)[0], tokens).reshape(-1)
-    return ids * max(1, vocab // len(tokenizer))
+    documents = split_documents(text_dataset(assets.moby_dick_dir()), 0.25)[held_out]
+    return token_ids(tokenizer, documents, tokens).reshape(-1) * max(1, vocab // len(tokenizer))
 
 
 @torch.no_grad()
@@ -125,11 +128,15 @@ def reset_peak() -> None:
 
 
 @torch.no_grad()
-def speeds(layer, dense: torch.Tensor, scale: float | None, positions: int, device: torch.device, repeats: int) -> dict:
-    """Dense time / tiered time of the head and the lookup at ``positions`` (batch 1 and 8) and at one position,
-    and of the lookup of 8 × ``positions`` tokens; the lookups' milliseconds beside (both are small next to one
-    layer of the model). ``scale``: the dense model's embedding scale (Gemma's √d), which its lookup multiplies by as
-    the tiered one does."""
+def speeds(
+    layer, dense: torch.Tensor, scale: float | None, text: torch.Tensor, device: torch.device, repeats: int
+) -> dict:
+    """Dense time / tiered time of the head and the lookup at ``positions`` (``text``'s width; batch 1 and 8) and at
+    one position, and of the lookup of 8 × ``positions`` tokens; the lookups' milliseconds beside (both are small
+    next to one layer of the model). Token ids drawn uniformly reach every tier by its share of the vocabulary (most
+    rows the narrowest); ``text`` (8 prompts of unseen text) reaches them as a user's prompts do. ``scale``: the
+    dense model's embedding scale (Gemma's √d), which its lookup multiplies by as the tiered one does."""
+    positions = text.shape[1]
     generator = torch.Generator().manual_seed(0)
     factor = None if scale is None else torch.tensor(scale, dtype=torch.float32).to(device, dense.dtype)
     embedding = torch.nn.Embedding.from_pretrained(dense, freeze=True)  # the same tensor, called as a module
@@ -161,6 +168,11 @@ def speeds(layer, dense: torch.Tensor, scale: float | None, positions: int, devi
     streamed = torch.ones(EVICTION_BYTES // 4, device=device)
     lookup_speed("lookup_batch1_cold", ids[None], before=streamed.sum)
     lookup_speed("lookup_batch8_full_cold", prompts, before=streamed.sum)
+    text = text.to(device)
+    lookup_speed("lookup_text_batch1", text[:1])
+    lookup_speed("lookup_text_batch8_full", text)
+    lookup_speed("lookup_text_batch1_cold", text[:1], before=streamed.sum)
+    lookup_speed("lookup_text_batch8_full_cold", text, before=streamed.sum)
     return result
 
 
@@ -207,7 +219,7 @@ def forward_part(args: argparse.Namespace) -> dict:
     """One shape's dense forward over the calibration tokens, in this process."""
     device, dtype = device_and_dtype(args)
     model = model_of(args.shape).to(device, dtype).eval()
-    ids = calibration_ids(args.calibration_tokens, model.get_input_embeddings().num_embeddings)
+    ids = moby_dick_ids(args.calibration_tokens, model.get_input_embeddings().num_embeddings)
     forward_s = forward_seconds(model, ids)
     print(f"{args.shape}: one forward over {len(ids):,} tokens {forward_s:.1f} s", file=sys.stderr, flush=True)
     return {"forward_s": forward_s}
@@ -235,7 +247,7 @@ def build_part(args: argparse.Namespace) -> dict:
     vocab = model.get_input_embeddings().num_embeddings
     scale = getattr(model.get_input_embeddings(), "embed_scale", None)
     scale = None if scale is None else float(scale)
-    ids = calibration_ids(args.calibration_tokens, vocab)
+    ids = moby_dick_ids(args.calibration_tokens, vocab)
     config = CompressionConfig(method="tiered", size_ratio=args.size_ratio, rounding="output")
     with tempfile.TemporaryDirectory() as folder:
         dense_file = Path(folder) / "dense.pt"
@@ -252,6 +264,7 @@ def build_part(args: argparse.Namespace) -> dict:
         dense = torch.load(dense_file).to(device, dtype)
     layer = model.get_input_embeddings()
     check = getattr(layer, "budget_check", None)
+    text = moby_dick_ids(8 * args.positions, vocab, held_out=True).reshape(8, args.positions)
     return {
         "shape": args.shape,
         "vocab": vocab,
@@ -273,7 +286,7 @@ def build_part(args: argparse.Namespace) -> dict:
         "stored_bytes": layer.storage_bits() // 8,
         "kept": check.kept if check else None,
         "embed_scale": scale,
-        **speeds(layer, dense, scale, args.positions, device, args.repeats),
+        **speeds(layer, dense, scale, text, device, args.repeats),
         **whole_model_speeds(model, args.shape, ids[: args.positions], device, dtype, args.repeats),
     }
 
