@@ -103,8 +103,9 @@ def moby_dick_ids(tokens: int, vocab: int, held_out: bool = False) -> torch.Tens
     from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
 
     tokenizer = AutoTokenizer.from_pretrained(smollm2_dir())
-    documents = split_documents(text_dataset(assets.moby_dick_dir()), 0.25)[held_out]
-    return token_ids(tokenizer, documents, tokens).reshape(-1) * max(1, vocab // len(tokenizer))
+    build, held_back = split_documents(text_dataset(assets.moby_dick_dir()), 0.25)
+    ids = token_ids(tokenizer, held_back if held_out else build, tokens).reshape(-1)
+    return ids * max(1, vocab // len(tokenizer))
 
 
 @torch.no_grad()
