@@ -76,7 +76,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         nargs="+",
         default=list(RUNS),
         type=run_name,
-        help=f"only these arms ({', '.join(RUNS)}, lowbit-2-g64, rows-4-0.045 …)",
+        help=f"only these arms ({', '.join(RUNS)}, lowbit-2-g64, rows-4-0.045, vq-4-6 …)",
     )
     parser.add_argument("--forms", nargs="+", default=None, help="the forms the byte search offers (the recipe's)")
     parser.add_argument("--weight-group-sizes", nargs="+", default=None, help="the lowbit form's group sizes")

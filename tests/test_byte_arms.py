@@ -15,6 +15,7 @@ from hf_tensorcompress.search import attention_groups
 from hf_tensorcompress.search.allocators import allocation_bytes, greedy_allocation, random_allocation
 
 from recipekit.byte_arms import BYTE_WIDTHS, dense_fraction, lowbit_arm, prepare_int_qat, prepare_rows, rows_arm
+from recipekit.vector_arms import prepare_vq, vq_arm
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +141,31 @@ def test_the_rows_arm_trains_two_widths_in_one_weight_and_counts_both():
         from byte_comparison import parse_args
 
         parse_args(["--runs", "rows-5-0.1"])
+
+
+def test_the_vq_arm_stores_runs_of_weights_as_codebook_entries_and_trains_both():
+    assert vq_arm("vq-4-6") == (4, 6) and vq_arm("vq-3-6") is vq_arm("vq-4-13") is vq_arm("vq-4-0") is None
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(64, 48)
+    before = layer.weight.detach().clone()
+    packed = prepare_vq(4, 6)(torch.nn.Sequential(layer), None)
+    weight = layer.weight.detach()
+    latent = layer.parametrizations.weight.original.detach()
+    runs = weight / latent.pow(2).mean(1, keepdim=True).sqrt().half().float()  # over the row's RMS: entries
+    assert len(torch.unique(runs.reshape(-1, 4).half(), dim=0)) <= 64 < len(torch.unique(before.reshape(-1, 4), dim=0))
+    assert (weight - before).pow(2).mean() < 0.2 * before.pow(2).mean()  # nearest entries, not any 64
+    assert torch.equal(layer.bias, layer.bias.half().float())
+    indices, codebook, scales, bias = 48 * 16 * 6, 64 * 4 * 16, 48 * 16, 48 * 16
+    assert packed["0"] == (indices + codebook + scales + bias) // 8
+    layer(torch.randn(3, 64)).sum().backward()
+    assert layer.parametrizations.weight.original.grad.abs().sum() > 0  # straight-through to the fp32 latent
+    assert layer.parametrizations.weight[0].codebook.grad.abs().sum() > 0  # the codebook learns
+    with pytest.raises(ValueError, match="not a whole number of runs"):
+        prepare_vq(8, 6)(torch.nn.Sequential(torch.nn.Linear(12, 4)), None)
+    with pytest.raises(SystemExit):
+        from byte_comparison import parse_args
+
+        parse_args(["--runs", "vq-3-6"])
 
 
 def test_naive_forecasts():

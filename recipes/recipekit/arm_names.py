@@ -11,7 +11,9 @@ import re
 LOWBIT_ARM = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g(\d+)(-learned)?(?:-after-dense-(0\.\d*[1-9]\d*))?")
 #: ``rows-<bits>-<fraction>``: the first ``fraction`` of every Linear's rows at ``bits``, the rest ternary.
 ROWS_ARM = re.compile(r"rows-(8|4|3|2)-(0\.\d*[1-9]\d*)")
-#: Either of them.
-NAMED_ARM = re.compile(f"{LOWBIT_ARM.pattern}|{ROWS_ARM.pattern}")
+#: ``vq-<dim>-<bits>``: every Linear's weight as runs of ``dim`` weights, each an index of ``bits`` into a codebook.
+VQ_ARM = re.compile(r"vq-(2|4|8)-([1-9]|1[0-2])")
+#: Any of them.
+NAMED_ARM = re.compile(f"{LOWBIT_ARM.pattern}|{ROWS_ARM.pattern}|{VQ_ARM.pattern}")
 #: How the named arms are spelled, for a message that refuses a name.
-NAMED_ARM_FORMS = "lowbit-<bits>-g<group>[-learned][-after-dense-<fraction>] or rows-<bits>-<fraction>"
+NAMED_ARM_FORMS = "lowbit-<bits>-g<group>[-learned][-after-dense-<fraction>], rows-<bits>-<fraction> or vq-<dim>-<bits>"

@@ -43,6 +43,7 @@ from .quantization_arms import (
     ptq_transform,
     svd_all_ranks,
 )
+from .vector_arms import prepare_vq, vq_arm
 
 #: Arms derived from each seed's Smartformer run: its final attention parameter count, spent other ways; the
 #: ``-scheduled`` ones train at full rank until the step the search ended and take their ranks there.
@@ -134,6 +135,9 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
         elif rows_arm(name) is not None:
             plan.arms.append((name, None, None, None))
             plan.prepares[name] = prepare_rows(*rows_arm(name))
+        elif vq_arm(name) is not None:
+            plan.arms.append((name, None, None, None))
+            plan.prepares[name] = prepare_vq(*vq_arm(name))
     if args.runs is not None:
         plan.arms = chosen_runs(plan, args.runs)
     check_switch_step(plan, size.steps, args.switch_step is not None)
@@ -208,6 +212,7 @@ def run_names_help() -> str:
         'lowbit-<bits>-g<group>[-learned][-after-dense-<fraction>] (every Linear as method="lowbit", e.g. '
         'lowbit-2-g128; -learned: weight_scales="learned"; -after-dense-0.5: half the steps dense first)',
         "rows-<bits>-<fraction> (the first fraction of every Linear's rows at bits, the rest ternary)",
+        "vq-<dim>-<bits> (every Linear's weight as runs of dim weights, each a bits-wide index into a learned codebook)",
         "with --budget-ratio: smartformer-bytes",
         *BYTE_DERIVED,
         *INT_QAT_ARMS,
