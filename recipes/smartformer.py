@@ -39,8 +39,9 @@ that fraction of its fp32 bytes, each form trained in the precision it is stored
 at the bytes each seed's search ended with, ``uniform-<lowbit|svd|biprop>-bytes`` (one form everywhere),
 ``random-bytes`` and ``greedy-bytes`` (HAQ-style, by each Linear's loss increase on the dense run in each form);
 ``qat-int4-all`` / ``qat-int2-all``; ``lowbit-<bits>-g<group>``: every Linear as ``method="lowbit"`` (with
-``-after-dense-<fraction>``: that share of the steps dense first); ``rows-<bits>-<fraction>`` and ``vq-<dim>-<bits>``
-(two widths inside every Linear; its weights vector-quantized). The naive forecasts
+``-after-dense-<fraction>``: that share of the steps dense first); ``rows-<bits>-<fraction>``, ``ends-<bits>-<bits>`` and
+``vq-<dim>-<bits>`` (two widths inside every Linear; the first and last Linear wider than the ternary rest; the
+weights vector-quantized). The naive forecasts
 (training mean, last value, the last day and week, or ``--season`` steps) are scored on the same test windows and tabled beside the arms.
 Writes ``results.json``, ``results.md`` (a table like the paper's Tables 3–8), the search trace and its plot, and
 the Smartformer model (``save_pretrained``: config with compression_config, safetensors, remote code, model card).

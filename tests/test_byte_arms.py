@@ -14,7 +14,16 @@ from hf_tensorcompress.evaluation.naive import evaluate_naive, naive_forecast, n
 from hf_tensorcompress.search import attention_groups
 from hf_tensorcompress.search.allocators import allocation_bytes, greedy_allocation, random_allocation
 
-from recipekit.byte_arms import BYTE_WIDTHS, dense_fraction, lowbit_arm, prepare_int_qat, prepare_rows, rows_arm
+from recipekit.byte_arms import (
+    BYTE_WIDTHS,
+    dense_fraction,
+    ends_arm,
+    lowbit_arm,
+    prepare_ends,
+    prepare_int_qat,
+    prepare_rows,
+    rows_arm,
+)
 from recipekit.vector_arms import prepare_vq, vq_arm
 
 
@@ -141,6 +150,27 @@ def test_the_rows_arm_trains_two_widths_in_one_weight_and_counts_both():
         from byte_comparison import parse_args
 
         parse_args(["--runs", "rows-5-0.1"])
+
+
+def test_the_ends_arm_widens_the_first_and_last_linear_and_counts_them():
+    assert ends_arm("ends-8-4") == (8, 4) and ends_arm("ends-ternary-4") is ends_arm("ends-5-4") is None
+    model = torch.nn.Sequential(torch.nn.Linear(24, 128), torch.nn.Linear(128, 128), torch.nn.Linear(128, 24))
+    packed = prepare_ends(8, 4)(model, None)
+    first, middle, last = (layer.weight for layer in model)
+    assert len(torch.unique(first[0])) > 16 and all(len(torch.unique(row)) <= 256 for row in first)  # 8-bit codes
+    assert all(len(torch.unique(row)) <= 3 for row in middle) and all(len(torch.unique(row)) <= 16 for row in last)
+    assert all(torch.equal(layer.bias, layer.bias.half().float()) for layer in model)
+    eight = 128 * 24 * 8 + 128 * 2 * 16  # an fp16 scale and minimum per row of 24 (one group)
+    ternary = 128 * 26 * 8 + 128 * 16  # five codes a byte (26 bytes a row), an fp16 scale per group of 128
+    four = 24 * 128 * 4 + 24 * 2 * 16
+    biases = (128 + 128 + 24) * 16
+    assert sum(packed.values()) == (eight + ternary + four + biases) // 8
+    model(torch.randn(3, 24)).sum().backward()
+    assert all(layer.parametrizations.weight[0].scale.grad is not None for layer in model)  # learned scales
+    with pytest.raises(SystemExit):
+        from byte_comparison import parse_args
+
+        parse_args(["--runs", "ends-16-4"])
 
 
 def test_the_vq_arm_stores_runs_of_weights_as_codebook_entries_and_trains_both():

@@ -11,9 +11,14 @@ import re
 LOWBIT_ARM = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g(\d+)(-learned)?(?:-after-dense-(0\.\d*[1-9]\d*))?")
 #: ``rows-<bits>-<fraction>``: the first ``fraction`` of every Linear's rows at ``bits``, the rest ternary.
 ROWS_ARM = re.compile(r"rows-(8|4|3|2)-(0\.\d*[1-9]\d*)")
+#: ``ends-<bits>-<bits>``: the first Linear at the first width, the last at the second, every other one ternary.
+ENDS_ARM = re.compile(r"ends-(8|4|3|2)-(8|4|3|2)")
 #: ``vq-<dim>-<bits>``: every Linear's weight as runs of ``dim`` weights, each an index of ``bits`` into a codebook.
 VQ_ARM = re.compile(r"vq-(2|4|8)-([1-9]|1[0-2])")
 #: Any of them.
-NAMED_ARM = re.compile(f"{LOWBIT_ARM.pattern}|{ROWS_ARM.pattern}|{VQ_ARM.pattern}")
+NAMED_ARM = re.compile("|".join(arm.pattern for arm in (LOWBIT_ARM, ROWS_ARM, ENDS_ARM, VQ_ARM)))
 #: How the named arms are spelled, for a message that refuses a name.
-NAMED_ARM_FORMS = "lowbit-<bits>-g<group>[-learned][-after-dense-<fraction>], rows-<bits>-<fraction> or vq-<dim>-<bits>"
+NAMED_ARM_FORMS = (
+    "lowbit-<bits>-g<group>[-learned][-after-dense-<fraction>], rows-<bits>-<fraction>, ends-<bits>-<bits> "
+    "or vq-<dim>-<bits>"
+)

@@ -2,8 +2,9 @@
 dense, full-rank low-bit, low-rank or CP factors at a width, a Biprop mask) and, at the bytes each seed's search
 ended with, the allocations a user could make without RL over the same forms: one form everywhere, random ones, and a
 greedy HAQ-style allocation by measured sensitivity; ``lowbit-<bits>-g<group>`` (the library's full-rank low-bit
-method on every Linear); ``rows-<bits>-<fraction>`` (two widths inside every Linear); and int4/int2 weight QAT of
-every Linear (the quantization a user would train instead)."""
+method on every Linear); ``rows-<bits>-<fraction>`` (two widths inside every Linear); ``ends-<bits>-<bits>`` (the
+first and last Linear wider than the ternary rest); and int4/int2 weight QAT of every Linear (the quantization a user
+would train instead)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search.allocators import greedy_allocation, random_allocation, uniform_forms
 from hf_tensorcompress.search.forms import Form, LinearSlot, mixed_forms
 
-from .arm_names import LOWBIT_ARM, ROWS_ARM
+from .arm_names import ENDS_ARM, LOWBIT_ARM, ROWS_ARM
 from .costs import scope_names
 
 #: Widths the byte search and its baselines choose among: every width ``factor_bits`` / ``lowbit`` stores.
@@ -71,6 +72,12 @@ def rows_arm(name: str) -> tuple[int, float] | None:
     """(bits of the wide rows, their fraction) of a ``rows-<bits>-<fraction>`` arm name, or None."""
     match = ROWS_ARM.fullmatch(name)
     return None if match is None else (int(match.group(1)), float(match.group(2)))
+
+
+def ends_arm(name: str) -> tuple[int, int] | None:
+    """(bits of the first Linear, bits of the last) of an ``ends-<bits>-<bits>`` arm name, or None."""
+    match = ENDS_ARM.fullmatch(name)
+    return None if match is None else (int(match.group(1)), int(match.group(2)))
 
 
 def prepare_forms(slots: list[LinearSlot], allocation: Allocation) -> Callable:
@@ -198,6 +205,43 @@ def prepare_rows(bits: int, fraction: float) -> Callable:
                 + stored_form((rows - wide, columns), "ternary", ROWS_GROUP).storage_bits()
                 + rows
             )
+            if module.bias is not None:
+                parametrize.register_parametrization(module, "bias", HalfBias())
+                stored_bits += 16 * module.bias.numel()
+            packed[name] = math.ceil(stored_bits / 8)
+        return packed
+
+    return prepare
+
+
+class LearnedWidth(torch.nn.Module):
+    """One width for the whole weight, straight-through, against learned group scales of ``ROWS_GROUP`` columns (as
+    ``RowWidths``' parts)."""
+
+    def __init__(self, weight: torch.Tensor, bits: int | str) -> None:
+        super().__init__()
+        self.bits = bits
+        with torch.no_grad():
+            scale, minimum = initial_scales(weight, bits, ROWS_GROUP)
+        self.scale, self.minimum = torch.nn.Parameter(scale), torch.nn.Parameter(minimum)
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        return learned_values(weight, self.scale, self.minimum, self.bits, ROWS_GROUP)
+
+
+def prepare_ends(first: int, last: int) -> Callable:
+    """An arm's ``prepare``: the first Linear (a model's input embedding) at ``first`` bits, the last (its head) at
+    ``last``, every other one ternary, all in groups of 128 with learned scales, and every bias in fp16; returns their
+    disk bytes: codes, scales and the fp16 bias."""
+
+    def prepare(model: torch.nn.Module, final_ranks) -> dict[str, int]:
+        names = scope_names(model, "all")
+        packed = {}
+        for index, name in enumerate(names):
+            module = model.get_submodule(name)
+            bits = first if index == 0 else last if index == len(names) - 1 else "ternary"
+            parametrize.register_parametrization(module, "weight", LearnedWidth(module.weight.detach(), bits))
+            stored_bits = stored_form((module.out_features, module.in_features), bits, ROWS_GROUP).storage_bits()
             if module.bias is not None:
                 parametrize.register_parametrization(module, "bias", HalfBias())
                 stored_bits += 16 * module.bias.numel()

@@ -25,7 +25,9 @@ from .byte_arms import (
     BYTE_WIDTHS,
     INT_QAT_ARMS,
     dense_fraction,
+    ends_arm,
     lowbit_arm,
+    prepare_ends,
     prepare_int_qat,
     prepare_lowbit,
     prepare_rows,
@@ -135,6 +137,9 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
         elif rows_arm(name) is not None:
             plan.arms.append((name, None, None, None))
             plan.prepares[name] = prepare_rows(*rows_arm(name))
+        elif ends_arm(name) is not None:
+            plan.arms.append((name, None, None, None))
+            plan.prepares[name] = prepare_ends(*ends_arm(name))
         elif vq_arm(name) is not None:
             plan.arms.append((name, None, None, None))
             plan.prepares[name] = prepare_vq(*vq_arm(name))
@@ -212,6 +217,7 @@ def run_names_help() -> str:
         'lowbit-<bits>-g<group>[-learned][-after-dense-<fraction>] (every Linear as method="lowbit", e.g. '
         'lowbit-2-g128; -learned: weight_scales="learned"; -after-dense-0.5: half the steps dense first)',
         "rows-<bits>-<fraction> (the first fraction of every Linear's rows at bits, the rest ternary)",
+        "ends-<bits>-<bits> (the first Linear at the first width, the last at the second, the rest ternary)",
         "vq-<dim>-<bits> (every Linear's weight as runs of dim weights, each a bits-wide index into a learned codebook)",
         "with --budget-ratio: smartformer-bytes",
         *BYTE_DERIVED,
