@@ -181,11 +181,16 @@ class RowWidths(torch.nn.Module):
         return torch.cat((wide, narrow))
 
 
+def fp16_rounded(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` as fp16 stores it, straight-through."""
+    return tensor + (tensor.half().float() - tensor).detach()
+
+
 class HalfBias(torch.nn.Module):
     """The bias as fp16 stores it, straight-through."""
 
     def forward(self, bias: torch.Tensor) -> torch.Tensor:
-        return bias + (bias.half().float() - bias).detach()
+        return fp16_rounded(bias)
 
 
 def prepare_rows(bits: int, fraction: float) -> Callable:

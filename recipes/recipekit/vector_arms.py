@@ -6,8 +6,8 @@ there (AQLM, Egiazarian et al., 2024; QuIP#, Tseng et al., 2024), spends the bit
 codebook of ``2**bits`` vectors learned with the layer: ``bits / dim`` bits a weight, plus the codebook and a scale a
 row, in fp16. The codebook starts as k-means of the initial weights; training moves the fp32 latent weights
 straight-through the nearest-entry choice, and the codebook by the gradient of the entries chosen. Hand-written: no
-dependency of this project trains vector-quantized weights of a Linear from scratch (AQLM's own code is a separate,
-CUDA-bound package that quantizes a trained LLM)."""
+dependency of this project trains vector-quantized weights (AQLM's package quantizes a trained LLM layer by layer; it
+does not train a model's Linears so from the first step)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import torch
 from torch.nn.utils import parametrize
 
 from .arm_names import VQ_ARM
-from .byte_arms import HalfBias
+from .byte_arms import HalfBias, fp16_rounded
 from .costs import scope_names
 
 #: Lloyd iterations of the codebook's k-means start.
@@ -29,11 +29,6 @@ def vq_arm(name: str) -> tuple[int, int] | None:
     """(weights a vector, bits an index) of a ``vq-<dim>-<bits>`` arm name, or None."""
     match = VQ_ARM.fullmatch(name)
     return None if match is None else (int(match.group(1)), int(match.group(2)))
-
-
-def half(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` as fp16 stores it, straight-through."""
-    return tensor + (tensor.half().float() - tensor).detach()
 
 
 def row_scale(weight: torch.Tensor) -> torch.Tensor:
@@ -76,7 +71,7 @@ class VectorCodes(torch.nn.Module):
     def forward(self, weight: torch.Tensor) -> torch.Tensor:
         scale = row_scale(weight)
         vectors = (weight / scale).reshape(-1, self.dim)
-        codebook = half(self.codebook)
+        codebook = fp16_rounded(self.codebook)
         chosen = codebook[nearest(vectors.detach(), codebook.detach())]
         return scale * (chosen + vectors - vectors.detach()).reshape(weight.shape)
 
