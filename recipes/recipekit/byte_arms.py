@@ -193,6 +193,16 @@ class HalfBias(torch.nn.Module):
         return fp16_rounded(bias)
 
 
+def stored_in_fp16_bias(module: torch.nn.Module, weight: torch.nn.Module, weight_bits: int) -> int:
+    """Train ``module``'s weight through the parametrization ``weight`` and its bias as fp16 stores it, both
+    straight-through; returns the bytes they would store: ``weight_bits`` and the fp16 bias."""
+    parametrize.register_parametrization(module, "weight", weight)
+    if module.bias is not None:
+        parametrize.register_parametrization(module, "bias", HalfBias())
+        weight_bits += 16 * module.bias.numel()
+    return math.ceil(weight_bits / 8)
+
+
 def prepare_rows(bits: int, fraction: float) -> Callable:
     """An arm's ``prepare``: in every Linear, the first ``ceil(fraction · rows)`` rows at ``bits`` and the rest
     ternary, in groups of 128 with learned scales, and the bias in fp16 (the bytes the wide rows take); returns their
@@ -204,16 +214,13 @@ def prepare_rows(bits: int, fraction: float) -> Callable:
             module = model.get_submodule(name)
             rows, columns = module.out_features, module.in_features
             wide = min(rows, math.ceil(fraction * rows))
-            parametrize.register_parametrization(module, "weight", RowWidths(module.weight.detach(), bits, wide))
             stored_bits = (
                 stored_form((wide, columns), bits, ROWS_GROUP).storage_bits()
                 + stored_form((rows - wide, columns), "ternary", ROWS_GROUP).storage_bits()
                 + rows
             )
-            if module.bias is not None:
-                parametrize.register_parametrization(module, "bias", HalfBias())
-                stored_bits += 16 * module.bias.numel()
-            packed[name] = math.ceil(stored_bits / 8)
+            widths = RowWidths(module.weight.detach(), bits, wide)
+            packed[name] = stored_in_fp16_bias(module, widths, stored_bits)
         return packed
 
     return prepare
@@ -245,12 +252,8 @@ def prepare_ends(first: int, last: int) -> Callable:
         for index, name in enumerate(names):
             module = model.get_submodule(name)
             bits = first if index == 0 else last if index == len(names) - 1 else "ternary"
-            parametrize.register_parametrization(module, "weight", LearnedWidth(module.weight.detach(), bits))
             stored_bits = stored_form((module.out_features, module.in_features), bits, ROWS_GROUP).storage_bits()
-            if module.bias is not None:
-                parametrize.register_parametrization(module, "bias", HalfBias())
-                stored_bits += 16 * module.bias.numel()
-            packed[name] = math.ceil(stored_bits / 8)
+            packed[name] = stored_in_fp16_bias(module, LearnedWidth(module.weight.detach(), bits), stored_bits)
         return packed
 
     return prepare

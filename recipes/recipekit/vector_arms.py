@@ -11,14 +11,12 @@ does not train a model's Linears so from the first step)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import torch
-from torch.nn.utils import parametrize
 
 from .arm_names import VQ_ARM
-from .byte_arms import HalfBias, fp16_rounded
+from .byte_arms import fp16_rounded, stored_in_fp16_bias
 from .costs import scope_names
 
 #: Lloyd iterations of the codebook's k-means start.
@@ -92,12 +90,8 @@ def prepare_vq(dim: int, bits: int) -> Callable:
         for name in scope_names(model, "all"):
             module = model.get_submodule(name)
             codes = VectorCodes(module.weight.detach(), dim, bits, generator)
-            parametrize.register_parametrization(module, "weight", codes)
             stored_bits = vq_bits(module.out_features, module.in_features, dim, bits)
-            if module.bias is not None:
-                parametrize.register_parametrization(module, "bias", HalfBias())
-                stored_bits += 16 * module.bias.numel()
-            packed[name] = math.ceil(stored_bits / 8)
+            packed[name] = stored_in_fp16_bias(module, codes, stored_bits)
         return packed
 
     return prepare
