@@ -34,6 +34,12 @@ FORECAST_CASES = {
     "lowbit-int2": {"method": "lowbit", "weight_bits": 2, "weight_group_size": 8},
     "lowbit-int3": {"method": "lowbit", "weight_bits": 3, "weight_group_size": 8},
     "lowbit-ternary": {"method": "lowbit", "weight_bits": "ternary", "weight_group_size": 8},
+    "lowbit-ternary-fp16-bias": {
+        "method": "lowbit",
+        "weight_bits": "ternary",
+        "weight_group_size": 8,
+        "bias_dtype": "float16",
+    },
     "lowbit-int8": {"method": "lowbit", "weight_bits": 8, "weight_group_size": None},
     # every Linear of the tiny PatchTST has 16 or 32 inputs: blocks of 16 take MatMulNBits
     "lowbit-int4-ortops": {"method": "lowbit", "weight_bits": 4, "weight_group_size": 16},

@@ -8,11 +8,15 @@ import random
 import pandas as pd
 import pytest
 import torch
+from safetensors.torch import load_file
 from test_byte_search import WIDTHS, every_linear_svd
+from transformers import PatchTSTForPrediction
 
 from hf_tensorcompress.evaluation.naive import evaluate_naive, naive_forecast, natural_seasons
+from hf_tensorcompress.methods.lowbit.layer import LowBitLinear
 from hf_tensorcompress.search import attention_groups
 from hf_tensorcompress.search.allocators import allocation_bytes, greedy_allocation, random_allocation
+from tests.helpers import tiny_patchtst_config
 
 from recipekit.byte_arms import (
     BYTE_WIDTHS,
@@ -105,17 +109,20 @@ def test_the_recipes_take_the_byte_search_start_form(capsys):
         smartformer.parse_args(["--weight-scales", "lsq"])
     assert "invalid choice: 'lsq'" in capsys.readouterr().err
     assert passed(comparison_args(["--weight-scales", "learned"])) == ["--weight-scales", "learned"]
+    assert smartformer.parse_args([]).bias_dtype == "model"
+    assert passed(comparison_args(["--bias-dtype", "float16"])) == ["--bias-dtype", "float16"]
+    with pytest.raises(SystemExit):
+        smartformer.parse_args(["--bias-dtype", "float32"])
 
 
 def test_lowbit_arm_names():
-    assert lowbit_arm("lowbit-2-g128") == (2, 128, "rounded") and lowbit_arm("lowbit-ternary-g64")[:2] == (
-        "ternary",
-        64,
-    )
-    assert lowbit_arm("lowbit-ternary-g128-learned") == ("ternary", 128, "learned")
+    assert lowbit_arm("lowbit-2-g128") == (2, 128, "rounded", "model")
+    assert lowbit_arm("lowbit-ternary-g64")[:2] == ("ternary", 64)
+    assert lowbit_arm("lowbit-ternary-g128-learned") == ("ternary", 128, "learned", "model")
+    assert lowbit_arm("lowbit-ternary-g128-learned-fp16-bias") == ("ternary", 128, "learned", "float16")
     assert lowbit_arm("lowbit-5-g32") is None and lowbit_arm("qat-int2-all") is None
-    after = "lowbit-ternary-g128-learned-after-dense-0.9"
-    assert lowbit_arm(after) == ("ternary", 128, "learned") and dense_fraction(after) == 0.9
+    after = "lowbit-ternary-g128-learned-fp16-bias-after-dense-0.9"
+    assert lowbit_arm(after) == ("ternary", 128, "learned", "float16") and dense_fraction(after) == 0.9
     assert dense_fraction("lowbit-2-g128") is None and lowbit_arm("lowbit-2-g128-after-dense-0") is None
     from byte_comparison import parse_args
 
@@ -152,21 +159,22 @@ def test_the_rows_arm_trains_two_widths_in_one_weight_and_counts_both():
         parse_args(["--runs", "rows-5-0.1"])
 
 
-def test_the_ends_arm_widens_the_first_and_last_linear_and_counts_them():
+def test_the_ends_arm_widens_the_first_and_last_linear_and_counts_them_as_the_library_stores_them(tmp_path):
     assert ends_arm("ends-8-4") == (8, 4) and ends_arm("ends-ternary-4") is ends_arm("ends-5-4") is None
-    model = torch.nn.Sequential(torch.nn.Linear(24, 128), torch.nn.Linear(128, 128), torch.nn.Linear(128, 24))
-    packed = prepare_ends(8, 4)(model, None)
-    first, middle, last = (layer.weight for layer in model)
-    assert len(torch.unique(first[0])) > 16 and all(len(torch.unique(row)) <= 256 for row in first)  # 8-bit codes
-    assert all(len(torch.unique(row)) <= 3 for row in middle) and all(len(torch.unique(row)) <= 16 for row in last)
-    assert all(torch.equal(layer.bias, layer.bias.half().float()) for layer in model)
+    model = PatchTSTForPrediction(
+        tiny_patchtst_config(context_length=128, patch_length=24, patch_stride=24, d_model=128)
+    )
+    prepare_ends(8, 4)(model, None)
+    layers = [module for module in model.modules() if isinstance(module, LowBitLinear)]
+    first, last = model.model.encoder.embedder.input_embedding, model.head.projection
+    assert (first.bits, last.bits) == (8, 4) and {layer.bits for layer in layers[1:-1]} == {"ternary"}
+    assert all(layer.learned_scales and layer.half_bias and layer.group_size == 128 for layer in layers)
     eight = 128 * 24 * 8 + 128 * 2 * 16  # an fp16 scale and minimum per row of 24 (one group)
-    ternary = 128 * 26 * 8 + 128 * 16  # five codes a byte (26 bytes a row), an fp16 scale per group of 128
-    four = 24 * 128 * 4 + 24 * 2 * 16
-    biases = (128 + 128 + 24) * 16
-    assert sum(packed.values()) == (eight + ternary + four + biases) // 8
-    model(torch.randn(3, 24)).sum().backward()
-    assert all(layer.parametrizations.weight[0].scale.grad is not None for layer in model)  # learned scales
+    assert last.in_features % 128 == 0  # the head's inputs: every patch's 128 features, in groups of 128
+    four = last.out_features * (last.in_features * 4 + last.in_features // 128 * 2 * 16)
+    assert first.storage_bits() == eight + 128 * 16 and last.storage_bits() == four + last.out_features * 16
+    model.save_pretrained(tmp_path)
+    assert torch.equal(load_file(tmp_path / "model.safetensors")["head.projection.bias"], last.bias.half())
     with pytest.raises(SystemExit):
         from byte_comparison import parse_args
 

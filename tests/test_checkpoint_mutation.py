@@ -46,6 +46,9 @@ KINDS = {
     "biprop": dict(method="biprop"),
     "lowbit_int4": dict(method="lowbit", weight_bits=4, weight_group_size=16),
     "lowbit_ternary": dict(method="lowbit", weight_bits="ternary", weight_group_size=32),
+    "lowbit_ternary_fp16_bias": dict(
+        method="lowbit", weight_bits="ternary", weight_group_size=32, bias_dtype="float16"
+    ),
     "mixed": dict(
         method="mixed",
         forms={
@@ -75,9 +78,12 @@ OTHER_DTYPES = {
 }
 
 
-def tiny_lm() -> LlamaForCausalLM:
+def tiny_lm(biased: bool = False) -> LlamaForCausalLM:
+    """A one-layer Llama; ``biased``: its projections have biases (``attention_bias``, ``mlp_bias``)."""
     torch.manual_seed(0)
     config = LlamaConfig(
+        attention_bias=biased,
+        mlp_bias=biased,
         vocab_size=256,
         hidden_size=64,
         intermediate_size=64,
@@ -94,7 +100,7 @@ def tiny_lm() -> LlamaForCausalLM:
 
 def build(kind: str, root: Path) -> Path:
     """The saved checkpoint of ``kind`` and, beside it, its inputs and outputs (``reference.pt``)."""
-    model = apply_compression(tiny_lm(), CompressionConfig(**KINDS[kind]))
+    model = apply_compression(tiny_lm(biased="bias" in kind), CompressionConfig(**KINDS[kind]))
     if kind == "tiered_torchao":
         int8 = IntxWeightOnlyConfig(weight_dtype=torch.int8, granularity=PerAxis(0))
         model = quantize_linears(model, TorchAoConfig(int8))

@@ -43,6 +43,11 @@ CASES = {
     "biprop-sbt": ("patchtst", dict(method="biprop", keep_ratio=0.5, attention="qkv_mask"), "none"),
     "lowbit-4": ("llama", dict(method="lowbit", weight_bits=4, weight_group_size=8), "none"),
     "lowbit-ternary-biased": ("patchtst", dict(method="lowbit", weight_bits="ternary", weight_group_size=8), "none"),
+    "lowbit-ternary-fp16-bias": (
+        "patchtst",
+        dict(method="lowbit", weight_bits="ternary", weight_group_size=8, bias_dtype="float16"),
+        "none",
+    ),
     "mixed": (
         "patchtst",
         dict(

@@ -72,6 +72,25 @@ def test_config_checks_the_form_fields():
         SearchConfig(forms=("biprop",), keep_ratios=(0.0,))
 
 
+def test_fp16_biases_cost_half_in_every_lowbit_form_and_the_searched_model_stores_them_so(tmp_path):
+    half, plain = (
+        linear_slots(dense_patchtst(layers=1), search_config(1 / 8, bias_dtype=d)) for d in ("float16", "model")
+    )
+    for slot, model_slot in zip(half, plain):
+        for form in slot.actions:
+            saved = 2 * slot.out_features if form.kind == "lowbit" and slot.bias else 0  # fp16: 2 bytes, not 4
+            assert model_slot.bytes_at(form) - slot.bytes_at(form) == saved
+    trainer = train_search(tmp_path / "run", 1 / 8, forms=("lowbit",), bias_dtype="float16")
+    trainer.train()
+    forms = trainer.model.config.compression_config["forms"]
+    assert forms and all(form["bias_dtype"] == "float16" for form in forms.values())
+    trainer.model.save_pretrained(tmp_path / "saved")
+    loaded = load_model(tmp_path / "saved")
+    assert {loaded.get_submodule(name).bias.dtype for name in forms} == {torch.float16}
+    with pytest.raises(ValueError, match="bias_dtype='bf16'"):
+        search_config(1 / 8, bias_dtype="bf16")
+
+
 def train_search(folder, budget: float, steps: int = 40, save_steps: int | None = None, **overrides):
     """A short search over forms on a tiny dense PatchTST (``eval_dataset``: held-out sines)."""
     args = TrainingArguments(

@@ -164,6 +164,10 @@ class CompressedLayer(nn.Module):
         """The dense weight this layer computes (``nn.Linear``/``nn.Embedding`` orientation), for ``decompress``."""
         return self.weight
 
+    def dense_bias(self) -> torch.Tensor | None:
+        """The bias this layer adds (``None``: none), for ``decompress`` and export."""
+        return getattr(self, "bias", None)
+
     def fill_dense(self, module: nn.Module) -> None:
         """Write this layer's dense weight (and bias) into ``module``, the dense module it replaced: ``decompress``
         builds that module empty from the model's own class, so its type and layout (e.g. GPT-2's ``Conv1D``, stored
@@ -173,7 +177,7 @@ class CompressedLayer(nn.Module):
             weight = weight.T
         module.weight.data.copy_(weight)
         if getattr(module, "bias", None) is not None:  # a layer without a bias computes a zero one
-            bias = getattr(self, "bias", None)
+            bias = self.dense_bias()
             if bias is None:
                 module.bias.data.zero_()
             else:

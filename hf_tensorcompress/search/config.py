@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from ..core.json_config import JsonConfig
-from ..methods.lowbit.config import WEIGHT_SCALES
+from ..methods.lowbit.config import BIAS_DTYPES, WEIGHT_SCALES
 from ..runtime.marker import FACTOR_WIDTHS
 
 INTERVAL_UNITS = ("steps", "epochs")
@@ -83,6 +83,9 @@ class SearchConfig(JsonConfig):
             offered at every width and group size: ``"rounded"`` (from the weights at every step) and/or
             ``"learned"`` (trained with the weights, started from the rounded ones; a width change starts them
             afresh, and the optimizer takes the new ones). The bytes are the same.
+        bias_dtype: the ``"lowbit"`` form's bias (``LowBitConfig.bias_dtype``): ``"model"`` (as the model holds it)
+            or ``"float16"`` (trained and stored in fp16: half an fp32 bias's bytes, left to the weights). The other
+            forms keep their biases as the model holds them.
         start: the form every searched Linear starts in (a ``Form`` label: ``"dense"``, ``"lowbit:2/g32"``,
             ``"biprop:0.5"``, ...); the agent then moves each one to the form it chooses. ``"dense"`` is the model as
             given; any other start must be a form the search may choose for every searched Linear (one of ``forms``
@@ -131,6 +134,7 @@ class SearchConfig(JsonConfig):
     keep_ratios: tuple[float, ...] = (0.5,)
     weight_group_sizes: tuple[int | None, ...] = (32,)
     weight_scales: tuple[str, ...] = ("rounded",)
+    bias_dtype: str = "model"
     start: str = "dense"
     pace: float | None = 0.5
     front_only: bool = False
@@ -258,6 +262,8 @@ class SearchConfig(JsonConfig):
         for group in self.weight_group_sizes:
             if group is not None:
                 _positive_int(group, "weight_group_sizes")
+        if self.bias_dtype not in BIAS_DTYPES:
+            raise ValueError(f"bias_dtype={self.bias_dtype!r} is not supported; choose one of {list(BIAS_DTYPES)}")
         scales = list(self.weight_scales)
         if not scales or len(set(scales)) != len(scales) or set(scales) - set(WEIGHT_SCALES):
             raise ValueError(f"weight_scales={scales}: distinct values among {list(WEIGHT_SCALES)}, at least one")

@@ -73,7 +73,7 @@ def form_module(model: nn.Module, slot: LinearSlot, module: nn.Module, form: For
         dense.weight.copy_(weight)
         if slot.bias:
             dense.bias.copy_(module.bias)
-    options = form.options(slot.factor_group_size, slot.cp_iterations)
+    options = form.options(slot.factor_group_size, slot.cp_iterations, slot.bias_dtype)
     new = dense if options is None else build_form(model, slot.name, dense, options)
     if slot.bias and getattr(new, "bias", None) is not None:
         new.bias = module.bias

@@ -47,11 +47,13 @@ class Form:
     group: int | None = None
     scales: str = "rounded"
 
-    def options(self, factor_group_size: int | None, cp_iterations: int) -> dict | None:
-        """The form as ``method="mixed"`` records it (``None``: dense, no layer)."""
+    def options(self, factor_group_size: int | None, cp_iterations: int, bias_dtype: str = "model") -> dict | None:
+        """The form as ``method="mixed"`` records it (``None``: dense, no layer); ``bias_dtype``: the ``lowbit``
+        form's (``LowBitConfig.bias_dtype``)."""
         if self.kind == "lowbit":
             learned = {"weight_scales": "learned"} if self.scales == "learned" else {}
-            return {"method": "lowbit", "weight_bits": self.bits, "weight_group_size": self.group, **learned}
+            half = {"bias_dtype": bias_dtype} if bias_dtype != "model" else {}
+            return {"method": "lowbit", "weight_bits": self.bits, "weight_group_size": self.group, **learned, **half}
         if self.kind in ("svd", "cp"):
             factors = {"factor_bits": self.bits, "factor_group_size": factor_group_size}
             extra = {"cp_iterations": cp_iterations} if self.kind == "cp" else {}
@@ -133,6 +135,7 @@ class LinearSlot:
     costs: dict[Form, float] = field(compare=False, repr=False)
     factor_group_size: int | None = None
     cp_iterations: int = 12
+    bias_dtype: str = "model"
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -182,7 +185,8 @@ def form_spec(slot: LinearSlot, form: Form) -> dict | None:
     sizes = {"in_features": slot.in_features, "out_features": slot.out_features, "bias": slot.bias}
     factors = {} if form.bits is None else {"factor_bits": form.bits, "factor_group_size": slot.factor_group_size}
     if form.kind == "lowbit":
-        return {"type": "lowbit", **sizes, "bits": form.bits, "group_size": form.group}
+        half = {"bias_dtype": "float16"} if slot.bias and slot.bias_dtype == "float16" else {}
+        return {"type": "lowbit", **sizes, "bits": form.bits, "group_size": form.group, **half}
     if form.kind == "svd":
         return {"type": "svd", **sizes, "rank": form.rank, **factors}
     if form.kind == "cp":
@@ -213,7 +217,10 @@ def form_bytes(slot: LinearSlot, form: Form) -> float:
 def mixed_forms(slots: list[LinearSlot], allocation: dict[str, Form]) -> dict[str, dict]:
     """``method="mixed"``'s ``forms`` for ``allocation`` ({Linear: form}): every Linear not left dense, with the
     options that build its form."""
-    forms = {slot.name: allocation[slot.name].options(slot.factor_group_size, slot.cp_iterations) for slot in slots}
+    forms = {
+        slot.name: allocation[slot.name].options(slot.factor_group_size, slot.cp_iterations, slot.bias_dtype)
+        for slot in slots
+    }
     return {name: options for name, options in forms.items() if options is not None}
 
 
@@ -308,6 +315,7 @@ def linear_slots(model: nn.Module, config) -> list[LinearSlot]:
             {},
             config.factor_group_size,
             config.als_iterations,
+            config.bias_dtype,
         )
         slot.costs.update({form: form_bytes(slot, form) for form in actions})
         slots.append(slot)

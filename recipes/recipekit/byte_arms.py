@@ -41,29 +41,31 @@ ROWS_GROUP = 128
 Allocation = dict[str, Form]  # Linear name -> its form
 
 
-def lowbit_arm(name: str) -> tuple[int | str, int, str] | None:
-    """(bits, group size, weight scales) of a ``lowbit-<bits>-g<group>[-learned]`` arm name, or None."""
+def lowbit_arm(name: str) -> tuple[int | str, int, str, str] | None:
+    """(bits, group size, weight scales, bias dtype) of a ``lowbit-<bits>-g<group>[-learned][-fp16-bias]`` arm
+    name, or None."""
     match = LOWBIT_ARM.fullmatch(name)
     if match is None:
         return None
-    bits = match.group(1)
-    return (int(bits) if bits.isdigit() else bits), int(match.group(2)), "learned" if match.group(3) else "rounded"
+    bits = int(match.group(1)) if match.group(1).isdigit() else match.group(1)
+    scales = "learned" if match.group(3) else "rounded"
+    return bits, int(match.group(2)), scales, "float16" if match.group(4) else "model"
 
 
 def dense_fraction(name: str) -> float | None:
     """The share of the steps a ``lowbit-…-after-dense-<fraction>`` arm trains dense before it is quantized, or
     None (quantization-aware from the first step)."""
     match = LOWBIT_ARM.fullmatch(name)
-    return None if match is None or match.group(4) is None else float(match.group(4))
+    return None if match is None or match.group(5) is None else float(match.group(5))
 
 
-def prepare_lowbit(bits: int | str, group: int, scales: str = "rounded") -> Callable:
+def prepare_lowbit(bits: int | str, group: int, scales: str = "rounded", bias_dtype: str = "model") -> Callable:
     """An arm's ``prepare``: every Linear as ``method="lowbit"`` (full weight in ``bits``, groups of ``group``,
-    ``scales`` its ``weight_scales``)."""
+    ``scales`` its ``weight_scales``, ``bias_dtype`` its bias's)."""
 
     def prepare(model: torch.nn.Module, final_ranks) -> None:
-        config = CompressionConfig(method="lowbit", weight_bits=bits, weight_group_size=group, weight_scales=scales)
-        apply_compression(model, config)
+        options = dict(weight_bits=bits, weight_group_size=group, weight_scales=scales, bias_dtype=bias_dtype)
+        apply_compression(model, CompressionConfig(method="lowbit", **options))
 
     return prepare
 
@@ -226,34 +228,23 @@ def prepare_rows(bits: int, fraction: float) -> Callable:
     return prepare
 
 
-class LearnedWidth(torch.nn.Module):
-    """One width for the whole weight, straight-through, against learned group scales of ``ROWS_GROUP`` columns (as
-    ``RowWidths``' parts)."""
-
-    def __init__(self, weight: torch.Tensor, bits: int | str) -> None:
-        super().__init__()
-        self.bits = bits
-        with torch.no_grad():
-            scale, minimum = initial_scales(weight, bits, ROWS_GROUP)
-        self.scale, self.minimum = torch.nn.Parameter(scale), torch.nn.Parameter(minimum)
-
-    def forward(self, weight: torch.Tensor) -> torch.Tensor:
-        return learned_values(weight, self.scale, self.minimum, self.bits, ROWS_GROUP)
+def ends_forms(names: list[str], first: int, last: int) -> dict[str, dict]:
+    """``method="mixed"``'s forms for Linears ``names`` (in model order): the first (a model's input embedding) at
+    ``first`` bits, the last (its head) at ``last``, every other one ternary, all in groups of 128 with learned
+    scales and fp16 biases."""
+    forms = {}
+    for index, name in enumerate(names):
+        bits = first if index == 0 else last if index == len(names) - 1 else "ternary"
+        options = {"weight_group_size": ROWS_GROUP, "weight_scales": "learned", "bias_dtype": "float16"}
+        forms[name] = {"method": "lowbit", "weight_bits": bits, **options}
+    return forms
 
 
 def prepare_ends(first: int, last: int) -> Callable:
-    """An arm's ``prepare``: the first Linear (a model's input embedding) at ``first`` bits, the last (its head) at
-    ``last``, every other one ternary, all in groups of 128 with learned scales, and every bias in fp16; returns their
-    disk bytes: codes, scales and the fp16 bias."""
+    """An arm's ``prepare``: ``ends_forms`` as ``method="mixed"`` (the bytes are those the library stores)."""
 
-    def prepare(model: torch.nn.Module, final_ranks) -> dict[str, int]:
-        names = scope_names(model, "all")
-        packed = {}
-        for index, name in enumerate(names):
-            module = model.get_submodule(name)
-            bits = first if index == 0 else last if index == len(names) - 1 else "ternary"
-            stored_bits = stored_form((module.out_features, module.in_features), bits, ROWS_GROUP).storage_bits()
-            packed[name] = stored_in_fp16_bias(module, LearnedWidth(module.weight.detach(), bits), stored_bits)
-        return packed
+    def prepare(model: torch.nn.Module, final_ranks) -> None:
+        forms = ends_forms(scope_names(model, "all"), first, last)
+        apply_compression(model, CompressionConfig(method="mixed", forms=forms))
 
     return prepare

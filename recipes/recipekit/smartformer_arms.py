@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from accelerate import PartialState
 
-from hf_tensorcompress.methods.lowbit.config import WEIGHT_SCALES
+from hf_tensorcompress.methods.lowbit.config import BIAS_DTYPES, WEIGHT_SCALES
 from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.allocators import check_budget_fits
@@ -84,6 +84,7 @@ def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., Search
                 keep_ratios=tuple(args.keep_ratios),
                 weight_group_sizes=tuple(args.weight_group_sizes),
                 weight_scales=tuple(args.weight_scales),
+                bias_dtype=args.bias_dtype,
                 reward=args.byte_reward,
                 validation_batches=args.validation_batches,
                 front_only=args.front_only,
@@ -312,6 +313,13 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         default=["rounded"],
         help="how the lowbit form's group scales are set, each offered to the byte search and its allocations: "
         "rounded from the weights at every step, or learned with them (SearchConfig.weight_scales)",
+    )
+    parser.add_argument(
+        "--bias-dtype",
+        choices=BIAS_DTYPES,
+        default="model",
+        help="the lowbit form's bias, in the byte search and its allocations: as the model holds it, or float16 "
+        "(SearchConfig.bias_dtype)",
     )
     parser.add_argument("--keep-ratios", type=float, nargs="+", default=[0.5], help="keep ratios of the biprop form")
     parser.add_argument(

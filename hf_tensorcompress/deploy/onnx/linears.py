@@ -43,7 +43,8 @@ def _matmul_t(x: torch.Tensor, factor: nn.Module | torch.Tensor) -> torch.Tensor
 
 
 def _bias(layer: nn.Module) -> nn.Parameter | None:
-    return None if layer.bias is None else nn.Parameter(layer.bias.detach().float(), requires_grad=False)
+    bias = layer.dense_bias()
+    return None if bias is None else nn.Parameter(bias.detach().float(), requires_grad=False)
 
 
 class GraphCP(nn.Module):

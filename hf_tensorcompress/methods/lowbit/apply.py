@@ -29,6 +29,7 @@ def build(
         config.weight_group_size,
         bias=dense.bias is not None,
         learned_scales=config.weight_scales == "learned",
+        half_bias=config.bias_dtype == "float16",
     )
     layer = layer.to(device=dense.weight.device, dtype=dense.weight.dtype)
     if config.init == "copy":

@@ -30,6 +30,8 @@ class LowBitLinear(CompressedLinear):
     ``stored=True`` builds the inference-only form a checkpoint loads as (``LowBitTensor`` codes, no fp32 weight).
     ``learned_scales=True`` trains each group's scale (and minimum) as parameters ``scale`` and ``minimum`` rather
     than taking them from the weights at every step (``learned_scales.py``); the stored form is the same.
+    ``half_bias=True`` stores the bias in fp16: the trainable form computes with it rounded so (straight-through) and
+    saves it so, and the stored form holds it in fp16 whatever the model's dtype.
     """
 
     layer_type = "lowbit"
@@ -45,6 +47,7 @@ class LowBitLinear(CompressedLinear):
         device: torch.device | None = None,
         dtype: torch.dtype | None = None,
         learned_scales: bool = False,
+        half_bias: bool = False,
     ) -> None:
         super().__init__()
         if learned_scales and (stored or bits == 16):
@@ -54,6 +57,7 @@ class LowBitLinear(CompressedLinear):
             )
         self.in_features, self.out_features = in_features, out_features
         self.bits, self.group_size, self.stored, self.learned_scales = bits, group_size, stored, learned_scales
+        self.half_bias = half_bias and bias
         kwargs = {"device": device, "dtype": dtype}
         if stored:
             self.stored_weight = stored_form((out_features, in_features), bits, group_size)
@@ -62,7 +66,10 @@ class LowBitLinear(CompressedLinear):
             if learned_scales:
                 self._new_scales(**kwargs)
             self.register_state_dict_post_hook(_store_weight)
-        self.bias = nn.Parameter(torch.zeros(out_features, **kwargs)) if bias else None
+        if stored and self.half_bias:  # a buffer: ``model.dtype`` (its first float parameter) stays the model's
+            self.register_buffer("bias", torch.zeros(out_features, device=device, dtype=torch.float16))
+        else:
+            self.bias = nn.Parameter(torch.zeros(out_features, **kwargs)) if bias else None
         self._cache: tuple[tuple, StoredMatrix] | None = None
         self.reset_parameters()
 
@@ -98,13 +105,15 @@ class LowBitLinear(CompressedLinear):
             self.minimum.copy_(minimum)
 
     def spec(self) -> dict:
-        return {**super().spec(), "bits": self.bits, "group_size": self.group_size}
+        half = {"bias_dtype": "float16"} if self.half_bias else {}
+        return {**super().spec(), "bits": self.bits, "group_size": self.group_size, **half}
 
     @classmethod
     def from_spec(cls, spec: dict) -> LowBitLinear:
         """The layer as a checkpoint holds it: the stored (inference-only) form."""
         sizes = (spec["in_features"], spec["out_features"], spec["bits"], spec["group_size"])
-        return cls(*sizes, bias=spec["bias"], stored=True)
+        half = spec.get("bias_dtype", "model") == "float16"
+        return cls(*sizes, bias=spec["bias"], stored=True, half_bias=half)
 
     def set_bits(self, bits: int | str, group_size: int | None = None) -> dict[nn.Parameter, nn.Parameter]:
         """Store (and compute with) the weight in ``bits`` from now on: the same parameter, rounded another way (a
@@ -154,6 +163,12 @@ class LowBitLinear(CompressedLinear):
         with torch.no_grad():
             return self.weight
 
+    def dense_bias(self) -> torch.Tensor | None:
+        """The bias the forward adds (fp16-rounded, straight-through, for a trainable ``half_bias`` layer)."""
+        if self.bias is None or not self.half_bias or self.stored:
+            return self.bias
+        return self.bias + (self.bias.half().to(self.bias.dtype) - self.bias).detach()
+
     def packed(self) -> StoredMatrix:
         """The weight as a checkpoint stores it: the loaded codes, or the trainable weight's codes, cached until
         the weight or its width changes (evaluation runs the loaded form's product on them)."""
@@ -168,6 +183,18 @@ class LowBitLinear(CompressedLinear):
             self._cache = (key, form)
         return self._cache[1]
 
+    @property
+    def keeps_dtypes(self) -> bool:
+        """An fp16 bias is stored in fp16 whatever the model's dtype (the loading checks hold the file to it)."""
+        return self.half_bias
+
+    def _apply(self, fn, recurse: bool = True) -> LowBitLinear:
+        """A stored fp16 bias stays fp16 when the model's dtype changes (``.float()``, a load in bf16)."""
+        super()._apply(fn, recurse)
+        if self.stored and self.half_bias:
+            self._buffers["bias"] = self._buffers["bias"].to(torch.float16)
+        return self
+
     def _trained(self) -> list[nn.Parameter]:
         """The trainable form's parameters the weight is computed from."""
         return [self.latent, *([self.scale, self.minimum] if self.learned_scales else [])]
@@ -179,7 +206,8 @@ class LowBitLinear(CompressedLinear):
             output = x @ self.weight.T
         else:
             output = self.packed().matmul_t(x)
-        return output if self.bias is None else output + self.bias
+        bias = self.dense_bias()
+        return output if bias is None else output + bias.to(output.dtype)
 
     def stored_parameters(self) -> int:
         return self.in_features * self.out_features + (0 if self.bias is None else self.out_features)
@@ -191,7 +219,8 @@ class LowBitLinear(CompressedLinear):
             if self.stored
             else stored_form((self.out_features, self.in_features), self.bits, self.group_size)
         )
-        bias = 0 if self.bias is None else self.bias.numel() * self.bias.element_size() * 8
+        bias_bits = 16 if self.half_bias else (0 if self.bias is None else self.bias.element_size() * 8)
+        bias = 0 if self.bias is None else self.bias.numel() * bias_bits
         return codes.storage_bits() + bias
 
     def multiply_adds(self, tokens: int, cached: bool = False) -> tuple[int, str]:
@@ -202,13 +231,16 @@ class LowBitLinear(CompressedLinear):
             f"in_features={self.in_features}, out_features={self.out_features}, bits={self.bits}, "
             f"group_size={self.group_size}, stored={self.stored}"
             + (", learned_scales=True" if self.learned_scales else "")
+            + (", bias_dtype=float16" if self.half_bias else "")
         )
 
 
 def _store_weight(module: LowBitLinear, state_dict: dict, prefix: str, local_metadata) -> None:
-    """The trainable form saves what the stored form loads: the codes, not the fp32 weight."""
+    """The trainable form saves what the stored form loads: the codes, not the fp32 weight (and an fp16 bias)."""
     if module.stored:
         return
+    if module.half_bias:
+        state_dict[prefix + "bias"] = module.bias.detach().half()
     if module.learned_scales:  # the codes and the scales as learned; the parameters themselves are not saved
         for key, value in module.packed().state_dict().items():
             state_dict[f"{prefix}stored_weight.{key}"] = value
