@@ -89,6 +89,8 @@ def test_fp16_biases_cost_half_in_every_lowbit_form_and_the_searched_model_store
     assert {loaded.get_submodule(name).bias.dtype for name in forms} == {torch.float16}
     with pytest.raises(ValueError, match="bias_dtype='bf16'"):
         search_config(1 / 8, bias_dtype="bf16")
+    with pytest.raises(ValueError, match="bias_dtype='bf16'"):
+        SearchConfig(bias_dtype="bf16")  # refused without forms too, not ignored
 
 
 def train_search(folder, budget: float, steps: int = 40, save_steps: int | None = None, **overrides):

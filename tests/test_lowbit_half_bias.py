@@ -49,6 +49,9 @@ def test_the_layer_adds_the_bias_as_fp16_rounds_it_and_its_gradient_flows():
     assert torch.equal(output.detach(), expected)
     output.sum().backward()
     assert torch.equal(half.bias.grad, torch.full((8,), 3.0))  # straight through the rounding
+    resumed = LowBitLinear(16, 8, "ternary", 8, half_bias=True)  # a Trainer resume: the trainable form reads it back
+    resumed.load_state_dict(half.state_dict())
+    assert half.state_dict()["bias"].dtype == torch.float16 and torch.equal(resumed.bias, torch.ones(8))
 
 
 def test_saved_in_fp16_counted_at_16_bits_and_kept_in_fp16_through_dtype_changes(tmp_path):

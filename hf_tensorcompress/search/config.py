@@ -239,6 +239,8 @@ class SearchConfig(JsonConfig):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
 
     def _validate_forms(self) -> None:
+        if self.bias_dtype not in BIAS_DTYPES:
+            raise ValueError(f"bias_dtype={self.bias_dtype!r} is not supported; choose one of {list(BIAS_DTYPES)}")
         if not isinstance(self.start, str):
             raise ValueError(f"start must be a form label such as 'dense' or 'lowbit:2/row', got {self.start!r}")
         if self.forms is None:
@@ -262,8 +264,6 @@ class SearchConfig(JsonConfig):
         for group in self.weight_group_sizes:
             if group is not None:
                 _positive_int(group, "weight_group_sizes")
-        if self.bias_dtype not in BIAS_DTYPES:
-            raise ValueError(f"bias_dtype={self.bias_dtype!r} is not supported; choose one of {list(BIAS_DTYPES)}")
         scales = list(self.weight_scales)
         if not scales or len(set(scales)) != len(scales) or set(scales) - set(WEIGHT_SCALES):
             raise ValueError(f"weight_scales={scales}: distinct values among {list(WEIGHT_SCALES)}, at least one")
