@@ -66,6 +66,11 @@ def rounded(matrix: torch.Tensor, bits: int | str, group_size: int | None) -> to
     return matrix + (values - matrix).detach()
 
 
+def fp16_rounded(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` as fp16 stores it, in its own dtype, straight-through (an fp16 bias being trained)."""
+    return tensor + (tensor.half().to(tensor.dtype) - tensor).detach()
+
+
 def save_codes(
     state_dict: dict,
     prefix: str,

@@ -17,7 +17,7 @@ from torch.nn.utils import parametrize
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.methods.lowbit.learned_scales import initial_scales, learned_values
-from hf_tensorcompress.runtime.factor_storage import rounded, stored_form
+from hf_tensorcompress.runtime.factor_storage import fp16_rounded, rounded, stored_form
 from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search.allocators import greedy_allocation, random_allocation, uniform_forms
 from hf_tensorcompress.search.forms import Form, LinearSlot, mixed_forms
@@ -181,11 +181,6 @@ class RowWidths(torch.nn.Module):
         wide = learned_values(weight[: self.wide], self.wide_scale, self.wide_minimum, self.bits, ROWS_GROUP)
         narrow = learned_values(weight[self.wide :], self.scale, self.minimum, "ternary", ROWS_GROUP)
         return torch.cat((wide, narrow))
-
-
-def fp16_rounded(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` as fp16 stores it, straight-through."""
-    return tensor + (tensor.half().float() - tensor).detach()
 
 
 class HalfBias(torch.nn.Module):

@@ -15,8 +15,10 @@ from collections.abc import Callable
 
 import torch
 
+from hf_tensorcompress.runtime.factor_storage import fp16_rounded
+
 from .arm_names import VQ_ARM
-from .byte_arms import fp16_rounded, stored_in_fp16_bias
+from .byte_arms import stored_in_fp16_bias
 from .costs import scope_names
 
 #: Lloyd iterations of the codebook's k-means start.

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from ...runtime.contract import CompressedLinear
-from ...runtime.factor_storage import read_codes, rounded, save_codes, stored, stored_form
+from ...runtime.factor_storage import fp16_rounded, read_codes, rounded, save_codes, stored, stored_form
 from ...runtime.lowbit import StoredMatrix
 from .learned_scales import initial_scales, learned_stored, learned_values, scale_groups
 
@@ -167,7 +167,7 @@ class LowBitLinear(CompressedLinear):
         """The bias the forward adds (fp16-rounded, straight-through, for a trainable ``half_bias`` layer)."""
         if self.bias is None or not self.half_bias or self.stored:
             return self.bias
-        return self.bias + (self.bias.half().to(self.bias.dtype) - self.bias).detach()
+        return fp16_rounded(self.bias)
 
     def packed(self) -> StoredMatrix:
         """The weight as a checkpoint stores it: the loaded codes, or the trainable weight's codes, cached until
