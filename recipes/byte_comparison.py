@@ -238,7 +238,7 @@ def figure(results: dict[str, dict], path: str) -> None:
         axis.set_xscale("log")
         axis.set_xlabel("bytes of every Linear (fp32 = 1)")
         axis.set_ylabel("test MSE (mean ± std over seeds)")
-        axis.set_title(dataset)
+        axis.set_title(dataset_folder(dataset))
     axes[0][-1].legend(fontsize=7, loc="upper right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -281,6 +281,12 @@ def passed(args: argparse.Namespace) -> list[str]:
     return flags + (["--front-only"] if args.front_only else []) + args.data
 
 
+def dataset_folder(dataset: str) -> str:
+    """The subfolder of ``--output-dir`` a data set's runs write to: a built-in's name, or a file's name without its
+    suffixes (a path of the user's own CSV joined as it is would point at the file itself)."""
+    return os.path.basename(os.path.normpath(dataset)).split(".")[0]
+
+
 def run_recipes(args: argparse.Namespace) -> dict[str, dict]:
     """Every data set through the recipe in this process (``--device``)."""
     if args.device == "cpu":
@@ -297,7 +303,7 @@ def run_recipes(args: argparse.Namespace) -> dict[str, dict]:
             ["--model", "patchtst", "--size", args.size, "--dataset", dataset, "--context", str(args.context),
              "--horizon", str(args.horizon), "--steps", str(args.steps), "--seeds", *map(str, args.seeds),
              "--budget-ratio", args.budget_ratio, "--random-draws", str(args.random_draws), "--runs", *args.runs,
-             "--output-dir", os.path.join(args.output_dir, dataset)]
+             "--output-dir", os.path.join(args.output_dir, dataset_folder(dataset))]
             + (["--batch-size", str(args.batch_size)] if args.batch_size else [])
             + (["--train-stride", str(args.train_stride)] if args.train_stride else [])
             + (["--season", *map(str, args.season)] if args.season else [])
@@ -312,10 +318,12 @@ def merge_folders(folders: list[str], datasets: list[str]) -> dict[str, dict]:
     """Every data set's ``results.json`` from the ``--output-dir`` folders of earlier runs, merged."""
     results = {}
     for dataset in datasets:
-        paths = [os.path.join(folder, dataset, "results.json") for folder in folders]
+        paths = [os.path.join(folder, dataset_folder(dataset), "results.json") for folder in folders]
         found = [path for path in paths if os.path.exists(path)]
         if not found:
-            raise SystemExit(f"byte_comparison.py: error: --merge: no {dataset}/results.json under {folders}")
+            raise SystemExit(
+                f"byte_comparison.py: error: --merge: no {dataset_folder(dataset)}/results.json under {folders}"
+            )
         recipes = []
         for path in found:
             with open(path, encoding="utf-8") as handle:

@@ -9,7 +9,8 @@
 #
 # RUNS replaces the arms and FLAGS adds the byte search's flags, e.g. the search on each Linear's Pareto front beside
 # dense and greedy: RUNS="dense smartformer-bytes greedy-bytes" FLAGS=--front-only. BUDGET replaces the budget (1/32),
-# DATASETS the data sets (a subset of the three).
+# DATASETS the data sets: names of the three, or absolute paths of your own CSV files (batch 64, every column read as
+# the recipe reads it, e.g. a timestamp column and one target; each file's runs go to a folder named after it).
 #
 #     JOBS=2 bash recipes/byte_table_cpu.sh [OUTPUT_DIR] [SEEDS...]
 set -euo pipefail
@@ -37,11 +38,17 @@ data_flags() {  # what each data set reads: its batch and, for the CSVs, the col
         electricity) echo --batch-size 64 ;;
         bikesharing) echo --batch-size 64 --data --target count --drop-columns date tmin tmax pn ;;
         appliances_energy) echo --batch-size 16 --data --target Appliances T1 RH_1 T_out ;;
+        *) echo --batch-size 64 ;;
     esac
 }
 
+label() {  # a data set's folder name: a built-in's name, or a CSV file's name without its suffixes
+    local name=${1##*/}
+    echo "${name%%.*}"
+}
+
 one() {  # one data set and seed, unless an earlier run finished it (its comparison.json is written last)
-    local folder="$out/$1-seed$2"
+    local folder="$out/$(label "$1")-seed$2"
     [[ -f "$folder/comparison.json" ]] && return 0
     # --data passes the rest of the line to the recipe: the data flags come last
     "$python" byte_comparison.py "${common[@]}" "${flags[@]}" --runs "${runs[@]}" --datasets "$1" --seeds "$2" \
@@ -53,7 +60,7 @@ failed=0
 for seed in "${seeds[@]}"; do
     for dataset in "${datasets[@]}"; do
         while (( $(jobs -rp | wc -l) >= jobs )); do wait -n || failed=1; done
-        echo "$(date +%T) $dataset seed $seed → $out/$dataset-seed$seed.log"
+        echo "$(date +%T) $dataset seed $seed → $out/$(label "$dataset")-seed$seed.log"
         one "$dataset" "$seed" &
     done
 done
@@ -64,7 +71,7 @@ if (( failed )); then
 fi
 folders=()
 for seed in "${seeds[@]}"; do
-    for dataset in "${datasets[@]}"; do folders+=("$out/$dataset-seed$seed"); done
+    for dataset in "${datasets[@]}"; do folders+=("$out/$(label "$dataset")-seed$seed"); done
 done
 "$python" byte_comparison.py --merge "${folders[@]}" --datasets "${datasets[@]}" --budget-ratio "$budget" \
     --output-dir "$out"

@@ -235,6 +235,16 @@ def test_against_naive_says_which_naive_forecast_dense_is_measured_against():
     assert "dense better by 50.0 %" in against_naive({"dense": {"mean": 0.025}}, naive)[0]
 
 
+def test_a_csv_of_the_users_own_writes_its_runs_under_the_output_folder_not_onto_the_file(tmp_path):
+    from byte_comparison import dataset_folder
+
+    csv = tmp_path / "data" / "hourly_sf_traffic.csv.gz"
+    out = tmp_path / "out"
+    for dataset, folder in ((str(csv), "hourly_sf_traffic"), ("electricity", "electricity"), ("data/x.csv", "x")):
+        assert dataset_folder(dataset) == folder
+        assert (out / dataset_folder(dataset)).parent == out
+
+
 def test_comparison_checks_targets_only_within_the_budget():
     """byte_comparison's table: sample std over the seeds, and no target claimed for a search over its budget."""
     from byte_comparison import markdown, summary
