@@ -104,7 +104,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         "e.g. split over processes) into one table and figure",
     )
     parser.add_argument("--output-dir", default="byte-comparison")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    folders = [dataset_folder(dataset) for dataset in args.datasets]
+    shared = sorted({folder for folder in folders if folders.count(folder) > 1})
+    if shared:
+        parser.error(f"--datasets: several data sets would write to the same folder {shared}; rename the files apart")
+    return args
 
 
 def run_name(text: str) -> str:

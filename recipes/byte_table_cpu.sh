@@ -9,11 +9,16 @@
 #
 # RUNS replaces the arms and FLAGS adds the byte search's flags, e.g. the search on each Linear's Pareto front beside
 # dense and greedy: RUNS="dense smartformer-bytes greedy-bytes" FLAGS=--front-only. BUDGET replaces the budget (1/32),
-# DATASETS the data sets: names of the three, or absolute paths of your own CSV files (batch 64, every column read as
-# the recipe reads it, e.g. a timestamp column and one target; each file's runs go to a folder named after it).
+# DATASETS the data sets: names of the three, or paths of your own CSV files (batch 64, every column read as the
+# recipe reads it, e.g. a timestamp column and one target; each file's runs go to a folder named after it).
 #
 #     JOBS=2 bash recipes/byte_table_cpu.sh [OUTPUT_DIR] [SEEDS...]
 set -euo pipefail
+datasets=()
+for dataset in ${DATASETS:-electricity bikesharing appliances_energy}; do  # a file's path, made absolute before cd
+    [[ -f $dataset ]] && dataset=$(realpath "$dataset")
+    datasets+=("$dataset")
+done
 cd "$(dirname "$0")"
 out=${1:-byte-table-cpu}
 shift || true
@@ -22,7 +27,6 @@ jobs=${JOBS:-1}
 budget=${BUDGET:-1/16}
 export OMP_NUM_THREADS=1
 python=${PYTHON:-python}
-datasets=(${DATASETS:-electricity bikesharing appliances_energy})
 
 common=(--device cpu --size medium --context 168 --horizon 24 --patch 24 24 --learning-rate 1e-3 --steps 2000
         --train-stride 1 --random-draws 1 --budget-ratio "$budget" --forms dense lowbit svd cp biprop
@@ -55,6 +59,11 @@ one() {  # one data set and seed, unless an earlier run finished it (its compari
         --output-dir "$folder" $(data_flags "$1") > "$folder.log" 2>&1
 }
 
+labels=$(for dataset in "${datasets[@]}"; do label "$dataset"; done | sort | uniq -d)
+if [[ -n $labels ]]; then  # their runs would share a folder, and the second would be skipped as finished
+    echo "byte_table_cpu.sh: DATASETS: several data sets would write to the same folder ($labels); rename the files apart" >&2
+    exit 2
+fi
 mkdir -p "$out"
 failed=0
 for seed in "${seeds[@]}"; do

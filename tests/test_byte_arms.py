@@ -245,6 +245,15 @@ def test_a_csv_of_the_users_own_writes_its_runs_under_the_output_folder_not_onto
         assert (out / dataset_folder(dataset)).parent == out
 
 
+def test_two_csvs_of_one_name_are_refused_before_their_runs_share_a_folder(capsys):
+    from byte_comparison import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--datasets", "a/prices.csv", "b/prices.csv"])
+    assert "same folder ['prices']" in capsys.readouterr().err
+    assert parse_args(["--datasets", "a/prices.csv", "electricity"]).datasets == ["a/prices.csv", "electricity"]
+
+
 def test_comparison_checks_targets_only_within_the_budget():
     """byte_comparison's table: sample std over the seeds, and no target claimed for a search over its budget."""
     from byte_comparison import markdown, summary
