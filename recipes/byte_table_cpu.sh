@@ -19,9 +19,9 @@ for dataset in ${DATASETS:-electricity bikesharing appliances_energy}; do  # a f
     [[ -f $dataset ]] && dataset=$(realpath "$dataset")
     datasets+=("$dataset")
 done
-cd "$(dirname "$0")"
-out=${1:-byte-table-cpu}
+out=$(realpath -m "${1:-byte-table-cpu}")  # where the command was run from, not under recipes/
 shift || true
+cd "$(dirname "$0")"
 seeds=(${@:-0 1 2})
 jobs=${JOBS:-1}
 budget=${BUDGET:-1/16}
