@@ -15,8 +15,8 @@
 #     JOBS=2 bash recipes/byte_table_cpu.sh [OUTPUT_DIR] [SEEDS...]
 set -euo pipefail
 datasets=()
-for dataset in ${DATASETS:-electricity bikesharing appliances_energy}; do  # a file's path, made absolute before cd
-    [[ -f $dataset ]] && dataset=$(realpath "$dataset")
+for dataset in ${DATASETS:-electricity bikesharing appliances_energy}; do  # a file's or folder's path, absolute
+    [[ -e $dataset ]] && dataset=$(realpath "$dataset")
     datasets+=("$dataset")
 done
 out=$(realpath -m "${1:-byte-table-cpu}")  # where the command was run from, not under recipes/
@@ -46,7 +46,7 @@ data_flags() {  # what each data set reads: its batch and, for the CSVs, the col
     esac
 }
 
-label() {  # a data set's folder name: a built-in's name, or a CSV file's name without its suffixes
+label() {  # a data set's folder name, as byte_comparison.dataset_folder names it: the name without its suffixes
     local name=${1##*/}
     echo "${name%%.*}"
 }
