@@ -1,7 +1,7 @@
 """What a ``size_ratio`` build costs as the model grows, and how fast the built head and lookup serve many positions.
 
     OMP_NUM_THREADS=2 python benchmarks/tiered_build.py [--shapes smollm2 262k 1b] [--size-ratio 4]
-        [--calibration-tokens 8192] [--positions 512] [--dtype fp32|bf16] [--device cpu|cuda]
+        [--calibration-tokens 8192] [--positions 512] [--dtype fp32|bf16] [--device cpu|cuda] [--float32-build]
 
 Shapes: ``smollm2`` is SmolLM2-135M from the cached assets (49,152 × 576 tied embedding, 30 layers); ``262k`` a
 random-initialised Gemma 3 causal LM of the 270M class (262,144 × 640, 18 layers, √d-scaled embedding); ``1b`` a
@@ -39,6 +39,9 @@ build's memory), so its memory figures are that build's alone:
   tokens, its logits at the last position (``generate()``'s prefill) or at every one (scoring), against the dense
   model built again. Above 1: the tiered layer is faster. Pairs run alternately, best of ``--repeats``.
 
+A bf16 model builds in bf16 on a CPU with bf16 units and in float32 on one without (``core.float32_build``);
+``--float32-build`` builds in float32 on either, the comparison for the first (``build_dtype`` in the output).
+
 The last line printed is one JSON object with every figure. Targets (2 idle cores): SmolLM2 build ≤ 3 min, 262k ≤ 10
 min, 1B ≤ 30 min; peak RSS ≤ 1.5× the fp32 model; head and lookup at many positions ≥ 1.0× dense.
 """
@@ -53,7 +56,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from pathlib import Path
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -239,6 +244,7 @@ def build_part(args: argparse.Namespace) -> dict:
     """One shape loaded and built, in this process: build time, peak RSS, speeds. The dense table the speeds
     compare against waits on disk during the build, so it is not part of the build's memory."""
     from hf_tensorcompress import CompressionConfig, apply_tiered
+    from hf_tensorcompress.core import float32_build
 
     device, dtype = device_and_dtype(args)
     model = model_of(args.shape).to(device, dtype).eval()
@@ -250,6 +256,7 @@ def build_part(args: argparse.Namespace) -> dict:
     scale = None if scale is None else float(scale)
     ids = moby_dick_ids(args.calibration_tokens, vocab)
     config = CompressionConfig(method="tiered", size_ratio=args.size_ratio, rounding="output")
+    cast = float32_build.HALF if args.float32_build else float32_build.float32_dtypes()
     with tempfile.TemporaryDirectory() as folder:
         dense_file = Path(folder) / "dense.pt"
         torch.save(model.get_input_embeddings().weight.detach().cpu(), dense_file)
@@ -258,7 +265,10 @@ def build_part(args: argparse.Namespace) -> dict:
         reset_peak()
         before = status_mb("VmRSS")
         start = time.perf_counter()
-        apply_tiered(model, config, ids.to(device))
+        with (
+            mock.patch.object(float32_build, "native_bf16", return_value=False) if args.float32_build else nullcontext()
+        ):
+            apply_tiered(model, config, ids.to(device))
         build_s = time.perf_counter() - start
         peak = max(status_mb("VmHWM"), phases.pop("build_peak_rss_mb"))
         whole_peak = max(process_peak, peak)
@@ -272,6 +282,7 @@ def build_part(args: argparse.Namespace) -> dict:
         "hidden": dense.shape[1],
         "layers": model.config.num_hidden_layers,
         "dtype": args.dtype,
+        "build_dtype": "fp32" if device.type == "cpu" and dtype in cast else args.dtype,
         "calibration_tokens": len(ids),
         "build_s": build_s,
         **phases,
@@ -320,6 +331,7 @@ def run_part(shape: str, part: str, args: argparse.Namespace) -> dict:
     command += ["--device", args.device, "--size-ratio", str(args.size_ratio)]
     command += ["--calibration-tokens", str(args.calibration_tokens)]
     command += ["--positions", str(args.positions), "--repeats", str(args.repeats)]
+    command += ["--float32-build"] if args.float32_build else []
     output = subprocess.run(command, check=True, capture_output=True, text=True)
     sys.stderr.write(output.stderr[-4000:])
     return json.loads(output.stdout.strip().splitlines()[-1])
@@ -334,6 +346,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--calibration-tokens", type=int, default=8192)
     parser.add_argument("--positions", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument(
+        "--float32-build", action="store_true", help="build a bf16 model in float32 even on a CPU with bf16 units"
+    )
     add_device_arguments(parser)
     args = parser.parse_args(argv)
     if args.shape:

@@ -157,8 +157,9 @@ def apply_compression(
     data a method needs beyond the weights (tt: ``TTCalibration``; see ``apply_tt``). ``config`` may also be a dict
     or its JSON text (read by ``CompressionConfig.from_dict``). A model that is compressed already is refused; one
     loaded with ``TorchAoConfig`` keeps its quantized Linears, recorded beside the compression (``stacking``).
-    With ``calibration`` the build may run the model; on CPU a bf16 or fp16 model then runs in float32 while it
-    builds (``core.float32_build``: several times faster on CPUs without bf16 units) and keeps its dtypes after.
+    With ``calibration`` the build may run the model; on CPU an fp16 model, and a bf16 one where the CPU lacks bf16
+    units, then runs in float32 while it builds (``core.float32_build``: several times faster there) and keeps its
+    dtypes after.
     """
     check_not_compressed(model)
     check_model(model)
@@ -170,7 +171,7 @@ def apply_compression(
     check_weights_loaded(model, config, names)
     check_finite(model, config, names)
     options = method.model_options(model, config) if method.model_options else {}
-    runs_model = calibration is not None  # a calibrated build may run the model: on CPU in float32, not bf16/fp16
+    runs_model = calibration is not None  # a calibrated build may run the model: on CPU in float32 where faster
     with float32_on_cpu(model, enabled=runs_model):
         prepared = method.prepare(model, config, calibration) if method.prepare else None
         layers = {
@@ -221,7 +222,7 @@ def apply_calibrated(
     if method.calibrate is None:
         takes = [name for name in records() if get_method(name).calibrate is not None]
         raise ValueError(f"method {config.method!r} takes no calibration text ({', '.join(takes)} do)")
-    with float32_on_cpu(model):  # the calibration pass runs the model: on CPU in float32, not bf16/fp16
+    with float32_on_cpu(model):  # the calibration pass runs the model: on CPU in float32 where faster
         calibration = method.calibrate(model, config, calibration_ids, covariance_tokens)
     return apply_compression(model, config, calibration=calibration)
 

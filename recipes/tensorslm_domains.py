@@ -2,7 +2,7 @@
 token embeddings and the simple baselines at the same parameter count.
 
     accelerate launch recipes/tensorslm_domains.py --output-dir out/domains [--model DIR] \\
-        [--corpus NAME=DIR ...] [--mail-corpus NAME ...] [--ratios 2]
+        [--corpus NAME=DIR ...] [--mail-corpus NAME ...] [--ratios 2] [--dtype bfloat16 [--float32-build]]
 
 Every corpus (a folder of JSON documents with a ``text`` field; default: Moby Dick, the State of the Union
 addresses and SpamAssassin mails) is split by documents: the last ``--held-out-fraction`` is evaluation text, the
@@ -29,6 +29,9 @@ gguf Q8_0 / Q5_0 / Q4_1 / Q4_0; hand-written round-to-nearest for int3 / int2, w
 ``tt_storage_bits``); every arm is sized in bytes (bf16 = 1×; parameter-budget arms count
 2 bytes a parameter). ``--ratios`` with no value runs only these.
 
+``--dtype bfloat16`` loads, builds and scores the model in bf16, as most checkpoints ship; a CPU with bf16 units
+builds it in bf16, any other in float32 (``--float32-build``: in float32 on either, the comparison).
+
 ``--permute-vocabulary SEED`` renumbers the vocabulary by a seeded random permutation (embedding rows, an untied
 head and every text's ids together: the same model), to check that a setting does not depend on the numbering.
 
@@ -46,13 +49,16 @@ import argparse
 import copy
 import json
 import time
+from contextlib import nullcontext
 from pathlib import Path
+from unittest import mock
 
 import torch
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from hf_tensorcompress.core import float32_build
 from hf_tensorcompress.data.causal_lm import WEIGHTS_NOTE, smollm2_dir
 from hf_tensorcompress.data.text import split_documents, text_dataset, token_ids
 from hf_tensorcompress.evaluation.perplexity import perplexity
@@ -149,6 +155,17 @@ def main(argv: list[str] | None = None) -> dict:
         help="renumber the vocabulary by this seed's random permutation (rows, head and every text's ids together: "
         "the same model) to check that a setting does not depend on the token numbering",
     )
+    parser.add_argument(
+        "--dtype",
+        choices=["float32", "bfloat16"],
+        default="float32",
+        help="precision the model is loaded, built and scored in (bfloat16: as most checkpoints ship)",
+    )
+    parser.add_argument(
+        "--float32-build",
+        action="store_true",
+        help="build a bfloat16 model in float32 even on a CPU with bf16 units (the comparison for building in bf16)",
+    )
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
@@ -157,7 +174,9 @@ def main(argv: list[str] | None = None) -> dict:
     output.mkdir(parents=True, exist_ok=True)
     model_dir = args.model or str(smollm2_dir())
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    dense = accelerator.prepare_model(AutoModelForCausalLM.from_pretrained(model_dir), evaluation_mode=True).eval()
+    dense = accelerator.prepare_model(
+        AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, args.dtype)), evaluation_mode=True
+    ).eval()
     vocab, hidden = dense.get_input_embeddings().weight.shape
     renumber = (
         torch.arange(vocab) if args.permute_vocabulary is None else permute_vocabulary(dense, args.permute_vocabulary)
@@ -201,7 +220,12 @@ def main(argv: list[str] | None = None) -> dict:
         for source in calibrations if calibrated else [None]:
             model = copy.deepcopy(dense)
             start = time.perf_counter()
-            size = build(model, calibrations[source] if source else None)
+            with (
+                mock.patch.object(float32_build, "native_bf16", return_value=False)
+                if args.float32_build
+                else nullcontext()
+            ):
+                size = build(model, calibrations[source] if source else None)
             seconds = time.perf_counter() - start
             stored = size * 2 if unit == "params" else size  # parameter arms store bf16 values
             for target, ids in held_out.items():
@@ -247,6 +271,8 @@ def main(argv: list[str] | None = None) -> dict:
                 "covariance_tokens",
                 "window",
                 "stride",
+                "dtype",
+                "float32_build",
                 "ratios",
                 "calibration_corpora",
                 "arms",

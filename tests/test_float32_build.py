@@ -1,7 +1,7 @@
 """A calibrated build of a bf16 or fp16 model on CPU runs the model in float32 (a bf16 forward is several times slower
-on CPUs without bf16 units) and leaves the model in its own dtypes: every weight it did not replace bitwise as it
-was, a float32 buffer float32, the tied head tied, the new layer in the replaced one's dtype; a build that fails
-leaves every tensor as it was."""
+on CPUs without bf16 units), a bf16 one in bf16 where the CPU has bf16 units, and leaves the model in its own dtypes:
+every weight it did not replace bitwise as it was, a float32 buffer float32, the tied head tied, the new layer in
+the replaced one's dtype; a build that fails leaves every tensor as it was."""
 
 from __future__ import annotations
 
@@ -53,11 +53,25 @@ def build_dtypes(model: torch.nn.Module) -> set[torch.dtype]:
     return set(seen)
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_a_half_precision_build_runs_in_float32_and_keeps_the_models_dtypes(dtype):
+def bf16_units(present: bool):
+    """This CPU with or without bf16 dot-product units, whichever the machine running the test has."""
+    return mock.patch("hf_tensorcompress.core.float32_build.native_bf16", return_value=present)
+
+
+@pytest.mark.parametrize(
+    "dtype, units, runs_in",
+    [
+        (torch.bfloat16, False, torch.float32),
+        (torch.float16, False, torch.float32),
+        (torch.bfloat16, True, torch.bfloat16),
+        (torch.float16, True, torch.float32),
+    ],
+)
+def test_a_half_precision_build_runs_where_the_cpu_is_fast_and_keeps_the_models_dtypes(dtype, units, runs_in):
     model = tiny(dtype)
     before = snapshot(model)
-    assert build_dtypes(model) == {torch.float32}
+    with bf16_units(units):
+        assert build_dtypes(model) == {runs_in}
     after = model.state_dict()
     kept = [name for name in before if not name.startswith(("model.embed_tokens.", "lm_head."))]
     assert kept and all(after[name].dtype == before[name].dtype for name in kept)
@@ -82,7 +96,7 @@ def test_a_build_that_fails_leaves_every_tensor_as_it_was():
 
 def test_inside_the_build_a_tied_head_stays_tied_and_half_tensors_are_float32():
     model = tiny(torch.bfloat16)
-    with float32_on_cpu(model):
+    with bf16_units(False), float32_on_cpu(model):
         assert model.lm_head.weight is model.get_input_embeddings().weight
         assert {t.dtype for t in model.state_dict().values() if t.is_floating_point()} == {torch.float32}
     assert model.get_input_embeddings().weight.dtype == torch.bfloat16

@@ -127,3 +127,23 @@ def test_the_check_scores_short_sequences_side_by_side_and_long_ones_in_windows(
     long = CALIBRATION[:101][None]
     ln_perplexity(model, model.get_input_embeddings(), None, long)
     assert shapes == [(1, 41), (1, 41), (1, 21)]  # 100 predictions in windows of 40
+
+
+def test_the_check_scores_fewer_positions_a_pass_over_a_large_vocabulary(monkeypatch):
+    """Over a large vocabulary the check's window shrinks so its logits stay under ``CHECK_LOGIT_BYTES`` (32 positions
+    over 262,144 tokens, 128 over SmolLM2's 49,152); the mean ln-loss is every window's prediction's."""
+    from hf_tensorcompress.methods.tiered import guard
+
+    assert guard.check_window(262_144) == 32 and guard.check_window(128_256) == 65 and guard.check_window(49_152) == 128
+    model = tiny().eval()
+    shapes = []
+    model.register_forward_pre_hook(
+        lambda m, args, kwargs: shapes.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True
+    )
+    long = CALIBRATION[:101][None]
+    vocab = model.get_input_embeddings().weight.shape[0]
+    monkeypatch.setattr(guard, "CHECK_LOGIT_BYTES", 4 * vocab * 25)  # room for 25 positions' logits
+    narrow = ln_perplexity(model, model.get_input_embeddings(), None, long)
+    assert shapes == [(1, 26)] * 4  # 100 predictions, 25 a pass
+    windows = [long[:, start : start + 26] for start in range(0, 100, 25)]
+    assert narrow == pytest.approx(sum(float(model(input_ids=w, labels=w).loss) for w in windows) / 4, rel=1e-5)

@@ -17,8 +17,9 @@ from hf_tensorcompress.methods.tt.solver import balanced_shape
 #: are tiered by id (BPE merge order: no domain in it) except in the ``size_ratio`` byte budgets
 #: (``tiered-budget-*``: each row's width by how often the calibration text and the model's own text use its token ×
 #: output-aware error; ``-no-model-text``: by the calibration counts alone; ``-text-seed<S>``: the model's own
-#: text sampled with seed S, for the spread one sample leaves); ``rounding="output"`` uses the
-#: calibration corpus's hidden-state covariance (half of it the model's own text's in the budgets). ``rows16+svd``: dense (bf16) rows + output-aware SVD of the others, the README's 2× arm.
+#: text sampled with seed S, for the spread one sample leaves; ``-text16k-seed<S>``: 16,384 tokens of it, not 8,192);
+#: ``rounding="output"`` uses the calibration corpus's hidden-state covariance (half of it the model's own text's in
+#: the budgets). ``rows16+svd``: dense (bf16) rows + output-aware SVD of the others, the README's 2× arm.
 TIERED_ARMS: dict[str, dict] = {
     "tiered-int4": dict(tier_bits=[4], rounding="output"),
     "tiered-int4/int3-24k": dict(tier_tokens=[24000], tier_bits=[4, 3], rounding="output"),
@@ -44,6 +45,13 @@ TIERED_ARMS: dict[str, dict] = {
         f"tiered-budget-{ratio}x-text-seed{seed}": dict(size_ratio=ratio, rounding="output", model_text_seed=seed)
         for ratio in (4, 6, 8)
         for seed in (1, 2)
+    },
+    **{  # twice the model's own text, three samples: how much the spread narrows
+        f"tiered-budget-{ratio}x-text16k-seed{seed}": dict(
+            size_ratio=ratio, rounding="output", model_text_seed=seed, model_text_tokens=16384
+        )
+        for ratio in (4, 6, 8)
+        for seed in (0, 1, 2)
     },
 }
 

@@ -30,8 +30,13 @@ HELD_BACK_TOKENS = 1024
 #: Tokens the model samples for the check, besides the ones its text is weighed by.
 CHECK_TOKENS = 1024
 
-#: Positions scored per forward pass of the check (their logits over a 262,144-token vocabulary: 134 MB).
+#: The most positions scored per forward pass of the check.
 CHECK_WINDOW = 128
+
+#: Float32 logits a forward pass of the check may hold: fewer positions a pass for a large vocabulary (32 over
+#: 262,144 tokens). The loss holds them twice more (a float32 copy and its log-softmax): at 128 positions over
+#: 262,144 tokens the check added 331 MB at its peak, the most of any step of a bf16 build of that shape.
+CHECK_LOGIT_BYTES = 32 * 2**20
 
 #: ln-perplexity margin by which the rows weighed alike must win on held-back text before the build keeps them.
 MARGIN = 0.01
@@ -156,25 +161,32 @@ def serving(model: nn.Module, embedding: nn.Module, layer: nn.Module | None) -> 
 
 
 @torch.no_grad()
+def check_window(vocab: int) -> int:
+    """Positions the check scores per forward pass over a ``vocab``-token vocabulary: ``CHECK_WINDOW``, fewer where
+    their logits would pass ``CHECK_LOGIT_BYTES``."""
+    return max(1, min(CHECK_WINDOW, CHECK_LOGIT_BYTES // (4 * vocab)))
+
+
 def ln_perplexity(model: nn.Module, embedding: nn.Module, layer: nn.Module | None, ids: torch.Tensor) -> float:
     """Mean next-token ln-loss of ``ids`` (``(sequences, length)``) through ``model`` with ``layer`` in place of
-    ``embedding`` (``serving``). About ``CHECK_WINDOW`` predictions run per forward pass, so the logits held at once
+    ``embedding`` (``serving``). About ``check_window`` predictions run per forward pass, so the logits held at once
     stay small: a long sequence in windows, short ones several side by side (one at a time, 32-token sequences
     made each product 32 rows deep, and the check took half as long again)."""
     was_training = model.training
     model.eval()
     try:
         device = next(model.parameters()).device
+        window = check_window(embedding.weight.shape[0])
         predictions = max(1, ids.shape[1] - 1)
-        side_by_side = max(1, CHECK_WINDOW // predictions)
+        side_by_side = max(1, window // predictions)
         total, count = 0.0, 0
         with serving(model, embedding, layer):
             for first in range(0, len(ids), side_by_side):
                 rows = ids[first : first + side_by_side]
-                for start in range(0, predictions, CHECK_WINDOW):
-                    window = rows[:, start : start + CHECK_WINDOW + 1].to(device)
-                    scored = window.numel() - len(window)
-                    total += float(model(input_ids=window, labels=window).loss) * scored
+                for start in range(0, predictions, window):
+                    part = rows[:, start : start + window + 1].to(device)
+                    scored = part.numel() - len(part)
+                    total += float(model(input_ids=part, labels=part).loss) * scored
                     count += scored
         return total / max(count, 1)
     finally:
