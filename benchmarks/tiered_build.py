@@ -56,9 +56,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import nullcontext
 from pathlib import Path
-from unittest import mock
 
 import torch
 import torch.nn.functional as F
@@ -256,7 +254,8 @@ def build_part(args: argparse.Namespace) -> dict:
     scale = None if scale is None else float(scale)
     ids = moby_dick_ids(args.calibration_tokens, vocab)
     config = CompressionConfig(method="tiered", size_ratio=args.size_ratio, rounding="output")
-    cast = float32_build.HALF if args.float32_build else float32_build.float32_dtypes()
+    with float32_build.forced_float32(args.float32_build):
+        cast = float32_build.float32_dtypes()
     with tempfile.TemporaryDirectory() as folder:
         dense_file = Path(folder) / "dense.pt"
         torch.save(model.get_input_embeddings().weight.detach().cpu(), dense_file)
@@ -265,9 +264,7 @@ def build_part(args: argparse.Namespace) -> dict:
         reset_peak()
         before = status_mb("VmRSS")
         start = time.perf_counter()
-        with (
-            mock.patch.object(float32_build, "native_bf16", return_value=False) if args.float32_build else nullcontext()
-        ):
+        with float32_build.forced_float32(args.float32_build):
             apply_tiered(model, config, ids.to(device))
         build_s = time.perf_counter() - start
         peak = max(status_mb("VmHWM"), phases.pop("build_peak_rss_mb"))

@@ -9,7 +9,9 @@ for the results page's table and figure.
 Per data set it runs ``recipes/smartformer.py`` (PatchTST, every arm for the same steps, data and model selection)
 with ``--budget-ratio``: dense; int8/int4 PTQ and ternary/int4/int2 QAT of every Linear; ``smartformer-bytes`` (the
 RL search over rank and factor width of every Linear); one rank and width everywhere, random allocations and a greedy
-sensitivity allocation at the bytes the search ended with; and the naive forecasts on the same test windows. Writes
+sensitivity allocation at the bytes the search ended with; and the naive forecasts on the same test windows. With
+``--choose-on-validation A B`` the arm ``chosen-on-validation`` is, per seed, whichever of A and B validated better
+(scored on the test windows; the training of both is its cost). Writes
 ``<dataset>/`` (the recipe's own output), ``comparison.json``, ``comparison.md`` (mean, median, sample std and
 per-seed MSE per arm, the targets of the byte search checked) and ``comparison.png`` (test MSE against bytes of
 every Linear, the quantization baselines' front marked) into ``--output-dir``.
@@ -39,6 +41,9 @@ RUNS = (
     "random-bytes",
     "greedy-bytes",
 )
+
+#: The arm ``--choose-on-validation`` adds.
+CHOSEN = "chosen-on-validation"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -93,6 +98,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--patch", nargs=2, default=None, help="PatchTST's patch length and stride (the recipe's)")
     parser.add_argument("--search-schedule", nargs=3, default=None, help="the searches' schedule (the recipe's)")
     parser.add_argument(
+        "--choose-on-validation",
+        nargs="+",
+        default=None,
+        metavar="ARM",
+        type=run_name,
+        help=f"add the arm {CHOSEN!r}: per seed, whichever of these arms (two or more of --runs) has the least "
+        "validation MSE, scored on the test windows (the choice a user makes between trained models)",
+    )
+    parser.add_argument(
         "--data", nargs=argparse.REMAINDER, default=[], help="data flags passed to the recipe as they are (last)"
     )
     parser.add_argument(
@@ -105,6 +119,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--output-dir", default="byte-comparison")
     args = parser.parse_args(argv)
+    if args.choose_on_validation is not None:
+        choose = args.choose_on_validation
+        if len(set(choose)) < 2:
+            parser.error(f"--choose-on-validation: name two or more arms to choose between, not {choose}")
+        if "random-bytes" in choose:
+            parser.error("--choose-on-validation: random-bytes trains several draws a seed; name one-model arms")
+        missing = [] if args.merge else [arm for arm in choose if arm not in args.runs]
+        if missing:
+            parser.error(f"--choose-on-validation: {missing} not in --runs {args.runs}: add them there")
     folders = [dataset_folder(dataset) for dataset in args.datasets]
     shared = sorted({folder for folder in folders if folders.count(folder) > 1})
     if shared:
@@ -122,10 +145,12 @@ def summary(runs: list[dict]) -> dict[str, dict]:
     """Per arm: mean, median, sample std (ddof=1) and per-seed test MSE, and the mean bytes of every Linear."""
     arms: dict[str, dict] = {}
     for run in runs:
-        arm = arms.setdefault(run["name"], {"mse": [], "bytes": [], "seeds": []})
+        arm = arms.setdefault(run["name"], {"mse": [], "bytes": [], "seeds": [], "chosen": []})
         arm["mse"].append(run["metrics"]["mse"])
         arm["seeds"].append(run["seed"])
         arm["bytes"].append(run["linear_bytes"]["disk_ratio"])
+        if "chosen" in run:
+            arm["chosen"].append(run["chosen"])
     return {
         name: {
             "mean": statistics.mean(arm["mse"]),
@@ -134,9 +159,38 @@ def summary(runs: list[dict]) -> dict[str, dict]:
             "per_seed": arm["mse"],
             "seeds": arm["seeds"],
             "bytes": statistics.mean(arm["bytes"]),
+            **({"chosen": arm["chosen"]} if arm["chosen"] else {}),
         }
         for name, arm in arms.items()
     }
+
+
+def chosen_on_validation(runs: list[dict], choose: list[str]) -> list[dict]:
+    """Per seed that every arm of ``choose`` ran: the run of least validation MSE, as the arm ``CHOSEN`` (its test
+    MSE and bytes, ``chosen``: which arm it is, ``train_seconds``: the training of every arm it chose between)."""
+    by_seed: dict[int, dict[str, dict]] = {}
+    for run in runs:
+        if run["name"] in choose:
+            by_seed.setdefault(run["seed"], {}).setdefault(run["name"], run)
+    chosen = []
+    for seed, candidates in sorted(by_seed.items()):
+        if len(candidates) < len(set(choose)):
+            continue
+        unselected = [name for name, run in candidates.items() if run.get("validation_mse") is None]
+        if unselected:
+            raise ValueError(
+                f"--choose-on-validation: {unselected} (seed {seed}) recorded no validation MSE (trained with "
+                "--keep-last?): rerun them with model selection"
+            )
+        best = min(candidates.values(), key=lambda run: run["validation_mse"])
+        seconds = sum(run.get("train_seconds", 0.0) for run in candidates.values())
+        chosen.append({**best, "name": CHOSEN, "chosen": best["name"], "train_seconds": seconds})
+    return chosen
+
+
+def tolerance_of(budget: float) -> float:
+    """How close to dense the targets ask for: within 1 % at 1/16 (and above 1/24), 3 % at 1/32."""
+    return 0.01 if budget > 1 / 24 else 0.03
 
 
 def targets(arms: dict[str, dict], budget: float) -> list[str]:
@@ -149,7 +203,7 @@ def targets(arms: dict[str, dict], budget: float) -> list[str]:
             f"smartformer-bytes holds {searched['bytes']:.4f}× of the fp32 bytes, over its budget {budget:.4f}×: its "
             "search did not decide every layer within the steps (train longer); no target is met"
         ]
-    tolerance = 0.01 if budget > 1 / 24 else 0.03  # the targets: within 1 % of dense at 1/16, 3 % at 1/32
+    tolerance = tolerance_of(budget)
     lines = []
     for stat in ("mean", "median"):
         change = searched[stat] / dense[stat] - 1
@@ -187,6 +241,20 @@ def against_naive(arms: dict[str, dict], naive: dict[str, dict]) -> list[str]:
     ]
 
 
+def choice_lines(arms: dict[str, dict], budget: float) -> list[str]:
+    """What the arm ``CHOSEN`` chose per seed, and how far it is from dense (the byte search's tolerance)."""
+    if CHOSEN not in arms:
+        return []
+    arm = arms[CHOSEN]
+    picks = ", ".join(f"{name} (seed {seed})" for name, seed in zip(arm["chosen"], arm["seeds"]))
+    lines = [f"{CHOSEN} at {arm['bytes']:.4f}× chose {picks}"]
+    if "dense" in arms:
+        tolerance = tolerance_of(budget)
+        changes = [f"{stat} {100 * (arm[stat] / arms['dense'][stat] - 1):+.2f} %" for stat in ("mean", "median")]
+        lines.append(f"{CHOSEN} vs dense: {', '.join(changes)} (target within {100 * tolerance:.0f} %)")
+    return lines
+
+
 def seeds_of(arms: dict[str, dict]) -> list[int]:
     """Every seed any arm of one data set ran with."""
     return sorted({seed for arm in arms.values() for seed in arm["seeds"]})
@@ -210,7 +278,10 @@ def markdown(results: dict[str, dict], budget: float) -> str:
             "| arm | bytes of every Linear (/ fp32) | MSE | median | per seed |\n|---|---|---|---|---|\n"
             + "\n".join(rows + naive)
             + "\n\n"
-            + "\n".join(f"- {line}" for line in against_naive(arms, result["naive"]) + targets(arms, budget))
+            + "\n".join(
+                f"- {line}"
+                for line in against_naive(arms, result["naive"]) + targets(arms, budget) + choice_lines(arms, budget)
+            )
             + "\n"
         )
     return "\n".join(parts)
@@ -250,9 +321,10 @@ def figure(results: dict[str, dict], path: str) -> None:
     plt.close(fig)
 
 
-def merged(recipes: list[dict]) -> dict:
+def merged(recipes: list[dict], choose: list[str] | None = None) -> dict:
     """One data set's results from recipe runs split over processes or machines (the same settings, other seeds or
-    arms): every (arm, seed) run once, the first of duplicates kept (a dense run trained twice with one seed)."""
+    arms): every (arm, seed) run once, the first of duplicates kept (a dense run trained twice with one seed); with
+    ``choose``, the arm ``CHOSEN`` too."""
     settings = {(r["steps"], r.get("batch_size"), r.get("train_stride"), r["budget_ratio"]) for r in recipes}
     if len(settings) > 1:
         raise ValueError(f"the runs to merge differ in (steps, batch, stride, budget): {sorted(settings, key=str)}")
@@ -263,6 +335,8 @@ def merged(recipes: list[dict]) -> dict:
             if run["name"] == "random-bytes" or key not in seen:  # random-bytes: every draw is its own run
                 runs.append(run)
                 seen.add(key)
+    if choose:
+        runs += chosen_on_validation(runs, choose)
     first = recipes[0]
     return {
         "arms": summary(runs),
@@ -315,11 +389,11 @@ def run_recipes(args: argparse.Namespace) -> dict[str, dict]:
             + (["--factor-widths", *args.factor_widths] if args.factor_widths else [])
             + passed(args)
         )  # fmt: skip
-        results[dataset] = merged([recipe])
+        results[dataset] = merged([recipe], args.choose_on_validation)
     return results
 
 
-def merge_folders(folders: list[str], datasets: list[str]) -> dict[str, dict]:
+def merge_folders(folders: list[str], datasets: list[str], choose: list[str] | None = None) -> dict[str, dict]:
     """Every data set's ``results.json`` from the ``--output-dir`` folders of earlier runs, merged."""
     results = {}
     for dataset in datasets:
@@ -333,7 +407,7 @@ def merge_folders(folders: list[str], datasets: list[str]) -> dict[str, dict]:
         for path in found:
             with open(path, encoding="utf-8") as handle:
                 recipes.append(json.load(handle))
-        results[dataset] = merged(recipes)
+        results[dataset] = merged(recipes, choose)
     return results
 
 
@@ -342,7 +416,7 @@ def main(argv=None) -> dict:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from smartformer import fraction
 
-    results = merge_folders(args.merge, args.datasets) if args.merge else run_recipes(args)
+    results = merge_folders(args.merge, args.datasets, args.choose_on_validation) if args.merge else run_recipes(args)
     os.makedirs(args.output_dir, exist_ok=True)
     budget = fraction(args.budget_ratio)
     seeds = {dataset: seeds_of(result["arms"]) for dataset, result in results.items()}

@@ -10,7 +10,9 @@
 # RUNS replaces the arms and FLAGS adds the byte search's flags, e.g. the search on each Linear's Pareto front beside
 # dense and greedy: RUNS="dense smartformer-bytes greedy-bytes" FLAGS=--front-only. BUDGET replaces the budget (1/32),
 # DATASETS the data sets: names of the three, or paths of your own CSV files (batch 64, every column read as the
-# recipe reads it, e.g. a timestamp column and one target; each file's runs go to a folder named after it).
+# recipe reads it, e.g. a timestamp column and one target; each file's runs go to a folder named after it). CHOOSE
+# names two or more of the arms, and the table adds chosen-on-validation: per seed, whichever of them validated best
+# (CHOOSE="ends-8-4 smartformer-bytes", the choice a user makes between the two trained models).
 #
 #     JOBS=2 bash recipes/byte_table_cpu.sh [OUTPUT_DIR] [SEEDS...]
 set -euo pipefail
@@ -36,6 +38,7 @@ runs=(${RUNS:-dense ptq-int8-all ptq-int4-all qat-int4-all qat-int2-all qat-tern
       lowbit-ternary-g128 smartformer-bytes uniform-lowbit-bytes uniform-svd-bytes uniform-biprop-bytes random-bytes
       greedy-bytes})
 flags=(${FLAGS:-})
+choose=(${CHOOSE:+--choose-on-validation $CHOOSE})
 
 data_flags() {  # what each data set reads: its batch and, for the CSVs, the columns
     case $1 in
@@ -55,8 +58,8 @@ one() {  # one data set and seed, unless an earlier run finished it (its compari
     local folder="$out/$(label "$1")-seed$2"
     [[ -f "$folder/comparison.json" ]] && return 0
     # --data passes the rest of the line to the recipe: the data flags come last
-    "$python" byte_comparison.py "${common[@]}" "${flags[@]}" --runs "${runs[@]}" --datasets "$1" --seeds "$2" \
-        --output-dir "$folder" $(data_flags "$1") > "$folder.log" 2>&1
+    "$python" byte_comparison.py "${common[@]}" "${flags[@]}" --runs "${runs[@]}" "${choose[@]}" --datasets "$1" \
+        --seeds "$2" --output-dir "$folder" $(data_flags "$1") > "$folder.log" 2>&1
 }
 
 labels=$(for dataset in "${datasets[@]}"; do label "$dataset"; done | sort | uniq -d)
@@ -83,4 +86,4 @@ for seed in "${seeds[@]}"; do
     for dataset in "${datasets[@]}"; do folders+=("$out/$(label "$dataset")-seed$seed"); done
 done
 "$python" byte_comparison.py --merge "${folders[@]}" --datasets "${datasets[@]}" --budget-ratio "$budget" \
-    --output-dir "$out"
+    "${choose[@]}" --output-dir "$out"

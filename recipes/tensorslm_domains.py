@@ -49,9 +49,7 @@ import argparse
 import copy
 import json
 import time
-from contextlib import nullcontext
 from pathlib import Path
-from unittest import mock
 
 import torch
 from accelerate import Accelerator
@@ -220,11 +218,7 @@ def main(argv: list[str] | None = None) -> dict:
         for source in calibrations if calibrated else [None]:
             model = copy.deepcopy(dense)
             start = time.perf_counter()
-            with (
-                mock.patch.object(float32_build, "native_bf16", return_value=False)
-                if args.float32_build
-                else nullcontext()
-            ):
+            with float32_build.forced_float32(args.float32_build):
                 size = build(model, calibrations[source] if source else None)
             seconds = time.perf_counter() - start
             stored = size * 2 if unit == "params" else size  # parameter arms store bf16 values

@@ -295,3 +295,54 @@ def test_merge_keeps_each_arm_and_seed_once_and_refuses_mixed_settings():
     assert arms["dense"]["per_seed"] == [1.0] and arms["random-bytes"]["per_seed"] == [2.0, 3.0]
     with pytest.raises(ValueError, match="differ in"):
         merged([first, recipe([("dense", 1, 1.0)], steps=500)])
+
+
+def test_the_arm_chosen_on_validation_takes_each_seeds_best_validated_run_and_its_test_mse():
+    """Per seed, the arm of least validation MSE, scored on its test MSE: never chosen by the test windows."""
+    from byte_comparison import CHOSEN, choice_lines, merged
+
+    def run(name, seed, validation, test):
+        return {
+            "name": name,
+            "seed": seed,
+            "metrics": {"mse": test},
+            "validation_mse": validation,
+            "linear_bytes": {"disk_ratio": 0.06},
+            "train_seconds": 10.0,
+        }
+
+    runs = [
+        run("dense", 0, 0.1, 1.0),
+        run("dense", 1, 0.1, 1.0),
+        run("ends-8-4", 0, 0.2, 1.5),  # validates better, tests worse: still the one chosen
+        run("smartformer-bytes", 0, 0.3, 1.1),
+        run("ends-8-4", 1, 0.4, 1.2),
+        run("smartformer-bytes", 1, 0.3, 1.4),
+        run("ends-8-4", 2, 0.1, 1.0),  # its other arm never ran: no choice for seed 2
+    ]
+    recipe = {"steps": 10, "budget_ratio": 0.0625, "naive": {}, "runs": runs}
+    arms = merged([recipe], ["ends-8-4", "smartformer-bytes"])["arms"]
+    assert arms[CHOSEN]["per_seed"] == [1.5, 1.4] and arms[CHOSEN]["seeds"] == [0, 1]
+    assert arms[CHOSEN]["chosen"] == ["ends-8-4", "smartformer-bytes"]
+    assert CHOSEN not in merged([recipe])["arms"]  # only where asked for
+    lines = choice_lines(arms, 1 / 16)
+    assert "chose ends-8-4 (seed 0), smartformer-bytes (seed 1)" in lines[0]
+    assert "mean +45.00 %" in lines[1]
+    runs[3]["validation_mse"] = None
+    with pytest.raises(ValueError, match="recorded no validation MSE"):
+        merged([recipe], ["ends-8-4", "smartformer-bytes"])
+
+
+def test_choose_on_validation_needs_two_arms_of_the_run(capsys):
+    from byte_comparison import parse_args
+
+    for flags, message in (
+        (["--choose-on-validation", "ends-8-4"], "two or more arms"),
+        (["--choose-on-validation", "ends-8-4", "random-bytes"], "several draws a seed"),
+        (["--runs", "dense", "ends-8-4", "--choose-on-validation", "ends-8-4", "smartformer-bytes"], "not in --runs"),
+    ):
+        with pytest.raises(SystemExit):
+            parse_args(flags)
+        assert message in capsys.readouterr().err
+    chosen = ["--runs", "ends-8-4", "smartformer-bytes", "--choose-on-validation", "ends-8-4", "smartformer-bytes"]
+    assert parse_args(chosen).choose_on_validation == ["ends-8-4", "smartformer-bytes"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import warnings
 from unittest import mock
 
@@ -15,6 +16,7 @@ import torch
 import transformers as T
 
 from hf_tensorcompress import CompressionConfig, apply_tiered
+from hf_tensorcompress.core import float32_build
 from hf_tensorcompress.core.float32_build import float32_on_cpu
 from hf_tensorcompress.methods.tiered.guard import BudgetCheckWarning
 
@@ -102,3 +104,13 @@ def test_inside_the_build_a_tied_head_stays_tied_and_half_tensors_are_float32():
     assert model.get_input_embeddings().weight.dtype == torch.bfloat16
     with float32_on_cpu(model, enabled=False):
         assert model.get_input_embeddings().weight.dtype == torch.bfloat16
+
+
+def test_forced_float32_builds_a_bf16_model_in_float32_on_a_cpu_with_bf16_units_and_restores_the_setting():
+    model = tiny(torch.bfloat16)
+    with bf16_units(True), mock.patch.dict("os.environ", {float32_build.FLOAT32_BUILD: "0"}):
+        with float32_build.forced_float32():
+            assert build_dtypes(model) == {torch.float32}
+        assert os.environ[float32_build.FLOAT32_BUILD] == "0"
+        with float32_build.forced_float32(enabled=False):
+            assert float32_build.float32_dtypes() == (torch.float16,)

@@ -10,6 +10,7 @@ error leaves it as it was. Build-time only (never shipped in a checkpoint)."""
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 import torch
@@ -31,9 +32,32 @@ def native_bf16() -> bool:
     return any(getattr(torch.cpu, check, lambda: False)() for check in BF16_UNITS)
 
 
+#: Set to ``1``: a CPU build computes a bf16 model in float32 even where the CPU has bf16 units (the comparison of
+#: the two, or a build that must not depend on the CPU it runs on).
+FLOAT32_BUILD = "HF_TENSORCOMPRESS_FLOAT32_BUILD"
+
+
 def float32_dtypes() -> tuple[torch.dtype, ...]:
-    """The dtypes a CPU build computes in float32 instead: fp16, and bf16 where the CPU lacks bf16 units."""
-    return (torch.float16,) if native_bf16() else HALF
+    """The dtypes a CPU build computes in float32 instead: fp16, and bf16 where the CPU lacks bf16 units (or
+    ``FLOAT32_BUILD`` is set)."""
+    forced = os.environ.get(FLOAT32_BUILD, "0") not in ("", "0")
+    return HALF if forced or not native_bf16() else (torch.float16,)
+
+
+@contextlib.contextmanager
+def forced_float32(enabled: bool = True) -> Iterator[None]:
+    """Inside (with ``enabled``): every CPU build casts a bf16 model to float32 as on a CPU without bf16 units
+    (``FLOAT32_BUILD`` set for the while; its value before is restored)."""
+    before = os.environ.get(FLOAT32_BUILD)
+    if enabled:
+        os.environ[FLOAT32_BUILD] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(FLOAT32_BUILD, None)
+        else:
+            os.environ[FLOAT32_BUILD] = before
 
 
 def module_dtypes(model: nn.Module, names: list[str]) -> dict[str, torch.dtype]:
