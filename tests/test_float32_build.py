@@ -114,3 +114,6 @@ def test_forced_float32_builds_a_bf16_model_in_float32_on_a_cpu_with_bf16_units_
         assert os.environ[float32_build.FLOAT32_BUILD] == "0"
         with float32_build.forced_float32(enabled=False):
             assert float32_build.float32_dtypes() == (torch.float16,)
+        for value, forced in (("true", True), ("No", False), ("", False)):
+            os.environ[float32_build.FLOAT32_BUILD] = value
+            assert (float32_build.float32_dtypes() == float32_build.HALF) is forced

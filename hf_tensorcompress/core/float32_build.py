@@ -3,9 +3,10 @@ bf16 units (every AVX2 one and many AVX-512 ones) a bf16 model runs those passes
 any CPU. There a bf16 forward is several times slower than fp32: SmolLM2-135M over 8,192 tokens took 154 s in bf16
 against 32 s in fp32 on two AMD EPYC cores without them. A CPU with bf16 dot products (AVX512-BF16, AMX) runs bf16
 faster than fp32 (SmolLM2 over 512 tokens on one AMD EPYC Zen 4 core: 1.2 s against 3.2 s), and the model builds in
-its own dtype there, at half the fp32 bytes. Cast weights are cast to float32 in place for the build (exactly: every
-bf16 and fp16 value is a float32 value) and back after it, so the model keeps its dtypes and its config, and an
-error leaves it as it was. Build-time only (never shipped in a checkpoint)."""
+its own dtype there, at half the fp32 bytes (``FLOAT32_BUILD`` or ``forced_float32`` cast it there too). Cast
+weights are cast to float32 in place for the build (exactly: every bf16 and fp16 value is a float32 value) and back
+after it, so the model keeps its dtypes and its config, and an error leaves it as it was. Build-time only (never
+shipped in a checkpoint)."""
 
 from __future__ import annotations
 
@@ -32,15 +33,15 @@ def native_bf16() -> bool:
     return any(getattr(torch.cpu, check, lambda: False)() for check in BF16_UNITS)
 
 
-#: Set to ``1``: a CPU build computes a bf16 model in float32 even where the CPU has bf16 units (the comparison of
-#: the two, or a build that must not depend on the CPU it runs on).
+#: Set to ``1`` (or ``true``, ``yes``, ``on``): a CPU build computes a bf16 model in float32 even where the CPU has
+#: bf16 units (the comparison of the two, or a build that must not depend on the CPU it runs on).
 FLOAT32_BUILD = "HF_TENSORCOMPRESS_FLOAT32_BUILD"
 
 
 def float32_dtypes() -> tuple[torch.dtype, ...]:
     """The dtypes a CPU build computes in float32 instead: fp16, and bf16 where the CPU lacks bf16 units (or
     ``FLOAT32_BUILD`` is set)."""
-    forced = os.environ.get(FLOAT32_BUILD, "0") not in ("", "0")
+    forced = os.environ.get(FLOAT32_BUILD, "").strip().lower() in ("1", "true", "yes", "on")
     return HALF if forced or not native_bf16() else (torch.float16,)
 
 
