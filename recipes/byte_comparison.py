@@ -145,10 +145,11 @@ def summary(runs: list[dict]) -> dict[str, dict]:
     """Per arm: mean, median, sample std (ddof=1) and per-seed test MSE, and the mean bytes of every Linear."""
     arms: dict[str, dict] = {}
     for run in runs:
-        arm = arms.setdefault(run["name"], {"mse": [], "bytes": [], "seeds": [], "chosen": []})
+        arm = arms.setdefault(run["name"], {"mse": [], "bytes": [], "seeds": [], "chosen": [], "rates": []})
         arm["mse"].append(run["metrics"]["mse"])
         arm["seeds"].append(run["seed"])
         arm["bytes"].append(run["linear_bytes"]["disk_ratio"])
+        arm["rates"].append(run.get("learning_rate"))
         if "chosen" in run:
             arm["chosen"].append(run["chosen"])
     return {
@@ -160,9 +161,36 @@ def summary(runs: list[dict]) -> dict[str, dict]:
             "seeds": arm["seeds"],
             "bytes": statistics.mean(arm["bytes"]),
             **({"chosen": arm["chosen"]} if arm["chosen"] else {}),
+            **({"learning_rates": arm["rates"]} if None not in arm["rates"] else {}),
         }
         for name, arm in arms.items()
     }
+
+
+def best_learning_rates(runs: list[dict], rates: list[float]) -> list[dict]:
+    """Per (arm, seed) trained at every learning rate of ``rates``: the run of least validation MSE, the sweep a user
+    runs on their own data (the test windows take no part). Every arm gets the same sweep, or the merge is refused."""
+    if any(run["name"] == "random-bytes" for run in runs):
+        raise ValueError("a learning-rate sweep of random-bytes (several draws a seed) has no one run to keep: drop it")
+    by_arm: dict[tuple[str, int], dict[float, dict]] = {}
+    for run in runs:
+        by_arm.setdefault((run["name"], run["seed"]), {})[run["learning_rate"]] = run
+    kept = []
+    for (name, seed), swept in sorted(by_arm.items()):
+        missing = [rate for rate in rates if rate not in swept]
+        if missing:
+            raise ValueError(
+                f"{name} (seed {seed}) has no run at learning rate {missing} of the sweep {rates}: every arm needs "
+                "every rate, or the one with more tries is favoured; run them or merge without those folders"
+            )
+        unselected = [rate for rate, run in swept.items() if run.get("validation_mse") is None]
+        if unselected:
+            raise ValueError(
+                f"{name} (seed {seed}) at learning rate {unselected} recorded no validation MSE (trained with "
+                "--keep-last?): rerun it with model selection"
+            )
+        kept.append(min(swept.values(), key=lambda run: run["validation_mse"]))
+    return kept
 
 
 def chosen_on_validation(runs: list[dict], choose: list[str]) -> list[dict]:
@@ -255,6 +283,17 @@ def choice_lines(arms: dict[str, dict], budget: float) -> list[str]:
     return lines
 
 
+def learning_rate_lines(result: dict) -> list[str]:
+    """Per arm, the learning rate each seed kept on validation, where the runs swept several."""
+    if "learning_rates_swept" not in result:
+        return []
+    swept = ", ".join(f"{rate:g}" for rate in result["learning_rates_swept"])
+    kept = "; ".join(
+        f"{name} " + ", ".join(f"{rate:g}" for rate in arm["learning_rates"]) for name, arm in result["arms"].items()
+    )
+    return [f"learning rate kept on validation per seed, of {swept}: {kept}"]
+
+
 def seeds_of(arms: dict[str, dict]) -> list[int]:
     """Every seed any arm of one data set ran with."""
     return sorted({seed for arm in arms.values() for seed in arm["seeds"]})
@@ -280,7 +319,10 @@ def markdown(results: dict[str, dict], budget: float) -> str:
             + "\n\n"
             + "\n".join(
                 f"- {line}"
-                for line in against_naive(arms, result["naive"]) + targets(arms, budget) + choice_lines(arms, budget)
+                for line in against_naive(arms, result["naive"])
+                + targets(arms, budget)
+                + choice_lines(arms, budget)
+                + learning_rate_lines(result)
             )
             + "\n"
         )
@@ -328,18 +370,25 @@ def merged(recipes: list[dict], choose: list[str] | None = None) -> dict:
     settings = {(r["steps"], r.get("batch_size"), r.get("train_stride"), r["budget_ratio"]) for r in recipes}
     if len(settings) > 1:
         raise ValueError(f"the runs to merge differ in (steps, batch, stride, budget): {sorted(settings, key=str)}")
+    rates = {recipe.get("learning_rate") for recipe in recipes}
+    if len(rates) > 1 and None in rates:
+        raise ValueError("some runs to merge record no learning rate (written before it was recorded): rerun them")
     runs, seen = [], set()
     for recipe in recipes:
         for run in recipe["runs"]:
-            key = (run["name"], run["seed"])
+            run = {**run, "learning_rate": recipe.get("learning_rate")}
+            key = (run["name"], run["seed"], run["learning_rate"])
             if run["name"] == "random-bytes" or key not in seen:  # random-bytes: every draw is its own run
                 runs.append(run)
                 seen.add(key)
+    if len(rates) > 1:
+        runs = best_learning_rates(runs, sorted(rates))
     if choose:
         runs += chosen_on_validation(runs, choose)
     first = recipes[0]
     return {
         "arms": summary(runs),
+        **({"learning_rates_swept": sorted(rates)} if len(rates) > 1 else {}),
         "naive": first["naive"],
         "steps": first["steps"],
         "batch_size": first.get("batch_size"),

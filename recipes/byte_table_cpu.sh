@@ -12,7 +12,9 @@
 # DATASETS the data sets: names of the three, or paths of your own CSV files (batch 64, every column read as the
 # recipe reads it, e.g. a timestamp column and one target; each file's runs go to a folder named after it). CHOOSE
 # names two or more of the arms, and the table adds chosen-on-validation: per seed, whichever of them validated best
-# (CHOOSE="ends-8-4 smartformer-bytes", the choice a user makes between the two trained models).
+# (CHOOSE="ends-8-4 smartformer-bytes", the choice a user makes between the two trained models). LRS sweeps learning
+# rates: every arm of every (data set, seed) trains at each (a process and folder each), and the table keeps, per arm
+# and seed, the rate of least validation MSE (LRS="1e-3 2e-3 4e-3": every arm tuned alike, the test windows unseen).
 #
 #     JOBS=2 bash recipes/byte_table_cpu.sh [OUTPUT_DIR] [SEEDS...]
 set -euo pipefail
@@ -39,6 +41,7 @@ runs=(${RUNS:-dense ptq-int8-all ptq-int4-all qat-int4-all qat-int2-all qat-tern
       greedy-bytes})
 flags=(${FLAGS:-})
 choose=(${CHOOSE:+--choose-on-validation $CHOOSE})
+rates=(${LRS:-""})  # one empty rate: the recipe's own
 
 data_flags() {  # what each data set reads: its batch and, for the CSVs, the columns
     case $1 in
@@ -54,12 +57,17 @@ label() {  # a data set's folder name, as byte_comparison.dataset_folder names i
     echo "${name%%.*}"
 }
 
-one() {  # one data set and seed, unless an earlier run finished it (its comparison.json is written last)
-    local folder="$out/$(label "$1")-seed$2"
+folder_of() {  # a data set's, seed's and learning rate's folder
+    echo "$out/$(label "$1")-seed$2${3:+-lr$3}"
+}
+
+one() {  # one data set, seed and rate, unless an earlier run finished it (its comparison.json is written last)
+    local folder
+    folder=$(folder_of "$@")
     [[ -f "$folder/comparison.json" ]] && return 0
     # --data passes the rest of the line to the recipe: the data flags come last
-    "$python" byte_comparison.py "${common[@]}" "${flags[@]}" --runs "${runs[@]}" "${choose[@]}" --datasets "$1" \
-        --seeds "$2" --output-dir "$folder" $(data_flags "$1") > "$folder.log" 2>&1
+    "$python" byte_comparison.py "${common[@]}" "${flags[@]}" ${3:+--learning-rate $3} --runs "${runs[@]}" \
+        "${choose[@]}" --datasets "$1" --seeds "$2" --output-dir "$folder" $(data_flags "$1") > "$folder.log" 2>&1
 }
 
 labels=$(for dataset in "${datasets[@]}"; do label "$dataset"; done | sort | uniq -d)
@@ -71,9 +79,11 @@ mkdir -p "$out"
 failed=0
 for seed in "${seeds[@]}"; do
     for dataset in "${datasets[@]}"; do
-        while (( $(jobs -rp | wc -l) >= jobs )); do wait -n || failed=1; done
-        echo "$(date +%T) $dataset seed $seed → $out/$(label "$dataset")-seed$seed.log"
-        one "$dataset" "$seed" &
+        for rate in "${rates[@]}"; do
+            while (( $(jobs -rp | wc -l) >= jobs )); do wait -n || failed=1; done
+            echo "$(date +%T) $dataset seed $seed${rate:+ learning rate $rate} → $(folder_of "$dataset" "$seed" "$rate").log"
+            one "$dataset" "$seed" "$rate" &
+        done
     done
 done
 while (( $(jobs -rp | wc -l) > 0 )); do wait -n || failed=1; done
@@ -83,7 +93,9 @@ if (( failed )); then
 fi
 folders=()
 for seed in "${seeds[@]}"; do
-    for dataset in "${datasets[@]}"; do folders+=("$out/$(label "$dataset")-seed$seed"); done
+    for dataset in "${datasets[@]}"; do
+        for rate in "${rates[@]}"; do folders+=("$(folder_of "$dataset" "$seed" "$rate")"); done
+    done
 done
 "$python" byte_comparison.py --merge "${folders[@]}" --datasets "${datasets[@]}" --budget-ratio "$budget" \
     "${choose[@]}" --output-dir "$out"

@@ -260,6 +260,7 @@ def main(argv=None) -> dict:
         "train_stride": size.train_stride,
         "validate_every": size.validate_every,
         "keep_last": args.keep_last,
+        "learning_rate": args.learning_rate,
         "budget_ratio": args.budget_ratio,
         "naive": evaluate_naive(data[2], seasons, batch_size=size.batch_size),
         "seasons": seasons,

@@ -346,3 +346,44 @@ def test_choose_on_validation_needs_two_arms_of_the_run(capsys):
         assert message in capsys.readouterr().err
     chosen = ["--runs", "ends-8-4", "smartformer-bytes", "--choose-on-validation", "ends-8-4", "smartformer-bytes"]
     assert parse_args(chosen).choose_on_validation == ["ends-8-4", "smartformer-bytes"]
+
+
+def test_a_learning_rate_sweep_keeps_each_arm_and_seeds_best_validated_rate_and_refuses_an_uneven_sweep():
+    """Each (arm, seed) keeps the rate of least validation MSE, whatever the test MSE says; an arm short of a rate of
+    the sweep, or a run without model selection, is refused rather than compared."""
+    from byte_comparison import learning_rate_lines, markdown, merged
+
+    def recipe(rate, runs):
+        return {
+            "steps": 10,
+            "budget_ratio": 0.0625,
+            "learning_rate": rate,
+            "naive": {},
+            "runs": [
+                {"name": n, "seed": s, "metrics": {"mse": t}, "validation_mse": v, "linear_bytes": {"disk_ratio": 1.0}}
+                for n, s, v, t in runs
+            ],
+        }
+
+    low = recipe(1e-3, [("dense", 0, 0.2, 1.0), ("dense", 1, 0.1, 1.3), ("ends-8-4", 0, 0.3, 1.2)])
+    high = recipe(4e-3, [("dense", 0, 0.1, 1.4), ("dense", 1, 0.2, 0.9), ("ends-8-4", 0, 0.2, 1.1)])
+    result = merged([low, high])
+    assert result["arms"]["dense"]["per_seed"] == [1.4, 1.3]  # validated better, tested worse: still kept
+    assert result["arms"]["dense"]["learning_rates"] == [4e-3, 1e-3]
+    assert result["arms"]["ends-8-4"]["per_seed"] == [1.1]
+    assert result["learning_rates_swept"] == [1e-3, 4e-3]
+    assert learning_rate_lines(result) == [
+        "learning rate kept on validation per seed, of 0.001, 0.004: dense 0.004, 0.001; ends-8-4 0.004"
+    ]
+    assert "learning rate kept" in markdown({"electricity": result}, 1 / 16)
+    single = merged([low])
+    assert "learning_rates_swept" not in single and learning_rate_lines(single) == []
+    assert single["arms"]["dense"]["per_seed"] == [1.0, 1.3]
+    with pytest.raises(ValueError, match=r"no run at learning rate \[0.004\]"):
+        merged([low, recipe(4e-3, [("dense", 0, 0.1, 1.4), ("dense", 1, 0.2, 0.9)])])
+    with pytest.raises(ValueError, match="recorded no validation MSE"):
+        merged([low, recipe(4e-3, [("dense", 0, None, 1.4), ("dense", 1, 0.2, 0.9), ("ends-8-4", 0, 0.2, 1.1)])])
+    with pytest.raises(ValueError, match="record no learning rate"):
+        merged([low, {**high, "learning_rate": None}])
+    with pytest.raises(ValueError, match="random-bytes"):
+        merged([recipe(1e-3, [("random-bytes", 0, 0.1, 1.0)]), recipe(4e-3, [("random-bytes", 0, 0.1, 1.0)])])
