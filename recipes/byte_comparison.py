@@ -11,7 +11,8 @@ with ``--budget-ratio``: dense; int8/int4 PTQ and ternary/int4/int2 QAT of every
 RL search over rank and factor width of every Linear); one rank and width everywhere, random allocations and a greedy
 sensitivity allocation at the bytes the search ended with; and the naive forecasts on the same test windows. With
 ``--choose-on-validation A B`` the arm ``chosen-on-validation`` is, per seed, whichever of A and B validated better
-(scored on the test windows; the training of both is its cost). Writes
+(scored on the test windows; the training of both is its cost). Merged runs of several learning rates (``LRS`` of
+``byte_table_cpu.sh``) keep, per arm and seed, the rate of least validation MSE. Writes
 ``<dataset>/`` (the recipe's own output), ``comparison.json``, ``comparison.md`` (mean, median, sample std and
 per-seed MSE per arm, the targets of the byte search checked) and ``comparison.png`` (test MSE against bytes of
 every Linear, the quantization baselines' front marked) into ``--output-dir``.
@@ -114,8 +115,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         nargs="+",
         default=None,
         metavar="FOLDER",
-        help="train nothing: merge the --output-dir folders of earlier runs (other seeds or arms of the same settings, "
-        "e.g. split over processes) into one table and figure",
+        help="train nothing: merge the --output-dir folders of earlier runs (other seeds, arms or learning rates of the "
+        "same settings, e.g. split over processes) into one table and figure; of several learning rates, each arm and "
+        "seed keeps the one of least validation MSE",
     )
     parser.add_argument("--output-dir", default="byte-comparison")
     args = parser.parse_args(argv)

@@ -81,7 +81,8 @@ for seed in "${seeds[@]}"; do
     for dataset in "${datasets[@]}"; do
         for rate in "${rates[@]}"; do
             while (( $(jobs -rp | wc -l) >= jobs )); do wait -n || failed=1; done
-            echo "$(date +%T) $dataset seed $seed${rate:+ learning rate $rate} → $(folder_of "$dataset" "$seed" "$rate").log"
+            echo "$(date +%T) $dataset seed $seed${rate:+ learning rate $rate}" \
+                "→ $(folder_of "$dataset" "$seed" "$rate").log"
             one "$dataset" "$seed" "$rate" &
         done
     done
