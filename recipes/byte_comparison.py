@@ -185,14 +185,18 @@ def best_learning_rates(runs: list[dict], rates: list[float]) -> list[dict]:
                 f"{name} (seed {seed}) has no run at learning rate {missing} of the sweep {rates}: every arm needs "
                 "every rate, or the one with more tries is favoured; run them or merge without those folders"
             )
-        unselected = [rate for rate, run in swept.items() if run.get("validation_mse") is None]
-        if unselected:
-            raise ValueError(
-                f"{name} (seed {seed}) at learning rate {unselected} recorded no validation MSE (trained with "
-                "--keep-last?): rerun it with model selection"
-            )
-        kept.append(min(swept.values(), key=lambda run: run["validation_mse"]))
+        kept.append(least_validated(swept, f"{name} (seed {seed}) at learning rate"))
     return kept
+
+
+def least_validated(candidates: dict, label: str) -> dict:
+    """The run of least validation MSE among ``candidates``, refused where one trained without model selection."""
+    unselected = [key for key, run in candidates.items() if run.get("validation_mse") is None]
+    if unselected:
+        raise ValueError(
+            f"{label} {unselected} recorded no validation MSE (trained with --keep-last?): rerun with model selection"
+        )
+    return min(candidates.values(), key=lambda run: run["validation_mse"])
 
 
 def chosen_on_validation(runs: list[dict], choose: list[str]) -> list[dict]:
@@ -206,13 +210,7 @@ def chosen_on_validation(runs: list[dict], choose: list[str]) -> list[dict]:
     for seed, candidates in sorted(by_seed.items()):
         if len(candidates) < len(set(choose)):
             continue
-        unselected = [name for name, run in candidates.items() if run.get("validation_mse") is None]
-        if unselected:
-            raise ValueError(
-                f"--choose-on-validation: {unselected} (seed {seed}) recorded no validation MSE (trained with "
-                "--keep-last?): rerun them with model selection"
-            )
-        best = min(candidates.values(), key=lambda run: run["validation_mse"])
+        best = least_validated(candidates, f"--choose-on-validation (seed {seed}):")
         seconds = sum(run.get("train_seconds", 0.0) for run in candidates.values())
         chosen.append({**best, "name": CHOSEN, "chosen": best["name"], "train_seconds": seconds})
     return chosen
@@ -383,14 +381,15 @@ def merged(recipes: list[dict], choose: list[str] | None = None) -> dict:
             if run["name"] == "random-bytes" or key not in seen:  # random-bytes: every draw is its own run
                 runs.append(run)
                 seen.add(key)
-    if len(rates) > 1:
-        runs = best_learning_rates(runs, sorted(rates))
+    swept = sorted(rates) if len(rates) > 1 else None
+    if swept:
+        runs = best_learning_rates(runs, swept)
     if choose:
         runs += chosen_on_validation(runs, choose)
     first = recipes[0]
     return {
         "arms": summary(runs),
-        **({"learning_rates_swept": sorted(rates)} if len(rates) > 1 else {}),
+        **({"learning_rates_swept": swept} if swept else {}),
         "naive": first["naive"],
         "steps": first["steps"],
         "batch_size": first.get("batch_size"),
