@@ -4,6 +4,8 @@ random state alone; configs without start tokens start from the calibration text
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import transformers as T
@@ -118,6 +120,12 @@ def test_tied_logits_are_broken_by_the_rows_values_not_by_id():
     assert torch.equal(picks[0], picks[1]) and len(set(picks[0].tolist())) > 1
 
 
+def built_row_bytes(**setting) -> torch.Tensor:
+    """Each row's bytes in the peaked model built at 4× from 256 tokens of its own text, with ``setting`` changed."""
+    config = CompressionConfig(**{**budget(256).to_dict(), **setting})
+    return row_bytes(apply_tiered(peaked(), config, NARROW_CALIBRATION, 256))
+
+
 def test_model_text_tokens_must_be_a_count():
     with pytest.raises(ValueError, match=r"model_text_tokens must be an int >= 0"):
         CompressionConfig(method="tiered", size_ratio=4, model_text_tokens=-1)
@@ -127,17 +135,39 @@ def test_model_text_seed_draws_another_sample_and_the_same_one_again():
     counts = torch.bincount(NARROW_CALIBRATION, minlength=VOCAB)
     first, again, other = (sample_model_text(peaked(), 256, counts, seed=seed).frequencies for seed in (0, 0, 1))
     assert torch.equal(first, again) and not torch.equal(first, other)
-    builds = [
-        row_bytes(
-            apply_tiered(
-                peaked(),
-                CompressionConfig(**{**budget(256).to_dict(), "model_text_seed": seed}),
-                NARROW_CALIBRATION,
-                256,
-            )
-        )
-        for seed in (0, 1)
-    ]
-    assert not torch.equal(*builds), "model_text_seed never reached the sampler"
+    assert not torch.equal(*(built_row_bytes(model_text_seed=seed) for seed in (0, 1))), (
+        "model_text_seed never reached the sampler"
+    )
     with pytest.raises(ValueError, match=r"model_text_seed must be an int >= 0"):
         CompressionConfig(method="tiered", size_ratio=4, model_text_seed=-1)
+
+
+def test_text_drawn_hotter_counts_the_models_own_probabilities():
+    """The counted sequences' draws follow ``softmax(scores / T)``, the held-out ones' (the build's check) stay at
+    ``softmax(scores)``, and the expected counts stay ``softmax(scores)`` whatever ``T``."""
+    torch.manual_seed(0)
+    scores = torch.randn(1, 50).repeat(2, 1) * 3
+    steps = 4000
+    for temperature in (1.0, 2.5):
+        sampler = RowOrderSampler(
+            torch.randn(50, 8), bar=tqdm(disable=True), seed=0, counted=1, temperature=temperature
+        )
+        drawn = torch.stack([sampler(None, scores.clone()).argmax(-1) for _ in range(steps)])
+        assert torch.allclose(sampler.expected, steps * scores[0].double().softmax(-1))  # the counted sequence only
+        for sequence, drawn_at in ((0, temperature), (1, 1.0)):
+            share = torch.bincount(drawn[:, sequence], minlength=50).double() / steps
+            expected_share = (scores[0].double() / drawn_at).softmax(-1)
+            assert (share - expected_share).abs().max() < 0.03, f"sequence {sequence} not drawn at {drawn_at}"
+    assert (scores[0] / 2.5).softmax(-1).max() < scores[0].softmax(-1).max() - 0.1, "2.5 should flatten the draws"
+
+
+def test_model_text_temperature_reaches_the_sampler_and_must_be_positive():
+    counts = torch.bincount(NARROW_CALIBRATION, minlength=VOCAB)
+    cold, hot = (sample_model_text(peaked(), 256, counts, temperature=t) for t in (1.0, 3.0))
+    assert not torch.equal(cold.frequencies, hot.frequencies), "the draws at 3 reached the same contexts as at 1"
+    assert not torch.equal(*(built_row_bytes(model_text_temperature=t) for t in (1.0, 3.0))), (
+        "model_text_temperature never reached the sampler"
+    )
+    for wrong in (0, -1.0, True, math.inf, "hot"):
+        with pytest.raises(ValueError, match=r"model_text_temperature must be a number > 0"):
+            CompressionConfig(method="tiered", size_ratio=4, model_text_temperature=wrong)

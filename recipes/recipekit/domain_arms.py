@@ -17,7 +17,8 @@ from hf_tensorcompress.methods.tt.solver import balanced_shape
 #: are tiered by id (BPE merge order: no domain in it) except in the ``size_ratio`` byte budgets
 #: (``tiered-budget-*``: each row's width by how often the calibration text and the model's own text use its token ×
 #: output-aware error; ``-no-model-text``: by the calibration counts alone; ``-text-seed<S>``: the model's own
-#: text sampled with seed S, for the spread one sample leaves; ``-text16k-seed<S>``: 16,384 tokens of it, not 8,192);
+#: text sampled with seed S, for the spread one sample leaves; ``-text16k-seed<S>``: 16,384 tokens of it, not 8,192;
+#: ``-temperature<T>-seed<S>``: drawn at temperature T);
 #: ``rounding="output"`` uses the calibration corpus's hidden-state covariance (half of it the model's own text's in
 #: the budgets). ``rows16+svd``: dense (bf16) rows + output-aware SVD of the others, the README's 2× arm.
 TIERED_ARMS: dict[str, dict] = {
@@ -51,6 +52,14 @@ TIERED_ARMS: dict[str, dict] = {
             size_ratio=ratio, rounding="output", model_text_seed=seed, model_text_tokens=16384
         )
         for ratio in (4, 6, 8)
+        for seed in (0, 1, 2)
+    },
+    **{  # the temperature the model's own text is drawn at, three samples each
+        f"tiered-budget-{ratio}x-temperature{temperature}-seed{seed}": dict(
+            size_ratio=ratio, rounding="output", model_text_seed=seed, model_text_temperature=temperature
+        )
+        for ratio in (4, 6, 8)
+        for temperature in (0.8, 1.0, 1.25, 1.5, 2.0)
         for seed in (0, 1, 2)
     },
 }

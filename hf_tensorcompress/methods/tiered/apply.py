@@ -82,7 +82,12 @@ def build(
     tied = tied_output_name(model, embedding)
     if config.size_ratio is not None:
         text = sample_model_text(
-            model, config.model_text_tokens, calibration.counts, seed=config.model_text_seed, held_tokens=CHECK_TOKENS
+            model,
+            config.model_text_tokens,
+            calibration.counts,
+            seed=config.model_text_seed,
+            held_tokens=CHECK_TOKENS,
+            temperature=config.model_text_temperature,
         )
         return budget_tiers(model, embedding, weight, config, calibration, scale, tied, text)
     layer = fixed_tiers(weight.float(), config, calibration, scale)

@@ -80,15 +80,18 @@ class ModelText:
 
 
 class RowOrderSampler(LogitsProcessor):
-    """Draws each next token from the full softmax (temperature 1) by inverse CDF over the probabilities taken in
-    the order of the tokens' rows (their projection on a seeded direction), and sums the probabilities (expected
-    counts); returns scores that make greedy search pick the draw.
+    """Draws each next token from the full softmax by inverse CDF over the probabilities taken in the order of the
+    tokens' rows (their projection on a seeded direction), the first ``counted`` sequences at ``temperature`` and the
+    rest at 1, and sums the counted sequences' probabilities at temperature 1 (expected counts: what the model
+    predicts in the contexts the draws reach); returns scores that make greedy search pick the draw.
 
     Any fixed order samples the same distribution; one set by the rows' values, not by id, makes the draw the same
     token after the vocabulary is renumbered (tokens with equal rows are interchangeable)."""
 
-    def __init__(self, rows: torch.Tensor, seed: int, bar: tqdm, counted: int | None = None) -> None:
-        self.vocab, self.counted = len(rows), counted
+    def __init__(
+        self, rows: torch.Tensor, seed: int, bar: tqdm, counted: int | None = None, temperature: float = 1.0
+    ) -> None:
+        self.vocab, self.counted, self.temperature = len(rows), counted, temperature
         self.generator = torch.Generator().manual_seed(seed)
         direction = torch.randn(rows.shape[1], generator=self.generator, dtype=torch.float64)
         self.by_row = row_projection(rows, direction).argsort(descending=True, stable=True)
@@ -115,6 +118,9 @@ class RowOrderSampler(LogitsProcessor):
         probabilities = scores[:, : self.vocab].double().softmax(-1).cpu()
         counted = max(0, min(len(probabilities), (self.counted if self.counted is not None else 1 << 62) - first))
         self.expected += probabilities[:counted].sum(0)
+        if self.temperature != 1 and counted:  # the held-out sequences (the build's check) stay at 1
+            hot = scores[:counted, : self.vocab].double() / self.temperature
+            probabilities[:counted] = hot.softmax(-1).cpu()
         cumulative = probabilities[:, self.by_row].cumsum(1)
         pick = torch.searchsorted(cumulative, draws * cumulative[:, -1:], right=True).clamp(max=self.vocab - 1)
         return self.by_row[pick]
@@ -188,13 +194,19 @@ def sequences_at_once(model: nn.Module, length: int, total: int) -> int:
 
 @torch.no_grad()
 def sample_model_text(
-    model: nn.Module, tokens: int, counts: torch.Tensor, seed: int = 0, held_tokens: int = 0
+    model: nn.Module,
+    tokens: int,
+    counts: torch.Tensor,
+    seed: int = 0,
+    held_tokens: int = 0,
+    temperature: float = 1.0,
 ) -> ModelText:
     """About ``tokens`` tokens the model samples from its start token (``LENGTH``-long sequences, shorter where the
     model's positions end sooner, ``sequences_at_once`` side by side; ``counts``, the calibration text's, pick the
     start where the config names none), their expected counts and the hidden-state covariance of the output layer's
     inputs along them, and sequences of about ``held_tokens`` more tokens sampled beside them that neither counts;
-    the model is left as it was (eval/train mode too)."""
+    the counted sequences are drawn at ``temperature`` (their counts are the model's probabilities at temperature 1),
+    the held-out ones at 1, text as the model writes it; the model is left as it was (eval/train mode too)."""
     rows = model.get_input_embeddings().weight
     positions = getattr(model.config, "max_position_embeddings", None) or LENGTH + 1
     length = max(1, min(LENGTH, positions - 1))
@@ -214,7 +226,7 @@ def sample_model_text(
     model.eval()
     try:
         with progress(desc="model's own text", total=total * length, unit="token") as bar:
-            sampler = RowOrderSampler(rows, seed, bar)
+            sampler = RowOrderSampler(rows, seed, bar, temperature=temperature)
             texts = []
             for done in range(0, total, at_once):
                 size = min(at_once, total - done)
