@@ -59,7 +59,7 @@ TIERED_ARMS: dict[str, dict] = {
             size_ratio=ratio, rounding="output", model_text_seed=seed, model_text_temperature=temperature
         )
         for ratio in (4, 6, 8)
-        for temperature in (0.8, 1.0, 1.25, 1.5, 2.0)
+        for temperature in (0.8, 1.0, 1.25, 1.5, 1.75, 2.0)
         for seed in (0, 1, 2)
     },
 }
