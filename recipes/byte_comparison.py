@@ -95,6 +95,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--search-start", default=None, help="the byte search's first form (the recipe's)")
     parser.add_argument("--search-warmup", default=None, help="steps before the byte search acts (the recipe's)")
     parser.add_argument("--distill", default=None, help="every arm distilled from the dense run (the recipe's)")
+    parser.add_argument("--weight-average", default=None, help="every arm's weights averaged (the recipe's)")
     parser.add_argument("--learning-rate", type=float, default=None, help="every arm's learning rate (the recipe's)")
     parser.add_argument("--patch", nargs=2, default=None, help="PatchTST's patch length and stride (the recipe's)")
     parser.add_argument("--search-schedule", nargs=3, default=None, help="the searches' schedule (the recipe's)")
@@ -402,7 +403,7 @@ def passed(args: argparse.Namespace) -> list[str]:
     flags = []
     names = ("forms", "weight_group_sizes", "weight_scales", "bias_dtype", "keep_ratios", "max_candidates")
     names += ("byte_reward",)
-    names += ("learning_rate", "patch", "search_start", "search_warmup", "distill")
+    names += ("learning_rate", "patch", "search_start", "search_warmup", "distill", "weight_average")
     for name in (*names, "search_schedule"):
         value = getattr(args, name)
         if value is not None:

@@ -173,6 +173,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="score the final weights instead of those with the best validation MSE (checked every few steps)",
     )
     parser.add_argument(
+        "--weight-average",
+        type=decay,
+        default=None,
+        metavar="DECAY",
+        help="judge and keep an exponential moving average of every arm's weights (DECAY per step, e.g. 0.995: about "
+        "the last 200 steps; a search run's once its forms are final) instead of the live weights",
+    )
+    parser.add_argument(
         "--size",
         choices=tuple(SIZES),
         default="demo",
@@ -192,6 +200,17 @@ def fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a fraction like 1/16 or 0.0625") from None
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{text} must be in (0, 1]")
+    return value
+
+
+def decay(text: str) -> float:
+    """A moving average's decay per step, in (0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number like 0.995") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: a decay in (0, 1), e.g. 0.995 (about the last 200 steps)")
     return value
 
 
@@ -260,6 +279,7 @@ def main(argv=None) -> dict:
         "train_stride": size.train_stride,
         "validate_every": size.validate_every,
         "keep_last": args.keep_last,
+        "weight_average": args.weight_average,
         "learning_rate": args.learning_rate,
         "budget_ratio": args.budget_ratio,
         "naive": evaluate_naive(data[2], seasons, batch_size=size.batch_size),

@@ -12,6 +12,7 @@ from transformers import Trainer, TrainerCallback
 
 from ..evaluation.forecasting import evaluate_forecaster
 from ..search.trainer import SmartformerTrainer
+from .averaging import WeightAverage, search_done
 
 
 def point_forecast_for_training(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -98,7 +99,8 @@ class BestValidation(TrainerCallback):
     Not the Trainer's ``load_best_model_at_end``: that reloads a disk checkpoint into the final model, and a
     Smartformer run changes layer shapes while its search runs. Here a search run only competes once every
     layer's rank is decided (``final_shape``: when else the shapes are final, e.g. after a ``RankSchedule``), so
-    the kept weights always fit the final model.
+    the kept weights always fit the final model. With ``average`` (a ``WeightAverage`` added to the trainer before
+    this callback) the averaged weights are judged and kept instead of the live ones.
     """
 
     def __init__(
@@ -108,22 +110,21 @@ class BestValidation(TrainerCallback):
         every: int,
         batch_size: int,
         final_shape: Callable[[], bool] | None = None,
+        average: WeightAverage | None = None,
     ) -> None:
         self.trainer, self.windows, self.every, self.batch_size = trainer, windows, every, batch_size
         self.final_shape = final_shape
+        self.average = average
         self.best: tuple[float, int, dict[str, torch.Tensor]] | None = None
 
     def _architecture_final(self) -> bool:
-        if self.final_shape is not None:
-            return self.final_shape()
-        search = getattr(self.trainer, "search", None)
-        return search is None or search.done
+        return self.final_shape() if self.final_shape is not None else search_done(self.trainer)
 
     def on_step_end(self, args, state, control, **kwargs):
         check_step = state.global_step % self.every == 0 or state.global_step == state.max_steps
         if not check_step or not self._architecture_final():
             return
-        model = self.trainer.model
+        model = self.trainer.model if self.average is None else self.average.model()
         mse = evaluate_forecaster(model, self.windows, batch_size=self.batch_size, metrics=("mse",), progress=False)[
             "mse"
         ]

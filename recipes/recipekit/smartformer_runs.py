@@ -19,6 +19,7 @@ from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
 from hf_tensorcompress.search import SearchConfig, attention_groups
 from hf_tensorcompress.search.schedule import RankSchedule
+from hf_tensorcompress.training.averaging import WeightAverage
 from hf_tensorcompress.training.forecasting import BestValidation, ForecastSmartformerTrainer, ForecastTrainer
 
 from .costs import attention_params, byte_counts, model_flops, projection_flops
@@ -101,10 +102,14 @@ def run_one(
     if schedule_at is not None:
         schedule = RankSchedule(trainer, schedule_at, rank)
         trainer.add_callback(schedule)  # before model selection: a check at the switch step sees the new shapes
+    final_shape = None if schedule is None else (lambda: schedule.done)
+    average = None
+    if args.weight_average is not None:  # before model selection: a check judges this step's average
+        average = WeightAverage(trainer, args.weight_average, final_shape)
+        trainer.add_callback(average)
     selection = None
     if not args.keep_last:
-        final_shape = None if schedule is None else (lambda: schedule.done)
-        selection = BestValidation(trainer, validation, size.validate_every, size.batch_size, final_shape)
+        selection = BestValidation(trainer, validation, size.validate_every, size.batch_size, final_shape, average)
         trainer.add_callback(selection)
     start = time.perf_counter()
     trainer.train(resume_from_checkpoint=checkpoint)
@@ -136,6 +141,7 @@ def run_one(
         "agent_seed": None if search is None else search.seed,
         "switch_step": switch_at,
         "distill_weight": None if teacher is None else args.distill,
+        "weight_average": args.weight_average,
         "train_seconds": round(seconds, 2),
         "resumed_from": checkpoint and os.path.basename(checkpoint),
     }
