@@ -41,6 +41,7 @@ RUNS = (
     "uniform-biprop-bytes",
     "random-bytes",
     "greedy-bytes",
+    "searched-bytes",
 )
 
 #: The arm ``--choose-on-validation`` adds.

@@ -37,7 +37,8 @@ With ``--budget-ratio 1/16``: ``smartformer-bytes``, the search over the form of
 the full weight in a few bits, low-rank or CP factors at a width, a Biprop mask) so that every Linear holds at most
 that fraction of its fp32 bytes, each form trained in the precision it is stored in, the model saved and loaded back;
 at the bytes each seed's search ended with, ``uniform-<lowbit|svd|biprop>-bytes`` (one form everywhere),
-``random-bytes`` and ``greedy-bytes`` (HAQ-style, by each Linear's loss increase on the dense run in each form);
+``random-bytes`` and ``greedy-bytes`` (HAQ-style, by each Linear's loss increase on the dense run in each form), and
+``searched-bytes`` (the search's own final forms, trained from the first step);
 ``qat-int4-all`` / ``qat-int2-all``; ``lowbit-<bits>-g<group>``: every Linear as ``method="lowbit"`` (with
 ``-after-dense-<fraction>``: that share of the steps dense first); ``rows-<bits>-<fraction>``, ``ends-<bits>-<bits>`` and
 ``vq-<dim>-<bits>`` (two widths inside every Linear; the first and last Linear wider than the ternary rest; the

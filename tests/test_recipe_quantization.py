@@ -109,10 +109,12 @@ def test_post_training_arms_need_their_source(smartformer, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_byte_budget_arms_run_and_save_the_searched_model(smartformer, tmp_path):
-    """``--budget-ratio`` adds the byte search over forms, its equal-bytes baselines and int-N QAT, and
+    """``--budget-ratio`` adds the byte search over forms, its equal-bytes baselines, its forms trained from the
+    start and int-N QAT, and
     ``lowbit-<bits>-g<group>`` the lowbit method; the searched model is saved with every Linear's form, loads back
     scoring what it scored trained, and the naive forecasts sit beside the arms."""
-    runs = ["dense", "smartformer-bytes", "uniform-svd-bytes", "random-bytes", "greedy-bytes", "qat-int4-all"]
+    runs = ["dense", "smartformer-bytes", "uniform-svd-bytes", "random-bytes", "greedy-bytes", "searched-bytes"]
+    runs += ["qat-int4-all"]
     runs += ["lowbit-2-g16"]
     results = smartformer.main(
         ["--model", "patchtst", "--dataset", str(series_csv(tmp_path / "s.csv")), "--context", "64", "--horizon", "16",
@@ -124,6 +126,10 @@ def test_byte_budget_arms_run_and_save_the_searched_model(smartformer, tmp_path)
     searched = results["runs"][1]
     assert set(searched["factor_bits"].values()) <= {None, 4, 2}
     assert searched["loaded_metrics"]["mse"] == pytest.approx(searched["metrics"]["mse"], rel=1e-5)
+    retrained = results["runs"][runs.index("searched-bytes")]  # the search's forms, trained from the first step
+    assert retrained["factor_bits"] == searched["factor_bits"]
+    assert retrained["linear_bytes"] == searched["linear_bytes"]
+    assert retrained["metrics"]["mse"] != searched["metrics"]["mse"]
     assert results["runs"][-1]["linear_bytes"]["disk_ratio"] < 0.2  # lowbit-2-g16: 4 bits a weight, and the biases
     assert set(results["naive"]) == {"training-mean", "last-value", "last-season-24"}  # a day; a week > 64 steps
     assert results["seasons"] == [24]
@@ -147,6 +153,24 @@ def test_distill_teaches_every_arm_with_the_dense_run(smartformer, tmp_path, cap
     weights = {run["name"]: run["distill_weight"] for run in results["runs"]}
     assert weights == {"dense": None, "qat-ternary-all": 0.5}
     assert all(np.isfinite(run["metrics"]["mse"]) for run in results["runs"])
+
+
+def test_weight_average_keeps_every_arms_averaged_weights(smartformer, tmp_path, capsys):
+    """``--weight-average DECAY`` scores every arm's moving average (recorded), a different model than the live
+    weights give; a decay outside (0, 1) is refused before anything trains."""
+    common = ["--model", "patchtst", "--dataset", str(series_csv(tmp_path / "s.csv")), "--horizon", "8",
+              "--context", "64", "--steps", "6", "--runs", "dense", "lowbit-ternary-g16"]  # fmt: skip
+    with pytest.raises(SystemExit):
+        smartformer.main([*common, "--weight-average", "1", "--output-dir", str(tmp_path / "none")])
+    assert "a decay in (0, 1)" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+    live = smartformer.main([*common, "--output-dir", str(tmp_path / "live")])
+    averaged = smartformer.main([*common, "--weight-average", "0.5", "--output-dir", str(tmp_path / "averaged")])
+    assert [run["weight_average"] for run in averaged["runs"]] == [0.5, 0.5]
+    assert json.loads((tmp_path / "averaged" / "results.json").read_text())["weight_average"] == 0.5
+    for plain, average in zip(live["runs"], averaged["runs"]):
+        assert plain["weight_average"] is None
+        assert np.isfinite(average["metrics"]["mse"]) and average["metrics"]["mse"] != plain["metrics"]["mse"]
 
 
 def test_an_after_dense_arm_trains_dense_first_and_stores_the_quantized_form(smartformer, tmp_path, capsys):

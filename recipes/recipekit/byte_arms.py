@@ -31,8 +31,14 @@ BYTE_WIDTHS = FACTOR_WIDTHS
 GROUP = 32
 #: The uniform allocations: one form everywhere, at the most bytes that fit the search's.
 UNIFORM_KINDS = ("lowbit", "svd", "biprop")
-#: Arms derived from each seed's byte search: its final bytes, allocated other ways.
-BYTE_DERIVED = (*(f"uniform-{kind}-bytes" for kind in UNIFORM_KINDS), "random-bytes", "greedy-bytes")
+#: Arms derived from each seed's byte search: its final bytes, allocated other ways, and its own final forms trained
+#: from the first step (the search trains them only from the step it chose each).
+BYTE_DERIVED = (
+    *(f"uniform-{kind}-bytes" for kind in UNIFORM_KINDS),
+    "random-bytes",
+    "greedy-bytes",
+    "searched-bytes",
+)
 #: Weight QAT of every Linear in int-N groups of 32 (straight-through), deployed as those codes.
 INT_QAT_ARMS = ("qat-int4-all", "qat-int2-all")
 #: Input columns per learned scale of the ``rows-`` arms (as ``lowbit-ternary-g128-learned``).
@@ -102,10 +108,13 @@ def byte_derived_arms(
     seed: int,
     draws: int,
     sensitivity: Callable[[], dict[str, dict]],
+    searched: Allocation,
 ) -> list[tuple[str, int | None, Callable | None, Allocation | None]]:
-    """(run name, draw, prepare, allocation) of a derived arm at ``budget`` bytes (the search's final bytes); a
-    uniform form that cannot take every Linear within them has no run (prepare None)."""
-    if name.startswith("uniform-"):
+    """(run name, draw, prepare, allocation) of a derived arm at ``budget`` bytes (the search's final bytes, its
+    final forms ``searched``); a uniform form that cannot take every Linear within them has no run (prepare None)."""
+    if name == "searched-bytes":
+        allocations = [(None, dict(searched))]
+    elif name.startswith("uniform-"):
         allocations = [(None, uniform_forms(slots, budget, name.split("-")[1]))]
     elif name == "random-bytes":
         allocations = [
