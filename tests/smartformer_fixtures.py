@@ -8,7 +8,7 @@ import textwrap
 from pathlib import Path
 
 import torch
-from transformers import PatchTSTConfig, PatchTSTForPrediction
+from transformers import PatchTSTConfig, PatchTSTForPrediction, TrainingArguments
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 
@@ -50,6 +50,22 @@ class Windows(torch.utils.data.Dataset):
         start = self.starts[index]
         window = self.series[start : start + CONTEXT + HORIZON]
         return {"past_values": window[:CONTEXT], "future_values": window[CONTEXT:]}
+
+
+def quick_training_arguments(output_dir, max_steps: int, learning_rate: float) -> TrainingArguments:
+    """A few seeded CPU steps of batch 16, nothing saved or reported: a callback test's ``Trainer`` arguments."""
+    return TrainingArguments(
+        str(output_dir),
+        max_steps=max_steps,
+        per_device_train_batch_size=16,
+        learning_rate=learning_rate,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        disable_tqdm=True,
+        seed=0,
+        data_seed=0,
+    )
 
 
 def sines(length: int = 600, seed: int = 0) -> Windows:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from smartformer_fixtures import sines, tiny_patchtst
+from smartformer_fixtures import quick_training_arguments, sines, tiny_patchtst
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from hf_tensorcompress.search import attention_groups
@@ -14,18 +14,7 @@ from hf_tensorcompress.training.forecasting import BestValidation
 
 
 def _trainer(tmp_path, max_steps: int) -> Trainer:
-    args = TrainingArguments(
-        str(tmp_path),
-        max_steps=max_steps,
-        per_device_train_batch_size=16,
-        learning_rate=2e-3,
-        report_to=[],
-        save_strategy="no",
-        use_cpu=True,
-        disable_tqdm=True,
-        seed=0,
-        data_seed=0,
-    )
+    args = quick_training_arguments(tmp_path, max_steps, 2e-3)
     return Trainer(model=tiny_patchtst(layers=2), args=args, train_dataset=sines())
 
 

@@ -7,8 +7,8 @@ import copy
 
 import pytest
 import torch
-from smartformer_fixtures import dense_patchtst, sines
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from smartformer_fixtures import dense_patchtst, quick_training_arguments, sines
+from transformers import Trainer, TrainerCallback
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
@@ -23,18 +23,7 @@ def _trainer(tmp_path, max_steps: int = 8) -> Trainer:
     model = apply_compression(
         dense_patchtst(), CompressionConfig(method="lowbit", weight_bits="ternary", weight_group_size=8)
     )
-    args = TrainingArguments(
-        str(tmp_path),
-        max_steps=max_steps,
-        per_device_train_batch_size=16,
-        learning_rate=5e-3,
-        report_to=[],
-        save_strategy="no",
-        use_cpu=True,
-        disable_tqdm=True,
-        seed=0,
-        data_seed=0,
-    )
+    args = quick_training_arguments(tmp_path, max_steps, 5e-3)
     return Trainer(model=model, args=args, train_dataset=sines())
 
 
