@@ -253,6 +253,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(table + note)
         print(f"saved the compressed model and results.json to {output_dir}")
     state.wait_for_everyone()
+    state.destroy_process_group()  # now, not in the group's destructor at exit (which can abort a rank)
     return results
 
 

@@ -236,6 +236,8 @@ def main(argv=None) -> dict:
                 accelerator.print(json.dumps({k: run[k] for k in ("name", "seed", "metrics", "linear_bytes")}))
     if accelerator.is_main_process:
         accelerator.print(write_results(results, out, args))
+    accelerator.wait_for_everyone()
+    accelerator.end_training()  # closes the process group now, not in its destructor at exit (which can abort a rank)
     return results
 
 

@@ -293,9 +293,17 @@ def main(argv=None) -> dict:
         * sum(args.random_draws if a[0].startswith(("random-ranks", "random-bytes")) else 1 for a in plan.arms)
     )
     states = [run_seed(seed, plan, args, size, data, results, headers) for seed in args.seeds]
-    trainer, smart = states[-1].trainer, states[0].smart
-    if not trainer.is_world_process_zero():
-        return results
+    if states[-1].trainer.is_world_process_zero():
+        report(results, args, states[0].smart)
+    # every rank closes its process group here rather than in the group's destructor at exit, which can abort a
+    # rank ("terminate called without an active exception") and fail a launch whose work was done
+    PartialState().wait_for_everyone()
+    PartialState().destroy_process_group()
+    return results
+
+
+def report(results: dict, args: argparse.Namespace, smart: tuple | None) -> None:
+    """Write the results, the tables and the searched model (main process only)."""
     write_results(results, args.output_dir)
     table = write_tables(results, args.output_dir, len(args.seeds))
     if smart is not None:  # --runs without smartformer: nothing searched, no model to save
@@ -305,7 +313,6 @@ def main(argv=None) -> dict:
                 os.replace(os.path.join(smart_dir, file), os.path.join(args.output_dir, file))
         save_smartformer(smart_model, results, os.path.join(args.output_dir, "smartformer-model"))
     print(table)
-    return results
 
 
 if __name__ == "__main__":

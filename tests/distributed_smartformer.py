@@ -68,6 +68,7 @@ def main(output_dir: str, mode: str = "ranks") -> None:
     }
     with open(os.path.join(output_dir, f"process-{rank}.json"), "w", encoding="utf-8") as handle:
         json.dump(result, handle)
+    dist.destroy_process_group()  # now, not in the group's destructor at exit (which can abort a rank)
 
 
 if __name__ == "__main__":
