@@ -140,10 +140,11 @@ def finish_forms(model: nn.Module, slots: list[LinearSlot], chosen: dict[str, Fo
 
 
 def coded_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
-    """The parameters of ``model`` that its ``state_dict`` holds as codes rather than as themselves: a low-bit
-    Linear's fp32 weight, a low-rank layer's fp32 factors under ``factor_bits``."""
+    """The parameters of ``model`` that its ``state_dict`` holds as codes or in another dtype rather than as
+    themselves: a low-bit Linear's fp32 weight and learned scales, its fp32 bias saved in fp16, a low-rank layer's
+    fp32 factors under ``factor_bits``."""
     saved = model.state_dict(keep_vars=True)
-    return {name: parameter for name, parameter in model.named_parameters() if name not in saved}
+    return {name: parameter for name, parameter in model.named_parameters() if saved.get(name) is not parameter}
 
 
 def save_latents(model: nn.Module, folder: str) -> None:

@@ -8,11 +8,12 @@ from collections.abc import Callable
 
 import torch
 from torch.utils.data import Dataset
-from transformers import Trainer, TrainerCallback
+from transformers import Trainer
 
 from ..evaluation.forecasting import evaluate_forecaster
 from ..search.trainer import SmartformerTrainer
 from .averaging import WeightAverage, search_done
+from .checkpoint_state import CheckpointedCallback, LatentCheckpoints
 
 
 def point_forecast_for_training(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -84,7 +85,12 @@ class MaskedPointLoss:
 
 class ForecastTrainer(MaskedPointLoss, Trainer):
     """A ``Trainer`` for forecasters: the masked MSE of the point forecast, ``teacher=`` / ``distill_weight=`` to
-    distill (``MaskedPointLoss``)."""
+    distill (``MaskedPointLoss``). Its checkpoints keep the fp32 weights behind low-bit codes
+    (``LatentCheckpoints``), so a resumed quantization-aware run goes on from them, not from the rounded ones."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_callback(LatentCheckpoints())
 
 
 class ForecastSmartformerTrainer(MaskedPointLoss, SmartformerTrainer):
@@ -92,9 +98,11 @@ class ForecastSmartformerTrainer(MaskedPointLoss, SmartformerTrainer):
     (``MaskedPointLoss``)."""
 
 
-class BestValidation(TrainerCallback):
+class BestValidation(CheckpointedCallback):
     """Keeps the weights with the lowest validation MSE and restores them when training ends (the early-stopping
-    model selection of the Autoformer code), judged every ``every`` steps and at the last step.
+    model selection of the Autoformer code), judged every ``every`` steps and at the last step. The best so far
+    travels in the Trainer's checkpoints (``CheckpointedCallback``): a resumed run keeps what the uninterrupted one
+    would.
 
     Not the Trainer's ``load_best_model_at_end``: that reloads a disk checkpoint into the final model, and a
     Smartformer run changes layer shapes while its search runs. Here a search run only competes once every
@@ -130,6 +138,17 @@ class BestValidation(TrainerCallback):
         ]
         if self.best is None or mse < self.best[0]:
             self.best = (mse, state.global_step, {k: v.detach().clone() for k, v in model.state_dict().items()})
+
+    file = "best_validation.safetensors"
+
+    def checkpoint_state(self, model):
+        if self.best is None:
+            return None
+        mse, step, weights = self.best
+        return {name: value.contiguous() for name, value in weights.items()}, {"mse": repr(mse), "step": str(step)}
+
+    def restore(self, tensors, metadata, model):
+        self.best = (float(metadata["mse"]), int(metadata["step"]), tensors)
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.best is not None:
