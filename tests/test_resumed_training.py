@@ -73,11 +73,13 @@ def _resume_in_a_fresh_folder(uninterrupted, step: int, folder):
     return str(folder / f"checkpoint-{step}")
 
 
-def test_a_resumed_quantization_aware_run_keeps_its_latent_weights_and_the_best_validation_so_far(tmp_path):
+def test_a_resumed_quantization_aware_run_keeps_its_latent_weights_and_the_best_validation_so_far(tmp_path, caplog):
     weights, best, seen = _train(tmp_path / "uninterrupted")
-    resumed_weights, resumed_best, resumed_seen = _train(
-        tmp_path / "resumed", _resume_in_a_fresh_folder(tmp_path / "uninterrupted", 6, tmp_path / "resumed")
-    )
+    with caplog.at_level(logging.WARNING, logger="hf_tensorcompress.training.checkpoint_state"):
+        resumed_weights, resumed_best, resumed_seen = _train(
+            tmp_path / "resumed", _resume_in_a_fresh_folder(tmp_path / "uninterrupted", 6, tmp_path / "resumed")
+        )
+    assert not [record for record in caplog.records if "starts afresh" in record.getMessage()]
     assert seen[6] is not None and resumed_seen["begin"] == seen[6]  # the best of steps 2, 4 and 6
     assert resumed_best == best
     assert all(torch.equal(resumed_weights[name], value) for name, value in weights.items())
@@ -91,6 +93,7 @@ def test_a_resumed_run_goes_on_with_the_moving_average_it_had(tmp_path):
         average=0.8,
         learning_rate=5e-3,
     )
+    assert best[1] > 4  # the kept average is one the resumed run made, from the average it read back
     assert resumed_best == best
     assert all(torch.equal(resumed_weights[name], value) for name, value in weights.items())
 

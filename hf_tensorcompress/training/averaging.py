@@ -69,12 +69,12 @@ class WeightAverage(CheckpointedCallback):
         return {**dict(self.averaged.named_parameters()), **dict(self.averaged.named_buffers())}
 
     def checkpoint_state(self, model):
-        if self.averaged is None:
-            return None
+        if self.averaged is None:  # not begun yet
+            return {}, {}
         return {name: value.detach().cpu().contiguous() for name, value in self._tensors().items()}, {}
 
     def restore(self, tensors, metadata, model):
-        self.resumed = tensors
+        self.resumed = tensors or None
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.averaged is not None:

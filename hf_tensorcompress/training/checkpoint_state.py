@@ -35,17 +35,16 @@ class CheckpointedCallback(TrainerCallback):
 
     file: str
 
-    def checkpoint_state(self, model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]] | None:
-        """The tensors and string metadata to save, or ``None`` for nothing to save at this step."""
+    def checkpoint_state(self, model: torch.nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+        """The tensors and string metadata to save (both empty while there is nothing yet: the file still says so)."""
         raise NotImplementedError
 
     def restore(self, tensors: dict[str, torch.Tensor], metadata: dict[str, str], model: torch.nn.Module) -> None:
         raise NotImplementedError
 
     def on_save(self, args, state, control, model=None, **kwargs):
-        saved = self.checkpoint_state(model)
-        if saved is not None and args.should_save:
-            tensors, metadata = saved
+        if args.should_save:
+            tensors, metadata = self.checkpoint_state(model)
             folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
             save_file(tensors, os.path.join(folder, self.file), metadata=metadata)
 
@@ -75,8 +74,7 @@ class LatentCheckpoints(CheckpointedCallback):
     file = "latents.safetensors"
 
     def checkpoint_state(self, model):
-        latents = {name: p.detach().cpu().contiguous() for name, p in coded_parameters(model).items()}
-        return (latents, {}) if latents else None
+        return {name: p.detach().cpu().contiguous() for name, p in coded_parameters(model).items()}, {}
 
     def restore(self, tensors, metadata, model):
         with torch.no_grad():

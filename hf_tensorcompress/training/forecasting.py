@@ -111,6 +111,8 @@ class BestValidation(CheckpointedCallback):
     this callback) the averaged weights are judged and kept instead of the live ones.
     """
 
+    file = "best_validation.safetensors"
+
     def __init__(
         self,
         trainer: Trainer,
@@ -139,16 +141,14 @@ class BestValidation(CheckpointedCallback):
         if self.best is None or mse < self.best[0]:
             self.best = (mse, state.global_step, {k: v.detach().clone() for k, v in model.state_dict().items()})
 
-    file = "best_validation.safetensors"
-
     def checkpoint_state(self, model):
-        if self.best is None:
-            return None
+        if self.best is None:  # no check yet
+            return {}, {}
         mse, step, weights = self.best
         return {name: value.contiguous() for name, value in weights.items()}, {"mse": repr(mse), "step": str(step)}
 
     def restore(self, tensors, metadata, model):
-        self.best = (float(metadata["mse"]), int(metadata["step"]), tensors)
+        self.best = (float(metadata["mse"]), int(metadata["step"]), tensors) if metadata else None
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.best is not None:
