@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -201,3 +202,18 @@ def test_a_byte_budget_below_every_cheapest_form_stops_before_any_arm_trains(sma
     error = capsys.readouterr().err
     assert "--budget-ratio with these --forms" in error and "the cheapest form of every Linear takes" in error
     assert not (tmp_path / "out" / "runs").exists()  # dense never trained
+
+
+def test_a_resumed_low_bit_arm_scores_as_the_uninterrupted_run(smartformer, tmp_path):
+    """``--resume`` from a checkpoint a quantization-aware arm wrote mid-run (as after a crash) ends with the test
+    MSE and the selected step of the run that never stopped: the checkpoint holds the fp32 weights behind the codes,
+    the best validation weights so far and the moving average."""
+    common = ["--model", "patchtst", "--dataset", str(series_csv(tmp_path / "s.csv")), "--horizon", "8",
+              "--context", "64", "--steps", "8", "--save-steps", "4", "--runs", "lowbit-ternary-g16",
+              "--weight-average", "0.5"]  # fmt: skip
+    (whole,) = smartformer.main([*common, "--output-dir", str(tmp_path / "whole")])["runs"]
+    run = Path("runs") / "lowbit-ternary-g16-seed0"
+    shutil.copytree(tmp_path / "whole" / run / "checkpoint-4", tmp_path / "resumed" / run / "checkpoint-4")
+    (again,) = smartformer.main([*common, "--output-dir", str(tmp_path / "resumed"), "--resume"])["runs"]
+    assert again["resumed_from"] == "checkpoint-4"
+    assert (again["metrics"], again["selected_step"]) == (whole["metrics"], whole["selected_step"])

@@ -46,7 +46,8 @@ class CheckpointedCallback(TrainerCallback):
         if args.should_save:
             tensors, metadata = self.checkpoint_state(model)
             folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
-            save_file(tensors, os.path.join(folder, self.file), metadata=metadata)
+            # no tensors with an empty metadata dict writes a header safetensors cannot read back: pass None
+            save_file(tensors, os.path.join(folder, self.file), metadata=metadata or None)
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if state.global_step == 0:
