@@ -9,10 +9,11 @@ import shutil
 
 import torch
 from smartformer_fixtures import dense_patchtst, sines
-from transformers import TrainerCallback, TrainingArguments
+from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.training.averaging import WeightAverage
+from hf_tensorcompress.training.checkpoint_state import LatentCheckpoints
 from hf_tensorcompress.training.forecasting import BestValidation, ForecastTrainer
 
 STEPS = 8
@@ -107,3 +108,14 @@ def test_a_resume_from_a_folder_outside_output_dir_warns_that_the_state_starts_a
     warned = [record.getMessage() for record in caplog.records if "starts afresh" in record.getMessage()]
     assert any("LatentCheckpoints" in message for message in warned)
     assert any("BestValidation" in message for message in warned)
+
+
+def test_a_step_without_its_checkpoint_folder_saves_nothing_and_warns(tmp_path, caplog):
+    """A trainer that saves elsewhere (a hyperparameter search's trial folders) gets a warning, not a crash."""
+    model = apply_compression(dense_patchtst(), CompressionConfig(method="lowbit", weight_bits="ternary"))
+    args = TrainingArguments(str(tmp_path), report_to=[], use_cpu=True)
+    state = TrainerState(global_step=4)
+    with caplog.at_level(logging.WARNING, logger="hf_tensorcompress.training.checkpoint_state"):
+        LatentCheckpoints().on_save(args, state, TrainerControl(), model=model)
+    assert "LatentCheckpoints's state is not saved" in caplog.text
+    assert not any(tmp_path.iterdir())

@@ -44,8 +44,13 @@ class CheckpointedCallback(TrainerCallback):
 
     def on_save(self, args, state, control, model=None, **kwargs):
         if args.should_save:
-            tensors, metadata = self.checkpoint_state(model)
             folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+            if not os.path.isdir(folder):  # e.g. a hyperparameter search's trial, which saves under run-<trial>/
+                logger.warning(
+                    "no checkpoint folder %s: %s's state is not saved with this step", folder, type(self).__name__
+                )
+                return
+            tensors, metadata = self.checkpoint_state(model)
             # no tensors with an empty metadata dict writes a header safetensors cannot read back: pass None
             save_file(tensors, os.path.join(folder, self.file), metadata=metadata or None)
 
