@@ -297,8 +297,9 @@ def main(argv=None) -> dict:
         report(results, args, states[0].smart)
     # every rank closes its process group here rather than in the group's destructor at exit, which can abort a
     # rank ("terminate called without an active exception") and fail a launch whose work was done
-    PartialState().wait_for_everyone()
-    PartialState().destroy_process_group()
+    processes = PartialState()
+    processes.wait_for_everyone()
+    processes.destroy_process_group()
     return results
 
 

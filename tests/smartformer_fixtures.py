@@ -52,10 +52,10 @@ class Windows(torch.utils.data.Dataset):
         return {"past_values": window[:CONTEXT], "future_values": window[CONTEXT:]}
 
 
-def quick_training_arguments(output_dir, max_steps: int, learning_rate: float) -> TrainingArguments:
-    """A few seeded CPU steps of batch 16, nothing saved or reported: a callback test's ``Trainer`` arguments."""
-    return TrainingArguments(
-        str(output_dir),
+def quick_training_arguments(output_dir, max_steps: int, learning_rate: float, **overrides) -> TrainingArguments:
+    """A few seeded CPU steps of batch 16, nothing saved (unless ``overrides`` say so) or reported: a callback test's
+    ``Trainer`` arguments."""
+    settings = dict(
         max_steps=max_steps,
         per_device_train_batch_size=16,
         learning_rate=learning_rate,
@@ -66,6 +66,7 @@ def quick_training_arguments(output_dir, max_steps: int, learning_rate: float) -
         seed=0,
         data_seed=0,
     )
+    return TrainingArguments(str(output_dir), **{**settings, **overrides})
 
 
 def sines(length: int = 600, seed: int = 0) -> Windows:

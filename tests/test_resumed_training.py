@@ -8,7 +8,7 @@ import logging
 import shutil
 
 import torch
-from smartformer_fixtures import dense_patchtst, sines
+from smartformer_fixtures import dense_patchtst, quick_training_arguments, sines
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from hf_tensorcompress import CompressionConfig, apply_compression
@@ -41,19 +41,7 @@ def _train(output_dir, resume: str | None = None, average: float | None = None, 
             method="lowbit", weight_bits="ternary", weight_group_size=8, weight_scales="learned", bias_dtype="float16"
         ),
     )
-    args = TrainingArguments(
-        str(output_dir),
-        max_steps=STEPS,
-        per_device_train_batch_size=16,
-        learning_rate=learning_rate,
-        save_strategy="steps",
-        save_steps=2,
-        report_to=[],
-        use_cpu=True,
-        disable_tqdm=True,
-        seed=0,
-        data_seed=0,
-    )
+    args = quick_training_arguments(output_dir, STEPS, learning_rate, save_strategy="steps", save_steps=2)
     trainer = ForecastTrainer(model=model, args=args, train_dataset=sines())
     moving = None
     if average is not None:

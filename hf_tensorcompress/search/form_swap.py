@@ -147,19 +147,28 @@ def coded_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
     return {name: parameter for name, parameter in model.named_parameters() if saved.get(name) is not parameter}
 
 
+def latent_values(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The fp32 values behind every coded parameter, on the CPU: the codes alone would resume training from rounded
+    weights, not where it stopped."""
+    return {name: parameter.detach().cpu().contiguous() for name, parameter in coded_parameters(model).items()}
+
+
+def set_latent_values(model: nn.Module, latents: dict[str, torch.Tensor]) -> None:
+    """Give the coded parameters the values ``latent_values`` took (after a checkpoint's codes loaded)."""
+    with torch.no_grad():
+        for name, latent in latents.items():
+            model.get_parameter(name).copy_(latent)
+
+
 def save_latents(model: nn.Module, folder: str) -> None:
-    """Write the fp32 values behind every coded parameter into ``folder`` (a checkpoint): the codes alone would resume
-    training from rounded weights, not where it stopped."""
-    latents = {name: parameter.detach().cpu().contiguous() for name, parameter in coded_parameters(model).items()}
+    """Write ``latent_values`` into ``folder`` (a checkpoint)."""
+    latents = latent_values(model)
     if latents:
         save_file(latents, os.path.join(folder, LATENT_FILE))
 
 
 def load_latents(model: nn.Module, folder: str) -> None:
-    """Give the coded parameters the fp32 values ``save_latents`` kept (after the checkpoint's codes loaded)."""
+    """Give the coded parameters the fp32 values ``save_latents`` kept."""
     path = os.path.join(folder, LATENT_FILE)
-    if not os.path.exists(path):
-        return
-    with torch.no_grad():
-        for name, latent in load_file(path).items():
-            model.get_parameter(name).copy_(latent)
+    if os.path.exists(path):
+        set_latent_values(model, load_file(path))

@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from ..search.form_swap import coded_parameters
+from ..search.form_swap import latent_values, set_latent_values
 
 logger = logging.getLogger(__name__)
 
@@ -80,9 +80,7 @@ class LatentCheckpoints(CheckpointedCallback):
     file = "latents.safetensors"
 
     def checkpoint_state(self, model):
-        return {name: p.detach().cpu().contiguous() for name, p in coded_parameters(model).items()}, {}
+        return latent_values(model), {}
 
     def restore(self, tensors, metadata, model):
-        with torch.no_grad():
-            for name, latent in tensors.items():
-                model.get_parameter(name).copy_(latent)
+        set_latent_values(model, tensors)
