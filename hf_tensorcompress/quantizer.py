@@ -207,10 +207,11 @@ class TensorCompressQuantizer(HfQuantizer):
     def get_weight_conversions(self) -> list:
         return [] if self.linears is None else self.linears.get_weight_conversions()
 
-    def update_weight_conversions(self, weight_conversions: list, model: nn.Module) -> list:
+    def update_weight_conversions(self, weight_conversions: list, *model: nn.Module) -> list:
+        """transformers 5.17 passes the conversions alone, 5.25 the model too: pass on what came."""
         if self.linears is None:
-            return super().update_weight_conversions(weight_conversions, model)
-        return self.linears.update_weight_conversions(weight_conversions, model)
+            return super().update_weight_conversions(weight_conversions, *model)
+        return self.linears.update_weight_conversions(weight_conversions, *model)
 
     def get_state_dict_and_metadata(self, model: nn.Module) -> tuple[dict | None, dict]:
         if self.linears is None:
