@@ -18,15 +18,7 @@
 #
 #     JOBS=2 bash recipes/byte_table_cpu.sh [OUTPUT_DIR] [SEEDS...]
 set -euo pipefail
-datasets=()
-for dataset in ${DATASETS:-electricity bikesharing appliances_energy}; do  # a file's or folder's path, absolute
-    [[ -e $dataset ]] && dataset=$(realpath "$dataset")
-    datasets+=("$dataset")
-done
-out=$(realpath -m "${1:-byte-table-cpu}")  # where the command was run from, not under recipes/
-shift || true
-cd "$(dirname "$0")"
-seeds=(${@:-0 1 2})
+source "$(dirname "$0")/byte_table_args.sh" "electricity bikesharing appliances_energy" byte-table-cpu "$@"
 jobs=${JOBS:-1}
 budget=${BUDGET:-1/16}
 export OMP_NUM_THREADS=1
@@ -52,11 +44,6 @@ data_flags() {  # what each data set reads: its batch and, for the CSVs, the col
     esac
 }
 
-label() {  # a data set's folder name, as byte_comparison.dataset_folder names it: the name without its suffixes
-    local name=${1##*/}
-    echo "${name%%.*}"
-}
-
 folder_of() {  # a data set's, seed's and learning rate's folder
     echo "$out/$(label "$1")-seed$2${3:+-lr$3}"
 }
@@ -70,11 +57,6 @@ one() {  # one data set, seed and rate, unless an earlier run finished it (its c
         "${choose[@]}" --datasets "$1" --seeds "$2" --output-dir "$folder" $(data_flags "$1") > "$folder.log" 2>&1
 }
 
-labels=$(for dataset in "${datasets[@]}"; do label "$dataset"; done | sort | uniq -d)
-if [[ -n $labels ]]; then  # their runs would share a folder, and the second would be skipped as finished
-    echo "byte_table_cpu.sh: DATASETS: several data sets would write to the same folder ($labels); rename the files apart" >&2
-    exit 2
-fi
 mkdir -p "$out"
 failed=0
 for seed in "${seeds[@]}"; do
