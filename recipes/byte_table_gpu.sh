@@ -6,9 +6,9 @@
 # nvidia-cuda-mps-control starts (their small kernels then run side by side instead of in turns; MPS=0: never).
 # The groups start in the order RUN_GROUPS lists them, most important first. A finished folder (its comparison.json is
 # written last) is skipped when the command runs again, so a run cut short goes on where it stopped. DEADLINE
-# (seconds) is for a machine lent by the minute: no process starts that would not finish by then (by how long the
-# slowest of its group took, or, before one finished, unless half the time is left), and the unfinished ones are
-# stopped at it. The last step merges every finished folder into the table.
+# (seconds) is for a machine lent by the minute: no process starts that would not finish by then (judged by how long
+# the slowest of its group took; before one of its group has finished, only while more than half the time is left),
+# and the unfinished ones are stopped at it. The last step merges every finished folder into the table.
 #
 # RUN_GROUPS: groups of arms, a space between groups, a comma between the arms of one group. The arms derived from the
 # search's bytes (greedy-bytes, uniform-*-bytes, random-bytes) need smartformer-bytes in their group, greedy-bytes
@@ -33,7 +33,9 @@ common=(--device "$device" --size medium --context 336 --horizon 96 --steps "${S
 
 start_mps() {  # prints nothing and starts nothing where MPS does not run; the runs then take turns on the GPU
     [[ $device == cuda && ${MPS:-1} != 0 ]] && command -v nvidia-cuda-mps-control > /dev/null || return 0
-    export CUDA_MPS_PIPE_DIRECTORY=$out/.mps/pipe CUDA_MPS_LOG_DIRECTORY=$out/.mps/log
+    local folder
+    folder=$(mktemp -d)  # short: the pipe is a socket, whose path has a length limit
+    export CUDA_MPS_PIPE_DIRECTORY=$folder/pipe CUDA_MPS_LOG_DIRECTORY=$folder/log
     mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
     if nvidia-cuda-mps-control -d &&
         timeout 60 "$python" -c "import torch; torch.ones(1, device='cuda').sum().item()"; then
