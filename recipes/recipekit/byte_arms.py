@@ -24,6 +24,7 @@ from hf_tensorcompress.search.forms import Form, LinearSlot, mixed_forms
 
 from .arm_names import ENDS_ARM, LOWBIT_ARM, ROWS_ARM
 from .costs import scope_names
+from .hadamard_inputs import rotate_inputs
 
 #: Widths the byte search and its baselines choose among: every width ``factor_bits`` / ``lowbit`` stores.
 BYTE_WIDTHS = FACTOR_WIDTHS
@@ -82,10 +83,11 @@ def rows_arm(name: str) -> tuple[int, float] | None:
     return None if match is None else (int(match.group(1)), float(match.group(2)))
 
 
-def ends_arm(name: str) -> tuple[int, int] | None:
-    """(bits of the first Linear, bits of the last) of an ``ends-<bits>-<bits>`` arm name, or None."""
+def ends_arm(name: str) -> tuple[int, int, bool] | None:
+    """(bits of the first Linear, bits of the last, inputs rotated) of an ``ends-<bits>-<bits>[-hadamard]`` arm name,
+    or None."""
     match = ENDS_ARM.fullmatch(name)
-    return None if match is None else (int(match.group(1)), int(match.group(2)))
+    return None if match is None else (int(match.group(1)), int(match.group(2)), match.group(3) is not None)
 
 
 def prepare_forms(slots: list[LinearSlot], allocation: Allocation) -> Callable:
@@ -244,11 +246,14 @@ def ends_forms(names: list[str], first: int, last: int) -> dict[str, dict]:
     return forms
 
 
-def prepare_ends(first: int, last: int) -> Callable:
-    """An arm's ``prepare``: ``ends_forms`` as ``method="mixed"`` (the bytes are those the library stores)."""
+def prepare_ends(first: int, last: int, hadamard: bool = False) -> Callable:
+    """An arm's ``prepare``: ``ends_forms`` as ``method="mixed"`` (the bytes are those the library stores); with
+    ``hadamard``, every Linear's inputs rotated (``hadamard_inputs``: no stored bytes)."""
 
     def prepare(model: torch.nn.Module, final_ranks) -> None:
-        forms = ends_forms(scope_names(model, "all"), first, last)
-        apply_compression(model, CompressionConfig(method="mixed", forms=forms))
+        names = scope_names(model, "all")
+        apply_compression(model, CompressionConfig(method="mixed", forms=ends_forms(names, first, last)))
+        for name in names if hadamard else ():
+            rotate_inputs(model.get_submodule(name))
 
     return prepare
