@@ -28,6 +28,7 @@ from recipekit.byte_arms import (
     prepare_rows,
     rows_arm,
 )
+from recipekit.hadamard_inputs import sylvester
 from recipekit.vector_arms import prepare_vq, vq_arm
 
 
@@ -160,7 +161,8 @@ def test_the_rows_arm_trains_two_widths_in_one_weight_and_counts_both():
 
 
 def test_the_ends_arm_widens_the_first_and_last_linear_and_counts_them_as_the_library_stores_them(tmp_path):
-    assert ends_arm("ends-8-4") == (8, 4) and ends_arm("ends-ternary-4") is ends_arm("ends-5-4") is None
+    assert ends_arm("ends-8-4") == (8, 4, False) and ends_arm("ends-8-4-hadamard") == (8, 4, True)
+    assert ends_arm("ends-ternary-4") is ends_arm("ends-5-4") is ends_arm("ends-8-4-rotated") is None
     model = PatchTSTForPrediction(
         tiny_patchtst_config(context_length=128, patch_length=24, patch_stride=24, d_model=128)
     )
@@ -179,6 +181,28 @@ def test_the_ends_arm_widens_the_first_and_last_linear_and_counts_them_as_the_li
         from byte_comparison import parse_args
 
         parse_args(["--runs", "ends-16-4"])
+
+
+def test_the_hadamard_ends_arm_rotates_each_block_of_128_inputs_at_no_stored_bytes():
+    matrix = sylvester(128)
+    assert torch.allclose(matrix @ matrix, torch.eye(128), atol=1e-6) and torch.equal(matrix, matrix.T)
+    with pytest.raises(ValueError, match="power of two"):
+        sylvester(24)
+    config = tiny_patchtst_config(context_length=128, patch_length=24, patch_stride=24, d_model=128)
+    plain, rotated = PatchTSTForPrediction(config), PatchTSTForPrediction(config)
+    prepare_ends(8, 4)(plain, None)
+    prepare_ends(8, 4, hadamard=True)(rotated, None)
+    rotated.load_state_dict(plain.state_dict())
+    head, embedding = rotated.head.projection, rotated.model.encoder.embedder.input_embedding
+    x = torch.randn(5, head.in_features)
+    blocks = (x.unflatten(-1, (-1, 128)) @ matrix).flatten(-2)
+    with torch.no_grad():  # the head multiplies each block of 128 inputs rotated; the embedding (24 inputs) is as it was
+        assert torch.allclose(head(x), plain.head.projection(blocks), atol=1e-5)
+        assert not torch.allclose(head(x), plain.head.projection(x), atol=1e-3)
+        x = torch.randn(5, 24)
+        assert torch.equal(embedding(x), plain.model.encoder.embedder.input_embedding(x))
+    bits = [[m.storage_bits() for m in model.modules() if isinstance(m, LowBitLinear)] for model in (plain, rotated)]
+    assert bits[0] == bits[1]  # the rotation is stored nowhere
 
 
 def test_the_vq_arm_stores_runs_of_weights_as_codebook_entries_and_trains_both():
