@@ -196,7 +196,8 @@ def test_the_hadamard_ends_arm_rotates_each_block_of_128_inputs_at_no_stored_byt
     head, embedding = rotated.head.projection, rotated.model.encoder.embedder.input_embedding
     x = torch.randn(5, head.in_features)
     blocks = (x.unflatten(-1, (-1, 128)) @ matrix).flatten(-2)
-    with torch.no_grad():  # the head multiplies each block of 128 inputs rotated; the embedding (24 inputs) is as it was
+    # the head multiplies each block of 128 inputs rotated; the embedding (24 inputs a patch) as it was
+    with torch.no_grad():
         assert torch.allclose(head(x), plain.head.projection(blocks), atol=1e-5)
         assert not torch.allclose(head(x), plain.head.projection(x), atol=1e-3)
         x = torch.randn(5, 24)
