@@ -22,6 +22,6 @@ VQ_ARM = re.compile(r"vq-(2|4|8)-([1-9]|1[0-2])")
 NAMED_ARM = re.compile("|".join(arm.pattern for arm in (LOWBIT_ARM, ROWS_ARM, ENDS_ARM, VQ_ARM)))
 #: How the named arms are spelled, for a message that refuses a name.
 NAMED_ARM_FORMS = (
-    "lowbit-<bits>-g<group>[-learned][-fp16-bias][-after-dense-<fraction>], rows-<bits>-<fraction>, ends-<bits>-<bits>[-hadamard] "
-    "or vq-<dim>-<bits>"
+    "lowbit-<bits>-g<group>[-learned][-fp16-bias][-after-dense-<fraction>], rows-<bits>-<fraction>, "
+    "ends-<bits>-<bits>[-hadamard] or vq-<dim>-<bits>"
 )

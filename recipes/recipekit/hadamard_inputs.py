@@ -27,11 +27,11 @@ def sylvester(size: int) -> torch.Tensor:
     return matrix / size**0.5
 
 
-def rotate_inputs(linear: torch.nn.Module, block: int = BLOCK) -> bool:
-    """Rotate ``linear``'s inputs, a block of ``block`` features at a time, from now on; False (nothing done) where
-    its ``in_features`` is not a multiple of ``block``."""
+def rotate_inputs(linear: torch.nn.Module, block: int = BLOCK) -> None:
+    """Rotate ``linear``'s inputs, a block of ``block`` features at a time, from now on; nothing where its
+    ``in_features`` is not a multiple of ``block``."""
     if linear.in_features % block:
-        return False
+        return
     matrix = sylvester(block)
 
     def rotated(module: torch.nn.Module, inputs: tuple) -> tuple:
@@ -39,4 +39,3 @@ def rotate_inputs(linear: torch.nn.Module, block: int = BLOCK) -> bool:
         return ((x.unflatten(-1, (-1, block)) @ matrix.to(x)).flatten(-2), *inputs[1:])
 
     linear.register_forward_pre_hook(rotated)
-    return True
