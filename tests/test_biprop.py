@@ -25,7 +25,8 @@ from transformers import (
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.core.metrics import attention_multiply_adds, compression_report, nonzero_flops, storage_bits
 from hf_tensorcompress.methods.biprop.attention import sbt_attention, sbt_multiply_adds, step_t_allowed
-from hf_tensorcompress.methods.biprop.layer import BipropLinear, pack_bits, seeded_signs, unpack_bits
+from hf_tensorcompress.methods.biprop.layer import BipropLinear, seeded_signs
+from hf_tensorcompress.runtime.bit_packing import pack_bits, unpack_bits
 
 
 def patchtst_classifier(**overrides) -> PatchTSTForClassification:

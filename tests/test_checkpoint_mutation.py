@@ -49,6 +49,9 @@ KINDS = {
     "lowbit_ternary_fp16_bias": dict(
         method="lowbit", weight_bits="ternary", weight_group_size=32, bias_dtype="float16"
     ),
+    "lowbit_ternary_hadamard": dict(
+        method="lowbit", weight_bits="ternary", weight_group_size=32, input_rotation="hadamard", rotation_block=32
+    ),
     "mixed": dict(
         method="mixed",
         forms={

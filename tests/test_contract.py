@@ -35,7 +35,9 @@ CASES: dict[tuple[str, str], dict] = {
     ("tt", "gpt2"): dict(tt_order=3, tt_ranks=[2, 3]),
     ("tt", "opt"): dict(tt_shape=[4, 6], tt_eps=0.5),
     ("tiered", "llama"): dict(tier_tokens=[40], tier_bits=[8, 3], tier_group_size=8),
-    ("lowbit", "patchtst"): dict(weight_bits=3, weight_group_size=8, bias_dtype="float16"),
+    ("lowbit", "patchtst"): dict(
+        weight_bits=3, weight_group_size=8, bias_dtype="float16", input_rotation="hadamard", rotation_block=8
+    ),
     ("lowbit", "autoformer"): dict(weight_bits="ternary", weight_group_size=8),
     ("lowbit", "informer"): dict(weight_bits=4, weight_group_size=None),
     ("lowbit", "llama"): dict(weight_bits=2, weight_group_size=8),

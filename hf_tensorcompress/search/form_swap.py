@@ -44,7 +44,7 @@ def current_weight(module: nn.Module) -> torch.Tensor:
     if isinstance(module, nn.Linear):
         return module.weight.detach()
     if getattr(module, "layer_type", "") == "lowbit" and not module.stored:
-        return module.latent.detach()
+        return module.latent_weight().detach()
     if getattr(module, "layer_type", "") == "biprop":
         return module.dense_weight().detach()
     return module.weight.detach()

@@ -13,8 +13,8 @@ LOWBIT_ARM = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g(\d+)(-learned)?(-fp16-bi
 #: ``rows-<bits>-<fraction>``: the first ``fraction`` of every Linear's rows at ``bits``, the rest ternary.
 ROWS_ARM = re.compile(r"rows-(8|4|3|2)-(0\.\d*[1-9]\d*)")
 #: ``ends-<bits>-<bits>``: the first Linear at the first width, the last at the second, every other one ternary
-#: (``method="mixed"``: learned scales in groups of 128, fp16 biases); ``-hadamard``: every Linear's inputs rotated by
-#: a Hadamard matrix in blocks of 128.
+#: (``method="mixed"``: learned scales in groups of 128, fp16 biases); ``-hadamard``: every Linear but the first with
+#: ``input_rotation="hadamard"`` in blocks of 128.
 ENDS_ARM = re.compile(r"ends-(8|4|3|2)-(8|4|3|2)(-hadamard)?")
 #: ``vq-<dim>-<bits>``: every Linear's weight as runs of ``dim`` weights, each an index of ``bits`` into a codebook.
 VQ_ARM = re.compile(r"vq-(2|4|8)-([1-9]|1[0-2])")

@@ -24,7 +24,6 @@ from hf_tensorcompress.search.forms import Form, LinearSlot, mixed_forms
 
 from .arm_names import ENDS_ARM, LOWBIT_ARM, ROWS_ARM
 from .costs import scope_names
-from .hadamard_inputs import rotate_inputs
 
 #: Widths the byte search and its baselines choose among: every width ``factor_bits`` / ``lowbit`` stores.
 BYTE_WIDTHS = FACTOR_WIDTHS
@@ -234,26 +233,26 @@ def prepare_rows(bits: int, fraction: float) -> Callable:
     return prepare
 
 
-def ends_forms(names: list[str], first: int, last: int) -> dict[str, dict]:
+def ends_forms(names: list[str], first: int, last: int, hadamard: bool = False) -> dict[str, dict]:
     """``method="mixed"``'s forms for Linears ``names`` (in model order): the first (a model's input embedding) at
     ``first`` bits, the last (its head) at ``last``, every other one ternary, all in groups of 128 with learned
-    scales and fp16 biases."""
+    scales and fp16 biases; with ``hadamard``, every one but the first (a patch's few values) with
+    ``input_rotation="hadamard"`` in blocks of 128."""
     forms = {}
     for index, name in enumerate(names):
         bits = first if index == 0 else last if index == len(names) - 1 else "ternary"
         options = {"weight_group_size": ROWS_GROUP, "weight_scales": "learned", "bias_dtype": "float16"}
+        if hadamard and index:
+            options |= {"input_rotation": "hadamard", "rotation_block": ROWS_GROUP}
         forms[name] = {"method": "lowbit", "weight_bits": bits, **options}
     return forms
 
 
 def prepare_ends(first: int, last: int, hadamard: bool = False) -> Callable:
-    """An arm's ``prepare``: ``ends_forms`` as ``method="mixed"`` (the bytes are those the library stores); with
-    ``hadamard``, every Linear's inputs rotated (``hadamard_inputs``: no stored bytes)."""
+    """An arm's ``prepare``: ``ends_forms`` as ``method="mixed"`` (the bytes are those the library stores)."""
 
     def prepare(model: torch.nn.Module, final_ranks) -> None:
-        names = scope_names(model, "all")
-        apply_compression(model, CompressionConfig(method="mixed", forms=ends_forms(names, first, last)))
-        for name in names if hadamard else ():
-            rotate_inputs(model.get_submodule(name))
+        forms = ends_forms(scope_names(model, "all"), first, last, hadamard)
+        apply_compression(model, CompressionConfig(method="mixed", forms=forms))
 
     return prepare

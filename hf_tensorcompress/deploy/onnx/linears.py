@@ -111,16 +111,34 @@ class GraphBiprop(nn.Module):
         return y if self.bias is None else y + self.bias
 
 
+def walsh_hadamard(x: torch.Tensor, block: int) -> torch.Tensor:
+    """Each block of ``block`` entries of ``x``'s last dimension times Sylvester's Hadamard matrix over √block, as
+    log2(block) butterflies (sums and differences of halves): no ``block × block`` initializer in every layer."""
+    y, half = x.reshape(-1, block), 1
+    while half < block:
+        pairs = y.reshape(-1, block // (2 * half), 2, half)
+        low, high = pairs[:, :, 0], pairs[:, :, 1]
+        y, half = torch.stack([low + high, low - high], dim=2).reshape(-1, block), half * 2
+    return (y * block**-0.5).reshape(x.shape)
+
+
 class GraphLowBitLinear(nn.Module):
     """``y = x Wᵀ + b`` on the full weight's packed codes: ``MatMulNBits`` where the width and groups map
-    (``ortops.py``), else the codes decoded in the graph before one ``MatMul``."""
+    (``ortops.py``), else the codes decoded in the graph before one ``MatMul``. A rotated layer's inputs are first
+    multiplied by its signs (unpacked in the graph from the stored bits) and ``walsh_hadamard``."""
 
     def __init__(self, layer: LowBitLinear) -> None:
         super().__init__()
         self.weight = graph_form(layer.packed())
         self.bias = _bias(layer)
+        self.block = None if layer.rotation is None else layer.rotation.block
+        if layer.rotation is not None:
+            self.register_buffer("signs", layer.rotation.signs.detach().clone())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.block is not None:  # a row of sign bits a block
+            signs = unpack_codes(self.signs, 1, self.block).reshape(-1).float()
+            x = walsh_hadamard(x * (2 * signs - 1), self.block)
         y = self.weight.matmul_t(x)
         return y if self.bias is None else y + self.bias
 

@@ -16,7 +16,7 @@ import torch
 from onnxscript import opset21 as op
 from torch import nn
 
-from ...methods.biprop.layer import unpack_bits
+from ...runtime.bit_packing import unpack_bits
 from ...runtime.codebook import CodebookTensor
 from ...runtime.lowbit import LowBitTensor, unpack
 from ...runtime.ternary import TernaryTensor, level_table

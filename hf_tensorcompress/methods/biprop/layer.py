@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...runtime.bit_packing import pack_bits, unpack_bits
 from ...runtime.contract import CompressedLinear, TensorProblem
 
 WEIGHT_INITS = ("kaiming_normal", "signed_constant")
@@ -65,20 +66,6 @@ def sign_check(seed: int, numel: int) -> str:
     checkpoint whose ``sign_seed`` was edited, or code whose hash differs, is refused instead of giving other outputs."""
     signs = seeded_signs(seed, min(numel, 64), device=torch.device("cpu"))
     return "".join(f"{byte:02x}" for byte in pack_bits(signs > 0).tolist())
-
-
-def pack_bits(bits: torch.Tensor) -> torch.Tensor:
-    """A bool/0-1 tensor flattened and packed 8 per byte (most significant first) into uint8."""
-    flat = bits.reshape(-1).to(torch.uint8)
-    flat = F.pad(flat, (0, (-flat.numel()) % 8))
-    weights = torch.tensor([128, 64, 32, 16, 8, 4, 2, 1], dtype=torch.uint8, device=flat.device)
-    return (flat.view(-1, 8) * weights).sum(dim=1, dtype=torch.uint8)
-
-
-def unpack_bits(packed: torch.Tensor, numel: int) -> torch.Tensor:
-    """Inverse of ``pack_bits``: the first ``numel`` bits as a bool tensor."""
-    shifts = torch.arange(7, -1, -1, dtype=torch.uint8, device=packed.device)
-    return ((packed.view(-1, 1) >> shifts) & 1).reshape(-1)[:numel].bool()
 
 
 @functools.cache

@@ -7,6 +7,7 @@ from typing import ClassVar
 
 from ...config import CompressionConfig, check_choice, check_int, one_of
 from ...runtime.marker import FACTOR_WIDTHS
+from .rotation import INPUT_ROTATIONS, check_block
 
 #: ``"rounded"``: each group's scale (and minimum) taken from the weights' present values at every step (their range;
 #: the least-squares level for ternary); ``"learned"``: trained as parameters, from those values on (LSQ).
@@ -42,6 +43,13 @@ class LowBitConfig(CompressionConfig):
         bias_dtype: ``"model"`` (the bias as the model holds it: fp32 or bf16) or ``"float16"`` (trained as fp16
             rounds it, straight-through, and saved and loaded in fp16: half an fp32 bias's bytes, which matter once
             the weights take a bit or two: PatchTST's biases are a tenth of its ternary Linears' bytes).
+        input_rotation: ``"none"`` or ``"hadamard"``: each block of ``rotation_block`` inputs multiplied by random
+            signs and a Hadamard matrix before the weight, which then trains (or is copied) in that rotated basis.
+            Every group rounds columns that no single input dominates (QuIP#/QuaRot's incoherence processing). The
+            signs are stored, one bit an input; a Linear whose inputs are not a multiple of the block is left
+            unrotated, with a warning.
+        rotation_block: inputs a rotation mixes, a power of two (the weights' group size is the natural choice).
+        rotation_seed: the seed the signs are drawn from (every Linear of a width draws the same signs).
 
     The layer trains fp32 weights and computes with them rounded exactly as they will be stored (straight-through
     gradients), so training with it is quantization-aware training; saved, it holds only the packed codes, on disk
@@ -54,6 +62,9 @@ class LowBitConfig(CompressionConfig):
     init: str = "copy"  # not a one_of: --init is one flag of several methods, each with its own values
     weight_scales: str = one_of("rounded", WEIGHT_SCALES)
     bias_dtype: str = one_of("model", BIAS_DTYPES)
+    input_rotation: str = one_of("none", INPUT_ROTATIONS)
+    rotation_block: int = 128
+    rotation_seed: int = 0
 
     method_name: ClassVar[str] = "lowbit"
 
@@ -68,6 +79,9 @@ class LowBitConfig(CompressionConfig):
         check_choice(self.init, "init", LOWBIT_INITS)
         check_choice(self.weight_scales, "weight_scales", WEIGHT_SCALES)
         check_choice(self.bias_dtype, "bias_dtype", BIAS_DTYPES)
+        check_choice(self.input_rotation, "input_rotation", INPUT_ROTATIONS)
+        check_block(self.rotation_block)
+        check_int(self.rotation_seed, "rotation_seed", 0)
         if self.weight_scales == "learned" and self.weight_bits == 16:
             raise ValueError(
                 "weight_scales='learned' trains group scales, and weight_bits=16 (bfloat16) has none; "

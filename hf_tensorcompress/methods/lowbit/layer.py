@@ -6,7 +6,8 @@ reads back (a kept best checkpoint, a Trainer resume). A checkpoint loads as the
 ``TernaryTensor``, five codes a byte, for ternary weights) whose codes stay packed in memory, multiplied a chunk of
 rows at a time (or by the fused kernel for a few vectors), giving the outputs the trained layer gave. The packing and
 the rounding are the runtime's (``factor_storage``: the same widths as the low-rank layers' factors, ternary
-included).
+included). With ``rotation_block`` the inputs are rotated first (``rotation.py``) and the weight is held in the
+rotated basis.
 
 Ships inside saved checkpoints: torch only.
 """
@@ -22,6 +23,7 @@ from ...runtime.contract import CompressedLinear
 from ...runtime.factor_storage import fp16_rounded, read_codes, rounded, save_codes, stored, stored_form
 from ...runtime.lowbit import StoredMatrix
 from .learned_scales import initial_scales, learned_stored, learned_values, scale_groups
+from .rotation import InputRotation
 
 
 class LowBitLinear(CompressedLinear):
@@ -32,6 +34,9 @@ class LowBitLinear(CompressedLinear):
     than taking them from the weights at every step (``learned_scales.py``); the stored form is the same.
     ``half_bias=True`` stores the bias in fp16: the trainable form computes with it rounded so (straight-through) and
     saves it so, and the stored form holds it in fp16 whatever the model's dtype.
+    ``rotation_block`` rotates the inputs by random signs and a Hadamard matrix, a block of that many at a time,
+    before the weight (``rotation.py``; the signs drawn from ``rotation_seed``): the weight (``latent``, the codes)
+    is then of the rotated basis.
     """
 
     layer_type = "lowbit"
@@ -48,6 +53,8 @@ class LowBitLinear(CompressedLinear):
         dtype: torch.dtype | None = None,
         learned_scales: bool = False,
         half_bias: bool = False,
+        rotation_block: int | None = None,
+        rotation_seed: int = 0,
     ) -> None:
         super().__init__()
         if learned_scales and (stored or bits == 16):
@@ -59,6 +66,9 @@ class LowBitLinear(CompressedLinear):
         self.bits, self.group_size, self.stored, self.learned_scales = bits, group_size, stored, learned_scales
         self.half_bias = half_bias and bias
         kwargs = {"device": device, "dtype": dtype}
+        self.rotation = (
+            None if rotation_block is None else InputRotation(in_features, rotation_block, rotation_seed, device)
+        )
         if stored:
             self.stored_weight = stored_form((out_features, in_features), bits, group_size)
         else:
@@ -78,6 +88,8 @@ class LowBitLinear(CompressedLinear):
         weight = self.stored_weight.codes if self.stored else self.latent
         if weight.is_meta:
             return
+        if self.rotation is not None:
+            self.rotation.draw()
         fresh = torch.empty(self.out_features, self.in_features, device=weight.device)
         nn.init.kaiming_uniform_(fresh, a=math.sqrt(5))
         with torch.no_grad():
@@ -106,14 +118,16 @@ class LowBitLinear(CompressedLinear):
 
     def spec(self) -> dict:
         half = {"bias_dtype": "float16"} if self.half_bias else {}
-        return {**super().spec(), "bits": self.bits, "group_size": self.group_size, **half}
+        rotation = {} if self.rotation is None else {"rotation_block": self.rotation.block}
+        return {**super().spec(), "bits": self.bits, "group_size": self.group_size, **half, **rotation}
 
     @classmethod
     def from_spec(cls, spec: dict) -> LowBitLinear:
         """The layer as a checkpoint holds it: the stored (inference-only) form."""
         sizes = (spec["in_features"], spec["out_features"], spec["bits"], spec["group_size"])
         half = spec.get("bias_dtype", "model") == "float16"
-        return cls(*sizes, bias=spec["bias"], stored=True, half_bias=half)
+        rotation = spec.get("rotation_block")
+        return cls(*sizes, bias=spec["bias"], stored=True, half_bias=half, rotation_block=rotation)
 
     def set_bits(self, bits: int | str, group_size: int | None = None) -> dict[nn.Parameter, nn.Parameter]:
         """Store (and compute with) the weight in ``bits`` from now on: the same parameter, rounded another way (a
@@ -160,8 +174,15 @@ class LowBitLinear(CompressedLinear):
         return rounded(self.latent, self.bits, self.group_size)
 
     def dense_weight(self) -> torch.Tensor:
+        """The weight in the inputs' own basis (a rotated layer's ``weight`` is of the rotated one)."""
         with torch.no_grad():
-            return self.weight
+            return self.weight if self.rotation is None else self.rotation.unrotate(self.weight)
+
+    def latent_weight(self) -> torch.Tensor:
+        """The trainable form's fp32 weight before rounding, in the inputs' own basis: what another form of the layer
+        starts from."""
+        with torch.no_grad():
+            return self.latent if self.rotation is None else self.rotation.unrotate(self.latent)
 
     def dense_bias(self) -> torch.Tensor | None:
         """The bias the forward adds (fp16-rounded, straight-through, for a trainable ``half_bias`` layer)."""
@@ -171,7 +192,8 @@ class LowBitLinear(CompressedLinear):
 
     def packed(self) -> StoredMatrix:
         """The weight as a checkpoint stores it: the loaded codes, or the trainable weight's codes, cached until
-        the weight or its width changes (evaluation runs the loaded form's product on them)."""
+        the weight or its width changes (evaluation runs the loaded form's product on them). A rotated layer's
+        codes multiply rotated inputs."""
         if self.stored:
             return self.stored_weight
         key = (*((t.data_ptr(), t._version) for t in self._trained()), self.latent.device, self.bits, self.group_size)
@@ -202,6 +224,8 @@ class LowBitLinear(CompressedLinear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Training: the rounded weight with straight-through gradients. Without gradients (evaluation, a loaded
         checkpoint): the packed codes' own product, so a trained layer scores exactly as it will once loaded."""
+        if self.rotation is not None:
+            x = self.rotation(x)
         if not self.stored and torch.is_grad_enabled() and any(t.requires_grad for t in (x, *self._trained())):
             output = x @ self.weight.T
         else:
@@ -213,7 +237,7 @@ class LowBitLinear(CompressedLinear):
         return self.in_features * self.out_features + (0 if self.bias is None else self.out_features)
 
     def storage_bits(self) -> int:
-        """The packed codes, scales and minima of the weight, plus the bias."""
+        """The packed codes, scales and minima of the weight, plus the bias (and a rotation's sign bits)."""
         codes = (
             self.stored_weight
             if self.stored
@@ -221,10 +245,12 @@ class LowBitLinear(CompressedLinear):
         )
         bias_bits = 16 if self.half_bias else (0 if self.bias is None else self.bias.element_size() * 8)
         bias = 0 if self.bias is None else self.bias.numel() * bias_bits
-        return codes.storage_bits() + bias
+        signs = 0 if self.rotation is None else self.rotation.signs.numel() * 8
+        return codes.storage_bits() + bias + signs
 
     def multiply_adds(self, tokens: int, cached: bool = False) -> tuple[int, str]:
-        return tokens * self.in_features * self.out_features, "lowbit"
+        rotation = 0 if self.rotation is None else tokens * self.in_features * self.rotation.block
+        return tokens * self.in_features * self.out_features + rotation, "lowbit"
 
     def extra_repr(self) -> str:
         return (
@@ -232,6 +258,7 @@ class LowBitLinear(CompressedLinear):
             f"group_size={self.group_size}, stored={self.stored}"
             + (", learned_scales=True" if self.learned_scales else "")
             + (", bias_dtype=float16" if self.half_bias else "")
+            + ("" if self.rotation is None else f", rotation_block={self.rotation.block}")
         )
 
 
