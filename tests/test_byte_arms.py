@@ -160,7 +160,8 @@ def test_the_rows_arm_trains_two_widths_in_one_weight_and_counts_both():
 
 
 def test_the_ends_arm_widens_the_first_and_last_linear_and_counts_them_as_the_library_stores_them(tmp_path):
-    assert ends_arm("ends-8-4") == (8, 4, False) and ends_arm("ends-8-4-hadamard") == (8, 4, True)
+    assert ends_arm("ends-8-4") == (8, 4, "none") and ends_arm("ends-8-4-hadamard") == (8, 4, "hadamard")
+    assert ends_arm("ends-8-4-randomized-hadamard") == (8, 4, "randomized-hadamard")
     assert ends_arm("ends-ternary-4") is ends_arm("ends-5-4") is ends_arm("ends-8-4-rotated") is None
     model = PatchTSTForPrediction(
         tiny_patchtst_config(context_length=128, patch_length=24, patch_stride=24, d_model=128)
@@ -186,7 +187,7 @@ def test_the_hadamard_ends_arm_rotates_every_linear_but_the_embedding_at_one_bit
     config = tiny_patchtst_config(context_length=128, patch_length=24, patch_stride=24, d_model=128, ffn_dim=256)
     plain, rotated = PatchTSTForPrediction(config), PatchTSTForPrediction(config)
     prepare_ends(8, 4)(plain, None)
-    prepare_ends(8, 4, hadamard=True)(rotated, None)
+    prepare_ends(8, 4, "hadamard")(rotated, None)
     layers = {name: m for name, m in rotated.named_modules() if isinstance(m, LowBitLinear)}
     embedding = "model.encoder.embedder.input_embedding"
     assert {name for name, layer in layers.items() if layer.rotation is None} == {embedding}

@@ -36,7 +36,7 @@ CASES: dict[tuple[str, str], dict] = {
     ("tt", "opt"): dict(tt_shape=[4, 6], tt_eps=0.5),
     ("tiered", "llama"): dict(tier_tokens=[40], tier_bits=[8, 3], tier_group_size=8),
     ("lowbit", "patchtst"): dict(
-        weight_bits=3, weight_group_size=8, bias_dtype="float16", input_rotation="hadamard", rotation_block=8
+        weight_bits=3, weight_group_size=8, bias_dtype="float16", input_rotation="randomized-hadamard", rotation_block=8
     ),
     ("lowbit", "autoformer"): dict(weight_bits="ternary", weight_group_size=8),
     ("lowbit", "informer"): dict(weight_bits=4, weight_group_size=None),

@@ -1,5 +1,5 @@
-"""``method="lowbit"`` with ``input_rotation="hadamard"``: the inputs rotated by stored random signs and a Hadamard
-matrix, the weight held in the rotated basis; the same outputs once loaded, decompressed or exported, and a
+"""``method="lowbit"`` with ``input_rotation="hadamard"`` / ``"randomized-hadamard"``: the inputs rotated by stored
+signs (all +1, or random) and a Hadamard matrix, the weight held in the rotated basis; the same outputs once loaded, decompressed or exported, and a
 checkpoint that lost the option (or its signs) refused rather than read in the wrong basis."""
 
 from __future__ import annotations
@@ -36,16 +36,17 @@ def test_the_hadamard_matrix_is_orthogonal_and_symmetric_and_the_graph_butterfli
 
 
 def test_rotate_and_unrotate_are_inverse_and_the_signs_are_drawn_from_their_seed_and_stored():
-    rotation = InputRotation(32, 16)
+    rotation = InputRotation(32, 16, seed=0)
     state = torch.random.get_rng_state()
     rotation.draw()
     assert torch.equal(torch.random.get_rng_state(), state)  # torch's own generator is left alone
     signs = rotation.sign_values(torch.float32)
     assert rotation.signs.dtype == torch.uint8 and rotation.signs.shape == (2, 2)  # one bit an input, a row a block
     assert set(signs.tolist()) == {-1.0, 1.0}
-    again, other = InputRotation(32, 16), InputRotation(32, 16, seed=1)
-    again.draw(), other.draw()
+    again, other, fixed = InputRotation(32, 16, seed=0), InputRotation(32, 16, seed=1), InputRotation(32, 16)
+    again.draw(), other.draw(), fixed.draw()
     assert torch.equal(again.signs, rotation.signs) and not torch.equal(other.signs, rotation.signs)
+    assert torch.equal(fixed.sign_values(torch.float32), torch.ones(32))  # unrandomized: Sylvester's matrix alone
     weight = torch.randn(8, 32)
     assert torch.allclose(rotation.unrotate(rotation.rotate(weight)), weight, atol=1e-5)
     x = torch.randn(5, 32)
@@ -73,9 +74,11 @@ def test_a_rotated_layer_computes_its_dense_weight_and_spreads_an_outlier_input_
     assert errors[64] < 0.8 * errors[None], errors
 
 
-def test_saved_loaded_decompressed_and_counted_with_its_sign_bits(tmp_path):
+@pytest.mark.parametrize("rotation", ["hadamard", "randomized-hadamard"])
+def test_saved_loaded_decompressed_and_counted_with_its_sign_bits(tmp_path, rotation):
     torch.manual_seed(0)
-    model = apply_compression(PatchTSTForPrediction(tiny_patchtst_config()), CompressionConfig(**ROTATED)).eval()
+    config = CompressionConfig(**{**ROTATED, "input_rotation": rotation})
+    model = apply_compression(PatchTSTForPrediction(tiny_patchtst_config()), config).eval()
     layers = [module for module in model.modules() if isinstance(module, LowBitLinear)]
     rotated = [layer for layer in layers if layer.rotation is not None]
     assert rotated and len(rotated) < len(layers)  # the 8-input patch embedding is left as it is
@@ -132,7 +135,11 @@ def test_padding_bits_past_the_inputs_are_refused():
 
 
 def test_the_options_are_checked_and_an_unrotatable_linear_is_named(caplog):
-    for bad, match in (({"input_rotation": "random"}, "input_rotation"), ({"rotation_block": 96}, "power of two")):
+    for bad, match in (
+        ({"input_rotation": "random"}, "input_rotation"),
+        ({"rotation_block": 96}, "power of two"),
+        ({"rotation_seed": -1}, "rotation_seed"),
+    ):
         with pytest.raises(ValueError, match=match):
             CompressionConfig(**{**ROTATED, **bad})
     with caplog.at_level(logging.WARNING):

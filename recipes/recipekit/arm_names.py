@@ -13,9 +13,9 @@ LOWBIT_ARM = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g(\d+)(-learned)?(-fp16-bi
 #: ``rows-<bits>-<fraction>``: the first ``fraction`` of every Linear's rows at ``bits``, the rest ternary.
 ROWS_ARM = re.compile(r"rows-(8|4|3|2)-(0\.\d*[1-9]\d*)")
 #: ``ends-<bits>-<bits>``: the first Linear at the first width, the last at the second, every other one ternary
-#: (``method="mixed"``: learned scales in groups of 128, fp16 biases); ``-hadamard``: every Linear but the first with
-#: ``input_rotation="hadamard"`` in blocks of 128.
-ENDS_ARM = re.compile(r"ends-(8|4|3|2)-(8|4|3|2)(-hadamard)?")
+#: (``method="mixed"``: learned scales in groups of 128, fp16 biases); ``-hadamard`` / ``-randomized-hadamard``: every
+#: Linear but the first with that ``input_rotation`` in blocks of 128.
+ENDS_ARM = re.compile(r"ends-(8|4|3|2)-(8|4|3|2)(?:-((?:randomized-)?hadamard))?")
 #: ``vq-<dim>-<bits>``: every Linear's weight as runs of ``dim`` weights, each an index of ``bits`` into a codebook.
 VQ_ARM = re.compile(r"vq-(2|4|8)-([1-9]|1[0-2])")
 #: Any of them.
@@ -23,5 +23,5 @@ NAMED_ARM = re.compile("|".join(arm.pattern for arm in (LOWBIT_ARM, ROWS_ARM, EN
 #: How the named arms are spelled, for a message that refuses a name.
 NAMED_ARM_FORMS = (
     "lowbit-<bits>-g<group>[-learned][-fp16-bias][-after-dense-<fraction>], rows-<bits>-<fraction>, "
-    "ends-<bits>-<bits>[-hadamard] or vq-<dim>-<bits>"
+    "ends-<bits>-<bits>[-hadamard|-randomized-hadamard] or vq-<dim>-<bits>"
 )

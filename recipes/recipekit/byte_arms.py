@@ -82,11 +82,11 @@ def rows_arm(name: str) -> tuple[int, float] | None:
     return None if match is None else (int(match.group(1)), float(match.group(2)))
 
 
-def ends_arm(name: str) -> tuple[int, int, bool] | None:
-    """(bits of the first Linear, bits of the last, inputs rotated) of an ``ends-<bits>-<bits>[-hadamard]`` arm name,
-    or None."""
+def ends_arm(name: str) -> tuple[int, int, str] | None:
+    """(bits of the first Linear, bits of the last, ``input_rotation``) of an
+    ``ends-<bits>-<bits>[-hadamard|-randomized-hadamard]`` arm name, or None."""
     match = ENDS_ARM.fullmatch(name)
-    return None if match is None else (int(match.group(1)), int(match.group(2)), match.group(3) is not None)
+    return None if match is None else (int(match.group(1)), int(match.group(2)), match.group(3) or "none")
 
 
 def prepare_forms(slots: list[LinearSlot], allocation: Allocation) -> Callable:
@@ -233,26 +233,26 @@ def prepare_rows(bits: int, fraction: float) -> Callable:
     return prepare
 
 
-def ends_forms(names: list[str], first: int, last: int, hadamard: bool = False) -> dict[str, dict]:
+def ends_forms(names: list[str], first: int, last: int, rotation: str = "none") -> dict[str, dict]:
     """``method="mixed"``'s forms for Linears ``names`` (in model order): the first (a model's input embedding) at
     ``first`` bits, the last (its head) at ``last``, every other one ternary, all in groups of 128 with learned
-    scales and fp16 biases; with ``hadamard``, every one but the first (a patch's few values) with
-    ``input_rotation="hadamard"`` in blocks of 128."""
+    scales and fp16 biases; every one but the first (a patch's few values) with ``input_rotation=rotation`` in
+    blocks of 128."""
     forms = {}
     for index, name in enumerate(names):
         bits = first if index == 0 else last if index == len(names) - 1 else "ternary"
         options = {"weight_group_size": ROWS_GROUP, "weight_scales": "learned", "bias_dtype": "float16"}
-        if hadamard and index:
-            options |= {"input_rotation": "hadamard", "rotation_block": ROWS_GROUP}
+        if rotation != "none" and index:
+            options |= {"input_rotation": rotation, "rotation_block": ROWS_GROUP}
         forms[name] = {"method": "lowbit", "weight_bits": bits, **options}
     return forms
 
 
-def prepare_ends(first: int, last: int, hadamard: bool = False) -> Callable:
+def prepare_ends(first: int, last: int, rotation: str = "none") -> Callable:
     """An arm's ``prepare``: ``ends_forms`` as ``method="mixed"`` (the bytes are those the library stores)."""
 
     def prepare(model: torch.nn.Module, final_ranks) -> None:
-        forms = ends_forms(scope_names(model, "all"), first, last, hadamard)
+        forms = ends_forms(scope_names(model, "all"), first, last, rotation)
         apply_compression(model, CompressionConfig(method="mixed", forms=forms))
 
     return prepare

@@ -218,8 +218,8 @@ def run_names_help() -> str:
         'lowbit-<bits>-g<group>[-learned][-after-dense-<fraction>] (every Linear as method="lowbit", e.g. '
         'lowbit-2-g128; -learned: weight_scales="learned"; -after-dense-0.5: half the steps dense first)',
         "rows-<bits>-<fraction> (the first fraction of every Linear's rows at bits, the rest ternary)",
-        "ends-<bits>-<bits>[-hadamard] (the first Linear at the first width, the last at the second, the rest "
-        'ternary; -hadamard: every Linear but the first with input_rotation="hadamard" in blocks of 128)',
+        "ends-<bits>-<bits>[-hadamard|-randomized-hadamard] (the first Linear at the first width, the last at the "
+        "second, the rest ternary; -hadamard: every Linear but the first with that input_rotation, blocks of 128)",
         "vq-<dim>-<bits> (every Linear's weight as runs of dim weights, each a bits-wide index into a learned codebook)",
         "with --budget-ratio: smartformer-bytes",
         *BYTE_DERIVED,

@@ -53,7 +53,7 @@ def build(
         learned_scales=config.weight_scales == "learned",
         half_bias=config.bias_dtype == "float16",
         rotation_block=rotation_block(name, dense.in_features, config),
-        rotation_seed=config.rotation_seed,
+        rotation_seed=config.rotation_seed if config.input_rotation == "randomized-hadamard" else None,
     )
     layer = layer.to(device=dense.weight.device, dtype=dense.weight.dtype)
     if config.init == "copy":

@@ -43,13 +43,14 @@ class LowBitConfig(CompressionConfig):
         bias_dtype: ``"model"`` (the bias as the model holds it: fp32 or bf16) or ``"float16"`` (trained as fp16
             rounds it, straight-through, and saved and loaded in fp16: half an fp32 bias's bytes, which matter once
             the weights take a bit or two: PatchTST's biases are a tenth of its ternary Linears' bytes).
-        input_rotation: ``"none"`` or ``"hadamard"``: each block of ``rotation_block`` inputs multiplied by random
-            signs and a Hadamard matrix before the weight, which then trains (or is copied) in that rotated basis.
-            Every group rounds columns that no single input dominates (QuIP#/QuaRot's incoherence processing). The
-            signs are stored, one bit an input; a Linear whose inputs are not a multiple of the block is left
-            unrotated, with a warning.
+        input_rotation: ``"none"``, ``"hadamard"`` or ``"randomized-hadamard"``: each block of ``rotation_block``
+            inputs multiplied by Sylvester's Hadamard matrix (randomized: by random signs first, as QuIP# and QuaRot
+            do) before the weight, which then trains (or is copied) in that rotated basis. Every group rounds
+            columns that no single input dominates. The signs are stored, one bit an input (all +1 unrandomized); a
+            Linear whose inputs are not a multiple of the block is left unrotated, with a warning.
         rotation_block: inputs a rotation mixes, a power of two (the weights' group size is the natural choice).
-        rotation_seed: the seed the signs are drawn from (every Linear of a width draws the same signs).
+        rotation_seed: the seed ``"randomized-hadamard"`` draws its signs from (every Linear of a width draws the
+            same signs).
 
     The layer trains fp32 weights and computes with them rounded exactly as they will be stored (straight-through
     gradients), so training with it is quantization-aware training; saved, it holds only the packed codes, on disk

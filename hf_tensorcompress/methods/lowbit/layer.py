@@ -34,9 +34,9 @@ class LowBitLinear(CompressedLinear):
     than taking them from the weights at every step (``learned_scales.py``); the stored form is the same.
     ``half_bias=True`` stores the bias in fp16: the trainable form computes with it rounded so (straight-through) and
     saves it so, and the stored form holds it in fp16 whatever the model's dtype.
-    ``rotation_block`` rotates the inputs by random signs and a Hadamard matrix, a block of that many at a time,
-    before the weight (``rotation.py``; the signs drawn from ``rotation_seed``): the weight (``latent``, the codes)
-    is then of the rotated basis.
+    ``rotation_block`` rotates the inputs by a Hadamard matrix, a block of that many at a time, before the weight
+    (``rotation.py``; after random signs drawn from ``rotation_seed``, where one is given): the weight (``latent``,
+    the codes) is then of the rotated basis.
     """
 
     layer_type = "lowbit"
@@ -54,7 +54,7 @@ class LowBitLinear(CompressedLinear):
         learned_scales: bool = False,
         half_bias: bool = False,
         rotation_block: int | None = None,
-        rotation_seed: int = 0,
+        rotation_seed: int | None = None,
     ) -> None:
         super().__init__()
         if learned_scales and (stored or bits == 16):

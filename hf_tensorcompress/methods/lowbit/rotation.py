@@ -1,17 +1,19 @@
-"""Randomized Hadamard rotation of a low-bit Linear's inputs: the ``input_rotation="hadamard"`` option.
+"""Hadamard rotation of a low-bit Linear's inputs: the ``input_rotation`` option (``"hadamard"``,
+``"randomized-hadamard"``).
 
 A feature that carries much of a layer's signal makes one column of every group hold it, which a ternary or 2-bit
-group rounds badly. Multiplying each block of the inputs by random signs and a Hadamard matrix spreads every feature
-over the whole block; the weight trains (or is copied) in that rotated basis, so the layer computes what it would
+group rounds badly. Multiplying each block of the inputs by a Hadamard matrix (after random signs, randomized)
+spreads every feature over the whole block; the weight trains (or is copied) in that rotated basis, so the layer computes what it would
 have, but its groups round incoherent columns: QuIP#'s and QuaRot's incoherence processing (Tseng et al., 2024;
 Ashkboos et al., 2024), which rotate a trained LLM's weights before rounding them, here also trained in the rotated
 basis from the first step.
 
-The matrix is Sylvester's (entries ±1/√block, symmetric, its own inverse), rebuilt from the block size; the signs
-are drawn from a seed (so a model compressed on load has the signs ``apply_compression`` gives it) and stored, one
-bit an input (``bit_packing``), a row of bytes a block, so a checkpoint holds its rotation in its tensors: a
-spec that lost the option finds an extra tensor, one with another block size a tensor of another shape, and either is
-refused, where a weight read in the wrong basis would run and forecast wrong. Hand-written: none of this project's dependencies rotates a Linear's inputs in a saved model
+The matrix is Sylvester's (entries ±1/√block, symmetric, its own inverse), rebuilt from the block size. The signs
+(all +1 for ``"hadamard"``; drawn from a seed for ``"randomized-hadamard"``, so a model compressed on load has the
+signs ``apply_compression`` gives it) are stored, one bit an input (``bit_packing``), a row of bytes a block, so a
+checkpoint holds its rotation in its tensors: a spec that lost the option finds an extra tensor, one with another
+block size a tensor of another shape, and either is refused, where a weight read in the wrong basis would run and
+forecast wrong. Hand-written: none of this project's dependencies rotates a Linear's inputs in a saved model
 (torchao's SpinQuant prototype rotates a trained Llama and fuses the rotation away, which a layer between
 normalisation and attention allows but PatchTST's Linears do not all do).
 
@@ -28,9 +30,9 @@ from torch import nn
 from ...runtime.bit_packing import pack_bits, unpack_bits
 from ...runtime.contract import TensorProblem
 
-#: ``"none"``: the inputs as they come; ``"hadamard"``: each block of ``rotation_block`` inputs multiplied by random
-#: signs and a Hadamard matrix before the weight.
-INPUT_ROTATIONS = ("none", "hadamard")
+#: ``"none"``: the inputs as they come; ``"hadamard"``: each block of ``rotation_block`` inputs multiplied by a
+#: Hadamard matrix before the weight; ``"randomized-hadamard"``: by random signs first (QuIP#, QuaRot).
+INPUT_ROTATIONS = ("none", "hadamard", "randomized-hadamard")
 
 
 def check_block(block: object) -> int:
@@ -57,7 +59,7 @@ class InputRotation(nn.Module):
     A weight ``W`` of the inputs' own basis computes the same outputs in the rotated one as ``W R`` (``rotate``, the
     same map on its rows); ``unrotate`` takes a rotated weight back (``W R Rᵀ = W``)."""
 
-    def __init__(self, features: int, block: int, seed: int = 0, device: torch.device | None = None) -> None:
+    def __init__(self, features: int, block: int, seed: int | None = None, device: torch.device | None = None) -> None:
         super().__init__()
         self.seed = seed
         self.block = check_block(block)
@@ -69,11 +71,16 @@ class InputRotation(nn.Module):
 
     @torch.no_grad()
     def draw(self) -> None:
-        """The signs ``seed`` gives (a generator of their own: torch's global one is left as it was)."""
+        """The signs ``seed`` gives (a generator of their own: torch's global one is left as it was); all +1 without
+        a seed."""
         if self.signs.is_meta:
             return
-        generator = torch.Generator().manual_seed(self.seed)
-        bits = torch.randint(0, 2, (len(self.signs), self.block), generator=generator, dtype=torch.uint8)
+        shape = (len(self.signs), self.block)
+        if self.seed is None:
+            bits = torch.ones(shape, dtype=torch.uint8)
+        else:
+            generator = torch.Generator().manual_seed(self.seed)
+            bits = torch.randint(0, 2, shape, generator=generator, dtype=torch.uint8)
         padded = torch.nn.functional.pad(bits, (0, self.signs.shape[1] * 8 - self.block))
         self.signs.copy_(pack_bits(padded).view(self.signs.shape).to(self.signs.device))
 
