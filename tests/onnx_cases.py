@@ -43,6 +43,21 @@ FORECAST_CASES = {
     "lowbit-int8": {"method": "lowbit", "weight_bits": 8, "weight_group_size": None},
     # every Linear of the tiny PatchTST has 16 or 32 inputs: blocks of 16 take MatMulNBits
     "lowbit-int4-ortops": {"method": "lowbit", "weight_bits": 4, "weight_group_size": 16},
+    # inputs rotated in the graph (sign bits, then butterflies) before the codes' product
+    "lowbit-ternary-hadamard": {
+        "method": "lowbit",
+        "weight_bits": "ternary",
+        "weight_group_size": 16,
+        "input_rotation": "hadamard",
+        "rotation_block": 16,
+    },
+    "lowbit-int4-ortops-randomized-hadamard": {
+        "method": "lowbit",
+        "weight_bits": 4,
+        "weight_group_size": 16,
+        "input_rotation": "randomized-hadamard",
+        "rotation_block": 16,
+    },
     "mixed": {
         "method": "mixed",
         "forms": {

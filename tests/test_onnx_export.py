@@ -33,6 +33,7 @@ MAPPED = {
     ("forecast", "cp-int4-ortops"): {"MatMulNBits", "GatherBlockQuantized"},  # out factor; the two small factors
     ("forecast", "svd-int4-ortops"): {"MatMulNBits"},
     ("forecast", "lowbit-int4-ortops"): {"MatMulNBits"},
+    ("forecast", "lowbit-int4-ortops-randomized-hadamard"): {"MatMulNBits"},  # after the rotation's butterflies
     ("lm", "tiered-ortops"): {"MatMulNBits", "GatherBlockQuantized"},  # int4 tier: head, lookup; int8 tier: lookup
 }
 
