@@ -1,6 +1,7 @@
 """``method="lowbit"`` with ``input_rotation="hadamard"`` / ``"randomized-hadamard"``: the inputs rotated by stored
-signs (all +1, or random) and a Hadamard matrix, the weight held in the rotated basis; the same outputs once loaded, decompressed or exported, and a
-checkpoint that lost the option (or its signs) refused rather than read in the wrong basis."""
+signs (all +1, or random) and a Hadamard matrix, the weight held in the rotated basis; the same outputs once loaded
+or decompressed (exported: ``onnx_cases.py``), and a checkpoint whose spec lost or changed the option refused rather
+than read in the wrong basis."""
 
 from __future__ import annotations
 
