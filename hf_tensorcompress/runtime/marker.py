@@ -55,3 +55,16 @@ def check_factor_storage(bits: int | str | None, group_size: int | None) -> None
         raise ValueError(f"factor_bits={bits!r}: choose one of {list(FACTOR_WIDTHS)}, or None for fp32 factors")
     if group_size is not None and (isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1):
         raise ValueError(f"factor_group_size={group_size!r} must be an int >= 1 (columns per scale group) or None")
+
+
+#: A low-bit Linear's ``input_rotation``: ``"none"``, the inputs as they come; ``"hadamard"``, each block of
+#: ``rotation_block`` inputs multiplied by a Hadamard matrix before the weight; ``"randomized-hadamard"``, by random
+#: signs first (QuIP#, QuaRot). The layer is ``methods/lowbit/rotation.py``.
+INPUT_ROTATIONS = ("none", "hadamard", "randomized-hadamard")
+
+
+def check_rotation_block(block: object) -> int:
+    """``block`` as a rotation's block size: a power of two ≥ 2 (Sylvester's construction has no other sizes)."""
+    if isinstance(block, bool) or not isinstance(block, int) or block < 2 or block & (block - 1):
+        raise ValueError(f"rotation_block={block!r} must be a power of two >= 2 (a Hadamard matrix's size), e.g. 128")
+    return block

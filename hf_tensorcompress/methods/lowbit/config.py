@@ -6,8 +6,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ...config import CompressionConfig, check_choice, check_int, one_of
-from ...runtime.marker import FACTOR_WIDTHS
-from .rotation import INPUT_ROTATIONS, check_block
+from ...runtime.marker import FACTOR_WIDTHS, INPUT_ROTATIONS, check_rotation_block
 
 #: ``"rounded"``: each group's scale (and minimum) taken from the weights' present values at every step (their range;
 #: the least-squares level for ternary); ``"learned"``: trained as parameters, from those values on (LSQ).
@@ -81,7 +80,7 @@ class LowBitConfig(CompressionConfig):
         check_choice(self.weight_scales, "weight_scales", WEIGHT_SCALES)
         check_choice(self.bias_dtype, "bias_dtype", BIAS_DTYPES)
         check_choice(self.input_rotation, "input_rotation", INPUT_ROTATIONS)
-        check_block(self.rotation_block)
+        check_rotation_block(self.rotation_block)
         check_int(self.rotation_seed, "rotation_seed", 0)
         if self.weight_scales == "learned" and self.weight_bits == 16:
             raise ValueError(

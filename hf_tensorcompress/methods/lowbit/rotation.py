@@ -29,24 +29,14 @@ from torch import nn
 
 from ...runtime.bit_packing import pack_bits, unpack_bits
 from ...runtime.contract import TensorProblem
-
-#: ``"none"``: the inputs as they come; ``"hadamard"``: each block of ``rotation_block`` inputs multiplied by a
-#: Hadamard matrix before the weight; ``"randomized-hadamard"``: by random signs first (QuIP#, QuaRot).
-INPUT_ROTATIONS = ("none", "hadamard", "randomized-hadamard")
-
-
-def check_block(block: object) -> int:
-    """``block`` as a rotation's block size: a power of two ≥ 2 (Sylvester's construction has no other sizes)."""
-    if isinstance(block, bool) or not isinstance(block, int) or block < 2 or block & (block - 1):
-        raise ValueError(f"rotation_block={block!r} must be a power of two >= 2 (a Hadamard matrix's size), e.g. 128")
-    return block
+from ...runtime.marker import check_rotation_block
 
 
 @functools.cache
 def sylvester(size: int) -> torch.Tensor:
     """The ``size × size`` Hadamard matrix of Sylvester's construction over √size (fp32, on the CPU: callers move a
     copy); orthogonal and symmetric."""
-    check_block(size)
+    check_rotation_block(size)
     matrix = torch.ones(1, 1)
     while len(matrix) < size:
         matrix = torch.cat([torch.cat([matrix, matrix], 1), torch.cat([matrix, -matrix], 1)])
@@ -62,7 +52,7 @@ class InputRotation(nn.Module):
     def __init__(self, features: int, block: int, seed: int | None = None, device: torch.device | None = None) -> None:
         super().__init__()
         self.seed = seed
-        self.block = check_block(block)
+        self.block = check_rotation_block(block)
         if features % block:
             raise ValueError(f"a rotation in blocks of {block} needs inputs a multiple of {block}; this has {features}")
         self.features = features
