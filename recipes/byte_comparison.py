@@ -88,6 +88,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--forms", nargs="+", default=None, help="the forms the byte search offers (the recipe's)")
     parser.add_argument("--weight-group-sizes", nargs="+", default=None, help="the lowbit form's group sizes")
     parser.add_argument("--weight-scales", nargs="+", default=None, help="the lowbit form's scales (the recipe's)")
+    parser.add_argument("--input-rotations", nargs="+", default=None, help="the lowbit form's rotations (the recipe's)")
     parser.add_argument("--bias-dtype", default=None, help="the lowbit form's bias (the recipe's)")
     parser.add_argument("--keep-ratios", nargs="+", default=None, help="the biprop form's keep ratios")
     parser.add_argument("--max-candidates", type=int, default=None, help="ranks of the svd and cp forms")
@@ -402,7 +403,8 @@ def merged(recipes: list[dict], choose: list[str] | None = None) -> dict:
 def passed(args: argparse.Namespace) -> list[str]:
     """The byte search's and the data's flags, passed on to the recipe where given."""
     flags = []
-    names = ("forms", "weight_group_sizes", "weight_scales", "bias_dtype", "keep_ratios", "max_candidates")
+    names = ("forms", "weight_group_sizes", "weight_scales", "input_rotations", "bias_dtype", "keep_ratios")
+    names += ("max_candidates",)
     names += ("byte_reward",)
     names += ("learning_rate", "patch", "search_start", "search_warmup", "distill", "weight_average")
     for name in (*names, "search_schedule"):

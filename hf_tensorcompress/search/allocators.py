@@ -15,6 +15,7 @@ from torch import nn
 
 from .form_swap import form_module
 from .forms import Form, LinearSlot, form_bytes
+from .space import Width
 
 Allocation = dict  # group name -> action
 
@@ -81,7 +82,7 @@ def uniform_forms(slots: list[LinearSlot], budget: float, kind: str) -> Allocati
     settings: list[Allocation] = []
     if kind == "lowbit":
         options = {(form.bits, form.group) for form in slots[0].actions if form.kind == "lowbit"}
-        settings = [{s.name: Form("lowbit", bits, group=group) for s in slots} for bits, group in options]
+        settings = [{s.name: _lowbit(s, bits, group) for s in slots} for bits, group in options]
     elif kind in ("svd", "cp"):
         widths = {form.bits for form in slots[0].actions if form.kind == kind}
         settings = [
@@ -94,6 +95,13 @@ def uniform_forms(slots: list[LinearSlot], budget: float, kind: str) -> Allocati
         settings = [{s.name: Form("biprop", keep=keeps[len(keeps) // 2]) for s in slots}]
     fitting = [setting for setting in settings if _bytes(slots, setting) <= budget]
     return max(fitting, key=lambda setting: _bytes(slots, setting), default=None)
+
+
+def _lowbit(slot: LinearSlot, bits: Width, group: int | None) -> Form:
+    """The ``lowbit`` form at ``bits`` and ``group``, its inputs rotated as the slot's first such action rotates them
+    (a Linear that cannot be rotated takes it unrotated)."""
+    rotation = next(f.rotation for f in slot.actions if f.kind == "lowbit" and (f.bits, f.group) == (bits, group))
+    return Form("lowbit", bits, group=group, rotation=rotation)
 
 
 def _rank_at(slot: LinearSlot, kind: str, ratio: float) -> int:

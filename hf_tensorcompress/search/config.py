@@ -7,7 +7,7 @@ from typing import Any
 
 from ..core.json_config import JsonConfig
 from ..methods.lowbit.config import BIAS_DTYPES, WEIGHT_SCALES
-from ..runtime.marker import FACTOR_WIDTHS
+from ..runtime.marker import FACTOR_WIDTHS, INPUT_ROTATIONS, check_rotation_block
 
 INTERVAL_UNITS = ("steps", "epochs")
 #: The forms the search over forms chooses among for a Linear (``forms.FORM_KINDS``; here without torch).
@@ -83,6 +83,11 @@ class SearchConfig(JsonConfig):
             offered at every width and group size: ``"rounded"`` (from the weights at every step) and/or
             ``"learned"`` (trained with the weights, started from the rounded ones; a width change starts them
             afresh, and the optimizer takes the new ones). The bytes are the same.
+        input_rotations: how the ``"lowbit"`` form's inputs are rotated before the weight
+            (``LowBitConfig.input_rotation``), each offered at every width, group size and way of setting the scales:
+            ``"none"``, ``"hadamard"`` and/or ``"randomized-hadamard"``. A Linear whose inputs ``rotation_block`` does
+            not divide takes its low-bit forms unrotated. The signs cost one bit an input.
+        rotation_block: the inputs a rotation mixes (``LowBitConfig.rotation_block``), a power of two.
         bias_dtype: the ``"lowbit"`` form's bias (``LowBitConfig.bias_dtype``): ``"model"`` (as the model holds it)
             or ``"float16"`` (trained and stored in fp16: half an fp32 bias's bytes, left to the weights). The other
             forms keep their biases as the model holds them.
@@ -134,6 +139,8 @@ class SearchConfig(JsonConfig):
     keep_ratios: tuple[float, ...] = (0.5,)
     weight_group_sizes: tuple[int | None, ...] = (32,)
     weight_scales: tuple[str, ...] = ("rounded",)
+    input_rotations: tuple[str, ...] = ("none",)
+    rotation_block: int = 128
     bias_dtype: str = "model"
     start: str = "dense"
     pace: float | None = 0.5
@@ -149,7 +156,7 @@ class SearchConfig(JsonConfig):
     plot_file: str | None = "smartformer_trace.png"
 
     def __post_init__(self) -> None:
-        for name in ("factor_widths", "forms", "keep_ratios", "weight_group_sizes", "weight_scales"):
+        for name in ("factor_widths", "forms", "keep_ratios", "weight_group_sizes", "weight_scales", "input_rotations"):
             if getattr(self, name) is not None:
                 setattr(self, name, tuple(getattr(self, name)))  # a JSON round trip gives a list
         if self.tolerance is None and self.reward in DEFAULT_TOLERANCE:
@@ -267,6 +274,12 @@ class SearchConfig(JsonConfig):
         scales = list(self.weight_scales)
         if not scales or len(set(scales)) != len(scales) or set(scales) - set(WEIGHT_SCALES):
             raise ValueError(f"weight_scales={scales}: distinct values among {list(WEIGHT_SCALES)}, at least one")
+        rotations = list(self.input_rotations)
+        if not rotations or len(set(rotations)) != len(rotations) or set(rotations) - set(INPUT_ROTATIONS):
+            raise ValueError(
+                f"input_rotations={rotations}: distinct values among {list(INPUT_ROTATIONS)}, at least one"
+            )
+        check_rotation_block(self.rotation_block)
         kind = self.start.partition(":")[0]
         if self.start != "dense" and kind not in self.forms:
             raise ValueError(

@@ -50,10 +50,20 @@ def current_weight(module: nn.Module) -> torch.Tensor:
     return module.weight.detach()
 
 
+def _rotation(module: nn.Module) -> str:
+    """A low-bit Linear's ``input_rotation`` (signs drawn from a seed: ``"randomized-hadamard"``)."""
+    if module.rotation is None:
+        return "none"
+    return "hadamard" if module.rotation.seed is None else "randomized-hadamard"
+
+
 def _same_kind(module: nn.Module, form: Form) -> bool:
-    """Whether ``module`` changes to ``form`` in place (a low-bit weight only where its scales are set the same way)."""
+    """Whether ``module`` changes to ``form`` in place (a low-bit weight only where its scales are set and its inputs
+    rotated the same way)."""
     kind = getattr(module, "layer_type", "dense" if isinstance(module, nn.Linear) else "")
-    return kind == form.kind and (kind != "lowbit" or module.learned_scales == (form.scales == "learned"))
+    if kind != form.kind or kind != "lowbit":
+        return kind == form.kind
+    return module.learned_scales == (form.scales == "learned") and _rotation(module) == form.rotation
 
 
 def _in_place(module: nn.Module, form: Form, slot: LinearSlot) -> dict[nn.Parameter, nn.Parameter]:
@@ -73,7 +83,7 @@ def form_module(model: nn.Module, slot: LinearSlot, module: nn.Module, form: For
         dense.weight.copy_(weight)
         if slot.bias:
             dense.bias.copy_(module.bias)
-    options = form.options(slot.factor_group_size, slot.cp_iterations, slot.bias_dtype)
+    options = form.options(slot.factor_group_size, slot.cp_iterations, slot.bias_dtype, slot.rotation_block)
     new = dense if options is None else build_form(model, slot.name, dense, options)
     if slot.bias and getattr(new, "bias", None) is not None:
         new.bias = module.bias

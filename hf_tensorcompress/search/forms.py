@@ -22,7 +22,7 @@ from ..methods.cp.layer import CPLinear
 from ..methods.lowbit.apply import all_linear
 from ..methods.lowbit.layer import LowBitLinear
 from ..methods.svd.layer import LowRankLinear
-from ..runtime.marker import FACTOR_WIDTHS
+from ..runtime.marker import FACTOR_WIDTHS, INPUT_ROTATIONS
 from .space import Width, candidate_ranks
 
 #: The layer class of each form (what a checkpoint rebuilds it as).
@@ -37,8 +37,9 @@ SLOT_FIELDS = ("form", "pos", "in", "out", "rank", "bits", "keep")
 @dataclass(frozen=True)
 class Form:
     """One form of one Linear: ``kind`` (``FORM_KINDS``), the width of its weight or factors (``bits``, ``None``:
-    fp32), its rank (``svd``, ``cp``), its keep ratio (``biprop``), its weight's group size and how its group scales
-    are set (``lowbit``: ``scales`` ``"rounded"`` from the weights at every step, or ``"learned"``)."""
+    fp32), its rank (``svd``, ``cp``), its keep ratio (``biprop``), its weight's group size, how its group scales
+    are set (``lowbit``: ``scales`` ``"rounded"`` from the weights at every step, or ``"learned"``) and how its inputs
+    are rotated first (``lowbit``: ``rotation``, ``LowBitConfig.input_rotation``)."""
 
     kind: str
     bits: Width = None
@@ -46,14 +47,21 @@ class Form:
     keep: float | None = None
     group: int | None = None
     scales: str = "rounded"
+    rotation: str = "none"
 
-    def options(self, factor_group_size: int | None, cp_iterations: int, bias_dtype: str = "model") -> dict | None:
-        """The form as ``method="mixed"`` records it (``None``: dense, no layer); ``bias_dtype``: the ``lowbit``
-        form's (``LowBitConfig.bias_dtype``)."""
+    def options(
+        self, factor_group_size: int | None, cp_iterations: int, bias_dtype: str = "model", rotation_block: int = 128
+    ) -> dict | None:
+        """The form as ``method="mixed"`` records it (``None``: dense, no layer); ``bias_dtype`` and
+        ``rotation_block``: the ``lowbit`` form's (``LowBitConfig``)."""
         if self.kind == "lowbit":
             learned = {"weight_scales": "learned"} if self.scales == "learned" else {}
             half = {"bias_dtype": bias_dtype} if bias_dtype != "model" else {}
-            return {"method": "lowbit", "weight_bits": self.bits, "weight_group_size": self.group, **learned, **half}
+            rotated = (
+                {} if self.rotation == "none" else {"input_rotation": self.rotation, "rotation_block": rotation_block}
+            )
+            weight = {"weight_bits": self.bits, "weight_group_size": self.group}
+            return {"method": "lowbit", **weight, **learned, **half, **rotated}
         if self.kind in ("svd", "cp"):
             factors = {"factor_bits": self.bits, "factor_group_size": factor_group_size}
             extra = {"cp_iterations": cp_iterations} if self.kind == "cp" else {}
@@ -63,37 +71,36 @@ class Form:
         return None
 
     def label(self) -> str:
-        """Short text for logs and tables: ``dense``, ``lowbit:2/g64``, ``lowbit:ternary/g128/learned``,
+        """Short text for logs and tables: ``dense``, ``lowbit:2/g64``, ``lowbit:ternary/g128/learned/hadamard``,
         ``svd:r8:4``, ``cp:r6:ternary``, ``biprop:0.5``."""
         if self.kind == "lowbit":
             learned = "/learned" if self.scales == "learned" else ""
-            return f"lowbit:{self.bits}/" + ("row" if self.group is None else f"g{self.group}") + learned
+            rotated = "" if self.rotation == "none" else f"/{self.rotation}"
+            return f"lowbit:{self.bits}/" + ("row" if self.group is None else f"g{self.group}") + learned + rotated
         if self.kind in ("svd", "cp"):
             return f"{self.kind}:r{self.rank}:{self.bits}"
         return f"biprop:{self.keep}" if self.kind == "biprop" else "dense"
 
     def dump(self) -> list:
-        return [self.kind, self.bits, self.rank, self.keep, self.group, self.scales]
+        return [self.kind, self.bits, self.rank, self.keep, self.group, self.scales, self.rotation]
 
     @classmethod
     def from_label(cls, text: str) -> Form:
         """The form a ``label`` names (``dense``, ``lowbit:2/row``, ``lowbit:4/g32``, ``lowbit:2/g32/learned``,
-        ``svd:r8:4``, ``cp:r6:None``, ``biprop:0.5``); a ``ValueError`` says what a label looks like."""
+        ``lowbit:ternary/g128/hadamard``, ``svd:r8:4``, ``cp:r6:None``, ``biprop:0.5``); a ``ValueError`` says what a
+        label looks like."""
         kind, _, rest = text.partition(":")
         try:
             if text == "dense":
                 return cls("dense")
             if kind == "lowbit":
-                bits, _, group = rest.partition("/")
-                group, slash, scales = group.partition("/")
+                bits, group, *extra = rest.split("/")
+                scales = extra.pop(0) if extra[:1] == ["learned"] else "rounded"
+                rotation = extra.pop(0) if extra[:1] and extra[0] in INPUT_ROTATIONS[1:] else "none"
                 width = _width(bits)
-                if (
-                    width is not None
-                    and (group == "row" or group.startswith("g"))
-                    and scales == ("learned" if slash else "")
-                ):
+                if width is not None and (group == "row" or group.startswith("g")) and not extra:
                     size = None if group == "row" else int(group.removeprefix("g"))
-                    return cls("lowbit", width, group=size, scales=scales or "rounded")
+                    return cls("lowbit", width, group=size, scales=scales, rotation=rotation)
             if kind in ("svd", "cp"):
                 rank, _, bits = rest.partition(":")
                 if rank.startswith("r"):
@@ -103,7 +110,8 @@ class Form:
         except ValueError:
             pass
         raise ValueError(
-            f"form {text!r}: one of dense, lowbit:<bits>/<g<group>|row>[/learned], svd:r<rank>:<bits>, cp:r<rank>:<bits>, "
+            f"form {text!r}: one of dense, lowbit:<bits>/<g<group>|row>[/learned][/hadamard|/randomized-hadamard], "
+            "svd:r<rank>:<bits>, cp:r<rank>:<bits>, "
             "biprop:<keep> (bits: 16, 8, 4, 3, 2, ternary, or None for fp32 factors), e.g. lowbit:2/row"
         )
 
@@ -136,6 +144,7 @@ class LinearSlot:
     factor_group_size: int | None = None
     cp_iterations: int = 12
     bias_dtype: str = "model"
+    rotation_block: int = 128
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -186,7 +195,8 @@ def form_spec(slot: LinearSlot, form: Form) -> dict | None:
     factors = {} if form.bits is None else {"factor_bits": form.bits, "factor_group_size": slot.factor_group_size}
     if form.kind == "lowbit":
         half = {"bias_dtype": "float16"} if slot.bias and slot.bias_dtype == "float16" else {}
-        return {"type": "lowbit", **sizes, "bits": form.bits, "group_size": form.group, **half}
+        rotated = {} if form.rotation == "none" else {"rotation_block": slot.rotation_block}
+        return {"type": "lowbit", **sizes, "bits": form.bits, "group_size": form.group, **half, **rotated}
     if form.kind == "svd":
         return {"type": "svd", **sizes, "rank": form.rank, **factors}
     if form.kind == "cp":
@@ -218,7 +228,9 @@ def mixed_forms(slots: list[LinearSlot], allocation: dict[str, Form]) -> dict[st
     """``method="mixed"``'s ``forms`` for ``allocation`` ({Linear: form}): every Linear not left dense, with the
     options that build its form."""
     forms = {
-        slot.name: allocation[slot.name].options(slot.factor_group_size, slot.cp_iterations, slot.bias_dtype)
+        slot.name: allocation[slot.name].options(
+            slot.factor_group_size, slot.cp_iterations, slot.bias_dtype, slot.rotation_block
+        )
         for slot in slots
     }
     return {name: options for name, options in forms.items() if options is not None}
@@ -235,22 +247,27 @@ def slot_actions(
     group_sizes: tuple[int | None, ...],
     max_candidates: int,
     weight_scales: tuple[str, ...] = ("rounded",),
+    input_rotations: tuple[str, ...] = ("none",),
+    rotation_block: int = 128,
 ) -> tuple[Form, ...]:
-    """Every form of one Linear among ``kinds``: lowbit at every width (not fp32), weight group size and way of
-    setting its scales, svd and cp (cp only for attention projections) at every candidate rank (parameter ratios
-    1/n … 1) and width, biprop at every keep ratio, and dense."""
+    """Every form of one Linear among ``kinds``: lowbit at every width (not fp32), weight group size, way of
+    setting its scales and input rotation (the rotations only where ``rotation_block`` divides the inputs; a Linear
+    it does not takes its low-bit forms unrotated), svd and cp (cp only for attention projections) at every candidate
+    rank (parameter ratios 1/n … 1) and width, biprop at every keep ratio, and dense."""
     actions: list[Form] = []
     dense_weights = in_features * out_features
     for kind in kinds:
         if kind == "dense":
             actions.append(Form("dense"))
         elif kind == "lowbit":
+            rotations = ("none",) if in_features % rotation_block else input_rotations
             actions += [
-                Form("lowbit", bits, group=g, scales=scales)
+                Form("lowbit", bits, group=g, scales=scales, rotation=rotation)
                 for bits in widths
                 if bits is not None
                 for g in group_sizes
                 for scales in weight_scales
+                for rotation in rotations
             ]
         elif kind == "svd":
             ranks = candidate_ranks(dense_weights, in_features + out_features, max_candidates)
@@ -303,6 +320,8 @@ def linear_slots(model: nn.Module, config) -> list[LinearSlot]:
             config.weight_group_sizes,
             config.max_candidates,
             config.weight_scales,
+            config.input_rotations,
+            config.rotation_block,
         )
         slot = LinearSlot(
             name,
@@ -316,6 +335,7 @@ def linear_slots(model: nn.Module, config) -> list[LinearSlot]:
             config.factor_group_size,
             config.als_iterations,
             config.bias_dtype,
+            config.rotation_block,
         )
         slot.costs.update({form: form_bytes(slot, form) for form in actions})
         slots.append(slot)

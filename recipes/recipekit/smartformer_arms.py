@@ -13,7 +13,7 @@ import torch
 from accelerate import PartialState
 
 from hf_tensorcompress.methods.lowbit.config import BIAS_DTYPES, WEIGHT_SCALES
-from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
+from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS, INPUT_ROTATIONS
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.allocators import check_budget_fits
 from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total_params, uniform_ranks
@@ -84,6 +84,7 @@ def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., Search
                 keep_ratios=tuple(args.keep_ratios),
                 weight_group_sizes=tuple(args.weight_group_sizes),
                 weight_scales=tuple(args.weight_scales),
+                input_rotations=tuple(args.input_rotations),
                 bias_dtype=args.bias_dtype,
                 reward=args.byte_reward,
                 validation_batches=args.validation_batches,
@@ -314,6 +315,14 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         default=["rounded"],
         help="how the lowbit form's group scales are set, each offered to the byte search and its allocations: "
         "rounded from the weights at every step, or learned with them (SearchConfig.weight_scales)",
+    )
+    parser.add_argument(
+        "--input-rotations",
+        nargs="+",
+        choices=INPUT_ROTATIONS,
+        default=["none"],
+        help="how the lowbit form's inputs are rotated, each offered to the byte search and its allocations (blocks of "
+        "128 inputs; SearchConfig.input_rotations)",
     )
     parser.add_argument(
         "--bias-dtype",

@@ -4,9 +4,9 @@
 A feature that carries much of a layer's signal makes one column of every group hold it, which a ternary or 2-bit
 group rounds badly. Multiplying each block of the inputs by a Hadamard matrix (after random signs, randomized)
 spreads every feature over the whole block; the weight trains (or is copied) in that rotated basis, so the layer
-computes what it would have, but its groups round incoherent columns: QuIP#'s and QuaRot's incoherence processing (Tseng et al., 2024;
-Ashkboos et al., 2024), which rotate a trained LLM's weights before rounding them, here also trained in the rotated
-basis from the first step.
+computes what it would have, but its groups round incoherent columns: QuIP#'s and QuaRot's incoherence processing
+(Tseng et al., 2024; Ashkboos et al., 2024), which rotate a trained LLM's weights before rounding them, here also
+trained in the rotated basis from the first step.
 
 The matrix is Sylvester's (entries ±1/√block, symmetric, its own inverse), rebuilt from the block size. The signs
 (all +1 for ``"hadamard"``; drawn from a seed for ``"randomized-hadamard"``, so a model compressed on load has the
