@@ -109,6 +109,13 @@ def test_the_recipes_take_the_byte_search_start_form(capsys):
         smartformer.parse_args(["--weight-scales", "lsq"])
     assert "invalid choice: 'lsq'" in capsys.readouterr().err
     assert passed(comparison_args(["--weight-scales", "learned"])) == ["--weight-scales", "learned"]
+    assert smartformer.parse_args([]).input_rotations == ["none"]
+    rotations = ["--input-rotations", "none", "hadamard"]
+    assert smartformer.parse_args(rotations).input_rotations == ["none", "hadamard"]
+    assert passed(comparison_args(rotations)) == rotations
+    with pytest.raises(SystemExit):
+        smartformer.parse_args(["--input-rotations", "givens"])
+    assert "invalid choice: 'givens'" in capsys.readouterr().err
     assert smartformer.parse_args([]).bias_dtype == "model"
     assert passed(comparison_args(["--bias-dtype", "float16"])) == ["--bias-dtype", "float16"]
     with pytest.raises(SystemExit):

@@ -79,11 +79,12 @@ def test_a_change_to_a_rotated_form_builds_a_layer_of_the_same_weight_and_a_widt
     assert model.get_submodule(slot.name).rotation.seed == 0
 
 
-def test_the_uniform_allocation_rotates_every_linear_it_can():
-    slots = linear_slots(dense_patchtst(layers=1), rotated_config(input_rotations=("hadamard",)))
+def test_the_uniform_allocation_takes_the_offered_scales_and_rotates_every_linear_it_can():
+    config = rotated_config(input_rotations=("hadamard",), weight_scales=("learned",))
+    slots = linear_slots(dense_patchtst(layers=1), config)
     budget = sum(slot.dense_bytes for slot in slots)
     uniform = uniform_forms(slots, budget, "lowbit")
-    assert {form.bits for form in uniform.values()} == {4}  # the most bytes that fit
+    assert {(form.bits, form.scales) for form in uniform.values()} == {(4, "learned")}  # the most bytes that fit
     for slot in slots:
         assert uniform[slot.name].rotation == ("none" if slot.in_features % 16 else "hadamard"), slot.name
 

@@ -74,8 +74,9 @@ def greedy_allocation(groups: list, budget: float, sensitivity: dict[str, dict])
 
 
 def uniform_forms(slots: list[LinearSlot], budget: float, kind: str) -> Allocation | None:
-    """``kind`` on every Linear, at the setting (width and group, or width and one parameter ratio of every Linear's
-    weights) with the most bytes that fit ``budget``; ``None`` where ``kind`` cannot take every Linear or no setting
+    """``kind`` on every Linear, at the setting (width and group, each Linear's scales and input rotation those of
+    its first such form; or width and one parameter ratio of every Linear's weights) with the most bytes that fit
+    ``budget``; ``None`` where ``kind`` cannot take every Linear or no setting
     fits. Biprop's bytes do not depend on the keep ratio: the middle one of the slots' keep ratios."""
     if any(not any(form.kind == kind for form in slot.actions) for slot in slots):
         return None
@@ -98,10 +99,9 @@ def uniform_forms(slots: list[LinearSlot], budget: float, kind: str) -> Allocati
 
 
 def _lowbit(slot: LinearSlot, bits: Width, group: int | None) -> Form:
-    """The ``lowbit`` form at ``bits`` and ``group``, its inputs rotated as the slot's first such action rotates them
-    (a Linear that cannot be rotated takes it unrotated)."""
-    rotation = next(f.rotation for f in slot.actions if f.kind == "lowbit" and (f.bits, f.group) == (bits, group))
-    return Form("lowbit", bits, group=group, rotation=rotation)
+    """The slot's first ``lowbit`` action at ``bits`` and ``group``: its scales and input rotation as the search offers
+    them (a Linear that cannot be rotated takes it unrotated)."""
+    return next(form for form in slot.actions if form.kind == "lowbit" and (form.bits, form.group) == (bits, group))
 
 
 def _rank_at(slot: LinearSlot, kind: str, ratio: float) -> int:
