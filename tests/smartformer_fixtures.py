@@ -32,6 +32,24 @@ def dense_patchtst(layers: int = 2, seed: int = 0) -> PatchTSTForPrediction:
     return PatchTSTForPrediction(config)
 
 
+def search_trainer(folder, search, steps: int = 40, save_steps: int | None = None):
+    """A ``SmartformerTrainer`` running ``search`` (a ``SearchConfig``) on a tiny dense PatchTST for ``steps`` steps,
+    on sines (``eval_dataset``: held-out sines); checkpoints every ``save_steps`` where given."""
+    from hf_tensorcompress.search.trainer import SmartformerTrainer
+
+    args = TrainingArguments(
+        str(folder), max_steps=steps, per_device_train_batch_size=16, learning_rate=1e-3, report_to=[],
+        use_cpu=True, seed=0, data_seed=0, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
+    )  # fmt: skip
+    return SmartformerTrainer(
+        model=dense_patchtst(layers=1),
+        args=args,
+        train_dataset=sines(400),
+        eval_dataset=sines(200, seed=2),
+        search=search,
+    )
+
+
 def tiny_patchtst(method: str = "cp", rank: int | float = 1.0, layers: int = 2, seed: int = 0) -> PatchTSTForPrediction:
     return apply_compression(dense_patchtst(layers, seed), CompressionConfig(method=method, rank=rank))
 

@@ -8,7 +8,7 @@ import random
 
 import pytest
 import torch
-from smartformer_fixtures import assert_forecasts_in_new_processes, dense_patchtst, sines
+from smartformer_fixtures import assert_forecasts_in_new_processes, dense_patchtst, search_trainer, sines
 from transformers import TrainerCallback, TrainingArguments
 
 from hf_tensorcompress import CompressionConfig, apply_compression
@@ -95,18 +95,7 @@ def test_fp16_biases_cost_half_in_every_lowbit_form_and_the_searched_model_store
 
 def train_search(folder, budget: float, steps: int = 40, save_steps: int | None = None, **overrides):
     """A short search over forms on a tiny dense PatchTST (``eval_dataset``: held-out sines)."""
-    args = TrainingArguments(
-        str(folder), max_steps=steps, per_device_train_batch_size=16, learning_rate=1e-3, report_to=[],
-        use_cpu=True, seed=0, data_seed=0, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
-    )  # fmt: skip
-    trainer = SmartformerTrainer(
-        model=dense_patchtst(layers=1),
-        args=args,
-        train_dataset=sines(400),
-        eval_dataset=sines(200, seed=2),
-        search=search_config(budget, **overrides),
-    )
-    return trainer
+    return search_trainer(folder, search_config(budget, **overrides), steps, save_steps)
 
 
 def test_search_over_forms_meets_its_budget_and_saves_every_linear_packed(tmp_path):

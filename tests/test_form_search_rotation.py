@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from smartformer_fixtures import assert_forecasts_in_new_processes, dense_patchtst, sines
-from transformers import TrainingArguments
+from smartformer_fixtures import assert_forecasts_in_new_processes, dense_patchtst, search_trainer, sines
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.allocators import uniform_forms
 from hf_tensorcompress.search.form_swap import change_forms, prepare_for_forms
 from hf_tensorcompress.search.forms import Form, linear_slots
-from hf_tensorcompress.search.trainer import SmartformerTrainer
 
 ROTATED = dict(forms=("dense", "lowbit"), factor_widths=(4, "ternary"), weight_group_sizes=(16,), rotation_block=16)
 
@@ -91,17 +89,8 @@ def test_the_uniform_allocation_takes_the_offered_scales_and_rotates_every_linea
 
 @pytest.mark.slow
 def test_a_search_over_rotated_forms_saves_a_model_that_forecasts_the_same_in_new_processes(tmp_path):
-    args = TrainingArguments(
-        str(tmp_path / "run"), max_steps=24, per_device_train_batch_size=16, learning_rate=1e-3, report_to=[],
-        use_cpu=True, seed=0, data_seed=0, save_strategy="no",
-    )  # fmt: skip
-    trainer = SmartformerTrainer(
-        model=dense_patchtst(layers=1),
-        args=args,
-        train_dataset=sines(400),
-        eval_dataset=sines(200, seed=2),
-        search=rotated_config(input_rotations=("hadamard",), forms=("lowbit",)),
-    )
+    search = rotated_config(input_rotations=("hadamard",), forms=("lowbit",))
+    trainer = search_trainer(tmp_path / "run", search, steps=24)
     trainer.train()
     model = trainer.model
     forms = model.config.compression_config["forms"]
