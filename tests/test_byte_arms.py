@@ -116,6 +116,12 @@ def test_the_recipes_take_the_byte_search_start_form(capsys):
     with pytest.raises(SystemExit):
         smartformer.parse_args(["--input-rotations", "givens"])
     assert "invalid choice: 'givens'" in capsys.readouterr().err
+    assert smartformer.parse_args([]).share_by == "fp32_bytes"
+    assert smartformer.parse_args(["--share-by", "sensitivity"]).share_by == "sensitivity"
+    assert passed(comparison_args(["--share-by", "sensitivity"])) == ["--share-by", "sensitivity"]
+    with pytest.raises(SystemExit):
+        smartformer.parse_args(["--share-by", "size"])
+    assert "invalid choice: 'size'" in capsys.readouterr().err
     assert smartformer.parse_args([]).bias_dtype == "model"
     assert passed(comparison_args(["--bias-dtype", "float16"])) == ["--bias-dtype", "float16"]
     with pytest.raises(SystemExit):

@@ -316,7 +316,7 @@ def test_form_labels_and_a_search_that_starts_from_low_bit_weights(tmp_path):
             Form.from_label(label)
     with pytest.raises(ValueError, match="start='lowbit:2/row': a form of one of forms=\\['svd'\\]"):
         SearchConfig(forms=("svd",), factor_widths=(2,), start="lowbit:2/row")
-    with pytest.raises(ValueError, match="start='lowbit:2/row' is the first of the forms"):
+    with pytest.raises(ValueError, match="start='lowbit:2/row': options of the search over forms; pass forms"):
         SearchConfig(start="lowbit:2/row")
     with pytest.raises(ValueError, match="start must be a form label"):
         SearchConfig(forms=("lowbit",), factor_widths=(2,), start=2)

@@ -16,6 +16,9 @@ REWARDS = ("loss", "accuracy", "validation_loss")
 #: The paper's tolerances: ε = 1.125 for the loss reward (14), ε = 0.1 for the accuracy reward (13); the
 #: validation-loss reward is (14) on held-out batches, with the same ε.
 DEFAULT_TOLERANCE = {"loss": 1.125, "accuracy": 0.1, "validation_loss": 1.125}
+#: What each undecided Linear's share of the bytes left (``pace``) is proportional to: its fp32 bytes, or its bytes in
+#: the greedy allocation by measured sensitivity.
+SHARE_BY = ("fp32_bytes", "sensitivity")
 
 
 def _positive_int(value: Any, name: str) -> None:
@@ -102,6 +105,13 @@ class SearchConfig(JsonConfig):
             undecided Linears by their fp32 bytes; the closest form where none is), so the search spends its budget
             across the model instead of ending far below it with whatever the first actions took. ``None``: the
             budget wall alone.
+        share_by: with ``pace``, what each undecided Linear's share of the bytes left is proportional to:
+            ``"fp32_bytes"`` (its size) or ``"sensitivity"``: when the agent first acts, every Linear alone is put in
+            each of its forms, built from the weights it has then, and scored on the ``validation_batches`` (no
+            training); the greedy allocation by those losses (``greedy_forms``' rule) gives each Linear its bytes, so
+            the pace centres every Linear on the bytes its sensitivity earns (a sensitive head is not left a cheap
+            rank by what the Linears before it spent) and the agent explores around them. Needs the trainer's
+            ``eval_dataset``; with ``front_only`` the fronts come from the same measurements.
         front_only: per-layer sensitivity in the search over forms: when the agent first acts on a Linear, each of
             its forms is built from the weights it has then and scored on the ``validation_batches`` (no training),
             and the agent chooses only among the forms no other form beats in both bytes and that loss (the
@@ -144,6 +154,7 @@ class SearchConfig(JsonConfig):
     bias_dtype: str = "model"
     start: str = "dense"
     pace: float | None = 0.5
+    share_by: str = "fp32_bytes"
     front_only: bool = False
     gamma: float = 0.95
     learning_rate: float = 1e-3
@@ -251,9 +262,12 @@ class SearchConfig(JsonConfig):
         if not isinstance(self.start, str):
             raise ValueError(f"start must be a form label such as 'dense' or 'lowbit:2/row', got {self.start!r}")
         if self.forms is None:
-            if self.front_only or self.start != "dense":
-                option = "front_only prunes" if self.front_only else f"start={self.start!r} is the first of"
-                raise ValueError(f"{option} the forms of the search over forms; pass forms=(...) too")
+            options = {"front_only": False, "start": "dense", "share_by": "fp32_bytes"}
+            given = [
+                f"{name}={getattr(self, name)!r}" for name, value in options.items() if getattr(self, name) != value
+            ]
+            if given:
+                raise ValueError(f"{', '.join(given)}: options of the search over forms; pass forms=(...) too")
             return
         wrong = [form for form in self.forms if form not in FORM_KINDS]
         if wrong or not self.forms or len(set(self.forms)) != len(self.forms):
@@ -290,6 +304,13 @@ class SearchConfig(JsonConfig):
             isinstance(self.pace, bool) or not isinstance(self.pace, (int, float)) or self.pace < 0
         ):
             raise ValueError(f"pace={self.pace!r}: a fraction >= 0 around each Linear's share of the budget, or None")
+        if self.share_by not in SHARE_BY:
+            raise ValueError(f"share_by={self.share_by!r}: one of {list(SHARE_BY)}")
+        if self.share_by == "sensitivity" and (self.pace is None or self.byte_budget is None):
+            raise ValueError(
+                "share_by='sensitivity' sets each Linear's share of the byte budget that pace keeps it near: pass "
+                f"byte_budget=... and a pace (got byte_budget={self.byte_budget!r}, pace={self.pace!r})"
+            )
         if not isinstance(self.front_only, bool):
             raise ValueError(f"front_only must be True or False, got {self.front_only!r}")
 

@@ -18,6 +18,7 @@ import random
 import torch
 
 from .agent import ActorCritic, masked_log_softmax
+from .allocators import greedy_allocation
 from .config import SearchConfig
 from .encoder import StateEncoder, build_vocabulary
 from .forms import pareto_front
@@ -72,6 +73,9 @@ class RankSearch:
         self.measure = None
         #: with ``pace``: each Linear's share of the bytes left when it last acted, and whether no form was within it
         self.shares: dict[str, tuple[float, bool]] = {}
+        #: ``share_by="sensitivity"``: each Linear's bytes in the greedy allocation by measured sensitivity, which
+        #: the bytes left are shared in proportion to (measured when the agent first acts)
+        self.share_weights: dict[str, float] = {}
 
     # ------------------------------------------------------------------ observation
     @property
@@ -115,8 +119,9 @@ class RankSearch:
         group = self.by_name[name]
         budget = self.config.byte_budget * sum(g.dense_bytes for g in self.groups)
         spent = sum(self.by_name[other].cost(self.chosen[other], True) for other in self.decided)
-        undecided = sum(g.dense_bytes for g in self.groups if g.name not in self.decided)
-        share = (budget - spent) * group.dense_bytes / undecided
+        weight = self.share_weights or {g.name: g.dense_bytes for g in self.groups}
+        undecided = sum(weight[g.name] for g in self.groups if g.name not in self.decided)
+        share = (budget - spent) * weight[name] / undecided
         costs = [
             group.cost(group.actions[slot], True) if slot < len(group.actions) else 0.0 for slot in range(self.width)
         ]
@@ -198,8 +203,11 @@ class RankSearch:
     def _act(self, record: dict, metric: float) -> None:
         name = self.current
         group = self.by_name[name]
-        if self.measure is not None and name not in self.front:
+        if self.config.share_by == "sensitivity" and not self.share_weights:
+            self._share_by_sensitivity(record)
+        if self.config.front_only and name not in self.front:
             self.front[name] = pareto_front(group, self.measure(name))
+        if name in self.front and not self.actions[name]:
             record["front"] = [group.dump(group.actions[slot]) for slot in self.front[name]]
         mask = self._mask(name)
         tokens = self._tokens()
@@ -225,6 +233,18 @@ class RankSearch:
         if name in self.shares:
             record.update(share=self.shares[name][0], closest=self.shares[name][1], cost=group.cost(action, True))
         self._take(name, action, record)
+
+    def _share_by_sensitivity(self, record: dict) -> None:
+        """``share_by="sensitivity"``: every Linear measured alone in each of its forms, and the greedy allocation by
+        those losses within the byte budget gives each Linear its weight in the shares (``front_only``: its front)."""
+        losses = {group.name: self.measure(group.name) for group in self.groups}
+        budget = self.config.byte_budget * sum(group.dense_bytes for group in self.groups)
+        allocation = greedy_allocation(self.groups, budget, losses)
+        self.share_weights = {group.name: group.cost(allocation[group.name], True) for group in self.groups}
+        if self.config.front_only:
+            for name, loss in losses.items():
+                self.front.setdefault(name, pareto_front(self.by_name[name], loss))
+        record["sensitivity_shares"] = dict(self.share_weights)
 
     def observe(self, metric: float) -> None:
         self.metric_sum += float(metric)
@@ -256,6 +276,7 @@ class RankSearch:
             "metric_sum": self.metric_sum,
             "metric_count": self.metric_count,
             "front": self.front,
+            "share_weights": self.share_weights,
             "rng": [version, list(internal), gauss],
         }
 
@@ -281,6 +302,7 @@ class RankSearch:
         self.importance.load_state_dict(state["importance"])
         self.metric_sum, self.metric_count = float(state["metric_sum"]), int(state["metric_count"])
         self.front = {name: [int(slot) for slot in slots] for name, slots in state.get("front", {}).items()}
+        self.share_weights = {name: float(weight) for name, weight in state.get("share_weights", {}).items()}
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
 

@@ -168,8 +168,10 @@ class SmartformerTrainer(Trainer):
                 "eval_dataset=... to the trainer, or use reward='loss'"
             )
         if config.forms is not None:
-            if config.front_only and self.eval_dataset is None:
-                raise ValueError("SearchConfig(front_only=True) scores each form on eval_dataset; pass one")
+            measured = config.front_only or config.share_by == "sensitivity"
+            if measured and self.eval_dataset is None:
+                option = "front_only=True" if config.front_only else f"share_by={config.share_by!r}"
+                raise ValueError(f"SearchConfig({option}) scores each form on eval_dataset; pass one")
             slots = linear_slots(self.model, config)
             if config.byte_budget is not None:
                 check_budget_fits(slots, config.byte_budget)  # before the model changes
@@ -178,7 +180,7 @@ class SmartformerTrainer(Trainer):
             change_forms(self.model, {slot.name: slot for slot in slots}, {slot.name: start for slot in slots})
             self.search = RankSearch(slots, {}, config, chosen={slot.name: start for slot in slots})
             record_forms(self.model, slots, self.search.chosen)
-            if config.front_only:
+            if measured:
                 self.search.measure = self._measure_forms
         else:
             groups = attention_groups(self.model, config.max_candidates, config.widths, config.factor_group_size)

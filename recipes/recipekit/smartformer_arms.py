@@ -17,7 +17,7 @@ from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS, INPUT_ROTATIONS
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.allocators import check_budget_fits
 from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total_params, uniform_ranks
-from hf_tensorcompress.search.config import FORM_KINDS
+from hf_tensorcompress.search.config import FORM_KINDS, SHARE_BY
 from hf_tensorcompress.search.forms import Form, linear_slots
 
 from .byte_arms import (
@@ -89,6 +89,7 @@ def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., Search
                 reward=args.byte_reward,
                 validation_batches=args.validation_batches,
                 front_only=args.front_only,
+                share_by=args.share_by,
                 start=args.search_start,
                 warmup=args.search_warmup,
             )
@@ -355,6 +356,13 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         action="store_true",
         help="per-layer sensitivity: the byte search chooses each Linear's form among its Pareto front of bytes and "
         "the loss increase each form gives when first tried (SearchConfig.front_only)",
+    )
+    parser.add_argument(
+        "--share-by",
+        choices=SHARE_BY,
+        default="fp32_bytes",
+        help="what each Linear's share of the byte search's budget is proportional to: its fp32 bytes, or its bytes "
+        "in the greedy allocation by each form's measured loss when the agent first acts (SearchConfig.share_by)",
     )
     parser.add_argument(
         "--search-warmup",
