@@ -76,7 +76,8 @@ def greedy_allocation(groups: list, budget: float, sensitivity: dict[str, dict])
 def uniform_forms(slots: list[LinearSlot], budget: float, kind: str) -> Allocation | None:
     """``kind`` on every Linear, at the setting (width and group, each Linear's scales and input rotation those of
     its first such form; or width and one parameter ratio of every Linear's weights) with the most bytes that fit
-    ``budget``; ``None`` where ``kind`` cannot take every Linear or no setting fits. Biprop's bytes do not depend on the keep ratio: the middle one of the slots' keep ratios."""
+    ``budget``; ``None`` where ``kind`` cannot take every Linear or no setting fits. Biprop's bytes do not depend on
+    the keep ratio: the middle one of the slots' keep ratios."""
     if any(not any(form.kind == kind for form in slot.actions) for slot in slots):
         return None
     settings: list[Allocation] = []
