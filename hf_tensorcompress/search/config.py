@@ -109,9 +109,9 @@ class SearchConfig(JsonConfig):
             ``"fp32_bytes"`` (its size) or ``"sensitivity"``: when the agent first acts, every Linear alone is put in
             each of its forms, built from the weights it has then, and scored on the ``validation_batches`` (no
             training); the greedy allocation by those losses (``greedy_forms``' rule) gives each Linear its bytes, so
-            the pace centres every Linear on the bytes its sensitivity earns (a sensitive head is not left a cheap
-            rank by what the Linears before it spent) and the agent explores around them. Needs the trainer's
-            ``eval_dataset``; with ``front_only`` the fronts come from the same measurements.
+            the pace centres every Linear on the bytes its sensitivity earns (a sensitive head is not held to its
+            size's part of the budget) and the agent explores around them. Needs the trainer's ``eval_dataset``;
+            with ``front_only`` the fronts come from the same measurements.
         front_only: per-layer sensitivity in the search over forms: when the agent first acts on a Linear, each of
             its forms is built from the weights it has then and scored on the ``validation_batches`` (no training),
             and the agent chooses only among the forms no other form beats in both bytes and that loss (the
