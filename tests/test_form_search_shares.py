@@ -36,10 +36,16 @@ class Measured:
         return {form: scale * (1 - slot.bytes_at(form) / slot.dense_bytes) for form in slot.actions}
 
 
-def run(search_config: SearchConfig) -> tuple[RankSearch, Measured]:
+def fresh(search_config: SearchConfig) -> RankSearch:
+    """A search over the tiny PatchTST's Linears, every one dense, measured by ``Measured``."""
     slots = linear_slots(dense_patchtst(layers=1), search_config)
     search = RankSearch(slots, {}, search_config, chosen={slot.name: Form("dense") for slot in slots})
     search.measure = Measured(slots)
+    return search
+
+
+def run(search_config: SearchConfig) -> tuple[RankSearch, Measured]:
+    search = fresh(search_config)
     for stage in range(500):
         search.end_stage(stage, 1.0)
         if search.done:
@@ -95,18 +101,11 @@ def test_a_sensitive_linear_keeps_more_bytes_when_shares_follow_sensitivity():
 
 def test_the_shares_survive_a_save_and_load_without_measuring_again(tmp_path):
     search_config = config(share_by="sensitivity")
-    slots = linear_slots(dense_patchtst(layers=1), search_config)
-
-    def fresh() -> RankSearch:
-        search = RankSearch(slots, {}, search_config, chosen={slot.name: Form("dense") for slot in slots})
-        search.measure = Measured(slots)
-        return search
-
-    first = fresh()
+    first = fresh(search_config)
     for stage in range(3):
         first.end_stage(stage, 1.0)
     first.save(str(tmp_path))
-    resumed = fresh()
+    resumed = fresh(search_config)
     resumed.load(str(tmp_path))
     assert resumed.share_weights == first.share_weights and resumed.share_weights
     resumed.end_stage(3, 1.0)

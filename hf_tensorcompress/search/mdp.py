@@ -92,6 +92,11 @@ class RankSearch:
         """Every group's current width (factors, or the weight of a full-rank low-bit form; ``None``: fp32)."""
         return {group.name: group.bits_of(self.chosen[group.name]) for group in self.groups}
 
+    @property
+    def budget_bytes(self) -> float:
+        """The search over forms' byte budget: ``byte_budget`` of every searched Linear's fp32 bytes."""
+        return self.config.byte_budget * sum(group.dense_bytes for group in self.groups)
+
     def _dumped(self) -> dict:
         return {group.name: group.dump(self.chosen[group.name]) for group in self.groups}
 
@@ -117,7 +122,7 @@ class RankSearch:
         """``mask`` narrowed to the forms that cost within ± ``pace`` of ``name``'s share of the bytes left (the
         allowed form closest to the share where none does)."""
         group = self.by_name[name]
-        budget = self.config.byte_budget * sum(g.dense_bytes for g in self.groups)
+        budget = self.budget_bytes
         spent = sum(self.by_name[other].cost(self.chosen[other], True) for other in self.decided)
         weight = self.share_weights or {g.name: g.dense_bytes for g in self.groups}
         undecided = sum(weight[g.name] for g in self.groups if g.name not in self.decided)
@@ -238,8 +243,7 @@ class RankSearch:
         """``share_by="sensitivity"``: every Linear measured alone in each of its forms, and the greedy allocation by
         those losses within the byte budget gives each Linear its weight in the shares (``front_only``: its front)."""
         losses = {group.name: self.measure(group.name) for group in self.groups}
-        budget = self.config.byte_budget * sum(group.dense_bytes for group in self.groups)
-        allocation = greedy_allocation(self.groups, budget, losses)
+        allocation = greedy_allocation(self.groups, self.budget_bytes, losses)
         self.share_weights = {group.name: group.cost(allocation[group.name], True) for group in self.groups}
         if self.config.front_only:
             for name, loss in losses.items():
