@@ -127,6 +127,10 @@ def test_byte_budget_arms_run_and_save_the_searched_model(smartformer, tmp_path)
     searched = results["runs"][1]
     assert set(searched["factor_bits"].values()) <= {None, 4, 2}
     assert searched["loaded_metrics"]["mse"] == pytest.approx(searched["metrics"]["mse"], rel=1e-5)
+    loaded = searched["loaded_bytes"]  # packed as it trained: what every Linear stores is what it holds loaded
+    assert loaded["linear"]["disk"] == loaded["linear"]["ram"] == searched["linear_bytes"]["disk"]
+    weights = (tmp_path / "out" / "smartformer-bytes-model" / "model.safetensors").stat().st_size
+    assert loaded["weight_files"] == weights > loaded["model"]["disk"] > loaded["linear"]["disk"]
     retrained = results["runs"][runs.index("searched-bytes")]  # the search's forms, trained from the first step
     assert retrained["factor_bits"] == searched["factor_bits"]
     assert retrained["linear_bytes"] == searched["linear_bytes"]

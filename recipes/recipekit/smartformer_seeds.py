@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from functools import partial
 
+from hf_tensorcompress.core.metrics import compression_report
 from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
 from hf_tensorcompress.search.allocators import allocation_bytes, measure_form_sensitivity
 
@@ -116,3 +117,17 @@ def searched_bytes(trainer, result: dict, first_seed: bool, args, size: Size, da
     )
     loaded = reloaded(trainer.model, folder)
     result["loaded_metrics"] = evaluate_forecaster(loaded, data[2], batch_size=size.batch_size, progress=False)
+    result["loaded_bytes"] = loaded_bytes(loaded, folder)
+
+
+def loaded_bytes(model, folder: str) -> dict:
+    """What the searched model costs as a user gets it: every Linear and the whole model as loaded back (``disk``:
+    what each stores, ``ram``: what it holds in memory once loaded, ``dense``: fp32), and the bytes of the
+    checkpoint's weight files (the safetensors header included)."""
+    report = compression_report(model)["bytes"]
+    files = [name for name in os.listdir(folder) if name.endswith(".safetensors")]
+    return {
+        "linear": report["linear"],
+        "model": report["model"],
+        "weight_files": sum(os.path.getsize(os.path.join(folder, name)) for name in files),
+    }
