@@ -3,7 +3,8 @@
 Trains a tiny PatchTST with the search, then writes, per process, the ranks it held after every stage, a
 fingerprint of its final parameters and the gradients of one backward pass on process-specific data. With a second
 argument ``bytes``: the byte search (rank and factor width of every Linear) on a tiny PatchTST whose every Linear is SVD;
-``forms``: the search over the form of every Linear of a dense tiny PatchTST.
+``forms``: the search over the form of every Linear of a dense tiny PatchTST; ``shares``: the same search measuring
+every Linear's sensitivity on validation windows (``front_only``, ``share_by="sensitivity"``) on the main process.
 """
 
 from __future__ import annotations
@@ -25,11 +26,13 @@ from hf_tensorcompress.search.trainer import SmartformerTrainer  # noqa: E402
 
 
 def main(output_dir: str, mode: str = "ranks") -> None:
-    models = {"ranks": lambda: tiny_patchtst(layers=2), "bytes": every_linear_svd, "forms": lambda: dense_patchtst(1)}
-    model = models[mode]()
+    models = {"ranks": lambda: tiny_patchtst(layers=2), "bytes": every_linear_svd}
+    model = models.get(mode, lambda: dense_patchtst(1))()
     budget = {"param_budget": 0.45} if mode == "ranks" else {"byte_budget": 1 / 6, "factor_widths": (8, 4, 2)}
-    if mode == "forms":
+    if mode in ("forms", "shares"):
         budget.update(byte_budget=1 / 8, forms=("dense", "lowbit", "svd", "cp", "biprop"), weight_group_sizes=(16,))
+    if mode == "shares":
+        budget.update(front_only=True, share_by="sensitivity")
     search = SearchConfig(
         interval=3, consecutive_actions=2, max_actions_per_layer=4, epsilon_start=0.9, seed=2, **budget
     )
@@ -45,7 +48,8 @@ def main(output_dir: str, mode: str = "ranks") -> None:
         seed=0,
         use_cpu=True,  # MULTI_CPU, gloo
     )
-    trainer = SmartformerTrainer(model=model, args=args, train_dataset=sines(), search=search)
+    validation = sines(seed=1) if mode == "shares" else None
+    trainer = SmartformerTrainer(model=model, args=args, train_dataset=sines(), eval_dataset=validation, search=search)
     trainer.train()
 
     # one more backward through the current (rebuilt) DDP wrapper, with different data on each process
@@ -61,6 +65,8 @@ def main(output_dir: str, mode: str = "ranks") -> None:
         "bits_history": [record.get("bits") for record in trainer.search.trace],
         "factor_bits": {n: s.get("factor_bits") for n, s in model.config.compression_config["modules"].items()},
         "chosen": [record.get("chosen") for record in trainer.search.trace],
+        "shares": [record["sensitivity_shares"] for record in trainer.search.trace if "sensitivity_shares" in record],
+        "searched": [group.name for group in trainer.search.groups],
         "types": {name: type(module).__name__ for name, module in model.named_modules()},
         "trace_steps": [record["step"] for record in trainer.search.trace],
         "params": {name: p.detach().double().sum().item() for name, p in model.named_parameters()},

@@ -74,13 +74,15 @@ def test_two_processes_hold_the_same_ranks_and_widths_in_the_byte_search(tmp_pat
 
 
 @pytest.mark.slow
-def test_two_processes_hold_the_same_forms_in_the_search_over_forms(tmp_path):
+@pytest.mark.parametrize("mode", ["forms", "shares"])
+def test_two_processes_hold_the_same_forms_in_the_search_over_forms(tmp_path, mode):
     """The search over forms under DDP: both processes swap the same Linears into the same forms (new modules, new
-    parameters, the DDP wrapper rebuilt) and their parameters stay equal."""
+    parameters, the DDP wrapper rebuilt) and their parameters stay equal; with the sensitivity shares the main process
+    measures every Linear once, on validation windows, and the other follows its decisions."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPT.parent.parent))
     command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", str(SCRIPT), str(tmp_path),
-               "forms"]  # fmt: skip
+               mode]  # fmt: skip
     run = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-4000:]
     first, second = (json.loads((tmp_path / f"process-{i}.json").read_text()) for i in (0, 1))
@@ -89,3 +91,6 @@ def test_two_processes_hold_the_same_forms_in_the_search_over_forms(tmp_path):
     assert first["params"].keys() == second["params"].keys()
     for name, value in first["params"].items():
         assert second["params"][name] == pytest.approx(value, rel=1e-6, abs=1e-9), name
+    if mode == "shares":  # measured once, on the main process: one share for every Linear the search holds
+        assert len(first["shares"]) == 1 and set(first["shares"][0]) == set(first["searched"])
+        assert all(share > 0 for share in first["shares"][0].values())
