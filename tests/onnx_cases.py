@@ -41,6 +41,7 @@ FORECAST_CASES = {
         "bias_dtype": "float16",
     },
     "lowbit-int8": {"method": "lowbit", "weight_bits": 8, "weight_group_size": None},
+    "lowbit-1bit": {"method": "lowbit", "weight_bits": 1, "weight_group_size": 8},
     # every Linear of the tiny PatchTST has 16 or 32 inputs: blocks of 16 take MatMulNBits
     "lowbit-int4-ortops": {"method": "lowbit", "weight_bits": 4, "weight_group_size": 16},
     # inputs rotated in the graph (sign bits, then butterflies) before the codes' product

@@ -83,11 +83,11 @@ def test_the_recipes_take_16_bit_and_ternary_factor_widths(capsys):
     import smartformer
     from byte_comparison import parse_args
 
-    assert smartformer.parse_args([]).factor_widths == [16, 8, 4, 3, 2, "ternary"]
+    assert smartformer.parse_args([]).factor_widths == [16, 8, 4, 3, 2, "ternary", 1]
     assert smartformer.parse_args(["--factor-widths", "16", "Ternary"]).factor_widths == [16, "ternary"]
     with pytest.raises(SystemExit):
         smartformer.parse_args(["--factor-widths", "5"])
-    assert "'5': choose among 16 8 4 3 2 ternary" in capsys.readouterr().err
+    assert "'5': choose among 16 8 4 3 2 ternary 1" in capsys.readouterr().err
     assert parse_args(["--factor-widths", "16", "ternary"]).factor_widths == ["16", "ternary"]  # passed on as given
 
 
@@ -133,6 +133,7 @@ def test_lowbit_arm_names():
     assert lowbit_arm("lowbit-ternary-g64")[:2] == ("ternary", 64)
     assert lowbit_arm("lowbit-ternary-g128-learned") == ("ternary", 128, "learned", "model")
     assert lowbit_arm("lowbit-ternary-g128-learned-fp16-bias") == ("ternary", 128, "learned", "float16")
+    assert lowbit_arm("lowbit-1-g128-learned-fp16-bias") == (1, 128, "learned", "float16")
     assert lowbit_arm("lowbit-5-g32") is None and lowbit_arm("qat-int2-all") is None
     after = "lowbit-ternary-g128-learned-fp16-bias-after-dense-0.9"
     assert lowbit_arm(after) == ("ternary", 128, "learned", "float16") and dense_fraction(after) == 0.9

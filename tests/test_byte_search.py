@@ -78,7 +78,7 @@ def test_config_checks_the_byte_fields():
     with pytest.raises(ValueError, match="factor_widths"):
         SearchConfig(factor_widths=(5,))
     with pytest.raises(
-        ValueError, match=r"factor_widths=\['tern'\]: distinct values among \[16, 8, 4, 3, 2, 'ternary'\]"
+        ValueError, match=r"factor_widths=\['tern'\]: distinct values among \[16, 8, 4, 3, 2, 'ternary', 1\]"
     ):
         SearchConfig(factor_widths=("tern",))
     with pytest.raises(ValueError, match="distinct"):

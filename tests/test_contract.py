@@ -39,7 +39,7 @@ CASES: dict[tuple[str, str], dict] = {
         weight_bits=3, weight_group_size=8, bias_dtype="float16", input_rotation="randomized-hadamard", rotation_block=8
     ),
     ("lowbit", "autoformer"): dict(weight_bits="ternary", weight_group_size=8),
-    ("lowbit", "informer"): dict(weight_bits=4, weight_group_size=None),
+    ("lowbit", "informer"): dict(weight_bits=1, weight_group_size=None),
     ("lowbit", "llama"): dict(weight_bits=2, weight_group_size=8),
     ("lowbit", "gpt2"): dict(weight_bits=8, weight_group_size=8),
 }

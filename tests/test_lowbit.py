@@ -10,7 +10,7 @@ from hf_tensorcompress.core.registry import get_method
 from hf_tensorcompress.runtime.lowbit import LowBitTensor, pack, stored_values, unpack
 
 
-@pytest.mark.parametrize("bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("bits", [1, 2, 3, 4, 8])
 def test_pack_round_trips_every_code(bits):
     codes = torch.randint(0, 2**bits, (5, 21), dtype=torch.uint8)
     packed = pack(codes, bits)
@@ -18,7 +18,7 @@ def test_pack_round_trips_every_code(bits):
     assert torch.equal(unpack(packed, bits, 21).long(), codes.long())
 
 
-@pytest.mark.parametrize("bits,group", [(2, 8), (3, 16), (4, 8), (4, None), (8, None), (16, None)])
+@pytest.mark.parametrize("bits,group", [(1, 8), (1, None), (2, 8), (3, 16), (4, 8), (4, None), (8, None), (16, None)])
 def test_stored_values_are_what_the_stored_form_decodes(bits, group):
     """Quantization-aware training computes with ``stored_values``; it must equal the saved codes' decode bit for bit
     (constant groups included, where the scale is clamped)."""
@@ -45,6 +45,24 @@ def test_quantize_error_is_within_half_a_step(bits, group):
         assert error.max() < 0.02
 
 
+def test_one_bit_codes_are_signs_at_each_groups_mean_magnitude():
+    """1 bit: a weight's sign times its group's mean |x| (the least-squares level of sign codes), eight codes a byte,
+    the first column in the highest bit (as Biprop packs its masks, which the ONNX decode of 1-bit codes reads);
+    rounding the stored values again gives them back (a kept checkpoint reloads what was validated)."""
+    torch.manual_seed(0)
+    matrix = torch.randn(6, 256)
+    stored = LowBitTensor.quantize(matrix, 1, 128)
+    level = matrix.reshape(6, 2, 128).abs().mean(-1).half().float()
+    expected = torch.where(matrix.reshape(6, 2, 128) > 0, 1.0, -1.0) * level[..., None]
+    assert torch.equal(stored.dequantize(), expected.reshape(6, 256))
+    assert stored.storage_bits() == 6 * 256 + 2 * 6 * 2 * 16  # a bit a weight + fp16 scale and minimum a group
+    assert stored.storage_bits() / matrix.numel() == 1.25
+    again = LowBitTensor.quantize(stored.dequantize(), 1, 128)
+    assert torch.equal(again.dequantize(), stored.dequantize()) and torch.equal(again.codes, stored.codes)
+    first_column_high = pack(torch.tensor([[1, 0, 0, 0, 0, 0, 0, 0, 0, 1]], dtype=torch.uint8), 1)
+    assert first_column_high.tolist() == [[128, 64]]
+
+
 def test_int4_is_two_codes_per_byte_and_bits_are_counted():
     stored = LowBitTensor.quantize(torch.randn(10, 64), 4, 32)
     assert stored.codes.shape == (10, 32)
@@ -52,7 +70,7 @@ def test_int4_is_two_codes_per_byte_and_bits_are_counted():
     assert LowBitTensor.quantize(torch.randn(10, 64), 16).storage_bits() == 10 * 64 * 16
 
 
-@pytest.mark.parametrize("bits", [2, 3, 4, 8, 16])
+@pytest.mark.parametrize("bits", [1, 2, 3, 4, 8, 16])
 def test_rows_and_chunked_matmul_match_the_full_table(bits):
     torch.manual_seed(1)
     stored = LowBitTensor.quantize(torch.randn(50, 24), bits, 8)
@@ -126,7 +144,7 @@ def test_ships_inside_checkpoints_with_torch_only():
         return module if module.startswith(".") else module.split(".")[0]
 
     standard = set(sys.stdlib_module_names)
-    allowed = ("torch", "__future__", "optional", "contract")  # shipped with every checkpoint
+    allowed = ("torch", "__future__", "optional", "contract", "bit_packing")  # shipped with every checkpoint
     assert all(any(name in line for name in allowed) or imported(line) in standard for line in imports("lowbit.py"))
     kernel = {"torch", ".lowbit_kernel_cache", ".lowbit_kernel_source"}  # the kernel's own files: stdlib only
     for name in ("lowbit_kernel.py", "lowbit_kernel_cache.py", "lowbit_kernel_source.py"):

@@ -135,7 +135,7 @@ def test_a_trained_model_saves_packed_resumes_and_loads_in_new_processes_with_an
 
 
 def test_bad_settings_name_the_fix():
-    with pytest.raises(ValueError, match="weight_bits=16 .* has none; choose weight_bits 8, 4, 3, 2 or 'ternary'"):
+    with pytest.raises(ValueError, match="weight_bits=16 .* has none; choose weight_bits 8, 4, 3, 2, 'ternary' or 1"):
         CompressionConfig(method="lowbit", weight_bits=16, weight_scales="learned").validate()
     with pytest.raises(ValueError, match="choose one of \\['rounded', 'learned'\\]"):
         CompressionConfig(method="lowbit", weight_scales="lsq").validate()

@@ -1,4 +1,5 @@
-"""Bits packed 8 per byte, most significant first: Biprop's mask and sign bits, a rotated low-bit Linear's input signs.
+"""Bits packed 8 per byte, most significant first: Biprop's mask and sign bits, a rotated low-bit Linear's input signs,
+1-bit weight codes (``lowbit.pack``).
 
 Ships inside saved checkpoints: torch only.
 """

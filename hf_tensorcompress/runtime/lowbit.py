@@ -6,7 +6,10 @@ the rows a forward needs (``rows``) or a chunk at a time (``matmul_t``), never a
 
 Codes are asymmetric round-to-nearest per group of ``group_size`` consecutive columns of a row:
 ``x ≈ code · scale + minimum`` with ``code ∈ [0, 2^bits − 1]``. ``bits`` ∈ {2, 3, 4, 8} pack 8 codes into ``bits``
-bytes (so int4 is two codes per byte, int2 four); ``bits=16`` keeps plain bfloat16 values (no codes).
+bytes (so int4 is two codes per byte, int2 four); ``bits=16`` keeps plain bfloat16 values (no codes). ``bits=1`` is
+a sign per weight (BinaryConnect / XNOR-Net): the levels ``±a`` of a group, ``a = mean|x|`` (the least-squares level
+of sign codes; stored as ``minimum = −a``, ``scale = 2a``, so it decodes like every width and rounding ``±a`` gives
+``±a`` back), eight codes a byte, first column in the highest bit (Biprop's mask order, one decode for both).
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ from types import ModuleType
 import torch
 from torch import nn
 
+from .bit_packing import pack_bits, unpack_bits
 from .contract import TensorProblem, expect_tensor
 from .optional import sibling
 
 #: Bit widths a LowBitTensor stores.
-LOWBIT_BITS = (2, 3, 4, 8, 16)
+LOWBIT_BITS = (1, 2, 3, 4, 8, 16)
 
 #: Rows decoded per step of a product on the CPU (a chunk stays in cache; the fused kernel is the usual CPU path).
 CPU_CHUNK_ROWS = 1024
@@ -51,9 +55,14 @@ def check_lowbit(bits: int, group_size: int | None, columns: int) -> int:
 
 def group_params(tensor: torch.Tensor, bits: int, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-group ``(scale, minimum)`` (fp16, ``(rows, groups)``) spanning each group's range in ``2^bits − 1``
-    steps; rounded to fp16 here so that codes chosen against them decode exactly as stored."""
+    steps (1 bit: the levels ``±mean|x|``); rounded to fp16 here so that codes chosen against them decode exactly as
+    stored."""
     rows, columns = tensor.shape
     grouped = tensor.detach().float().reshape(rows, columns // group_size, group_size)
+    if bits == 1:
+        level = grouped.abs().mean(dim=-1).clamp(min=1e-8, max=torch.finfo(torch.float16).max / 2).half()
+        level = level.clamp(min=torch.finfo(torch.float16).tiny)
+        return level * 2, -level
     low, high = grouped.amin(dim=-1), grouped.amax(dim=-1)
     minimum = low.half()
     scale = ((high - minimum.float()) / (2**bits - 1)).clamp(min=1e-8).half().clamp(min=torch.finfo(torch.float16).tiny)
@@ -82,9 +91,13 @@ def stored_values(tensor: torch.Tensor, bits: int, group_size: int | None, dtype
 
 
 def pack(codes: torch.Tensor, bits: int) -> torch.Tensor:
-    """``(rows, columns)`` codes < 2^bits → ``(rows, ⌈columns/8⌉·bits)`` bytes: 8 codes fill ``bits`` bytes."""
+    """``(rows, columns)`` codes < 2^bits → ``(rows, ⌈columns/8⌉·bits)`` bytes: 8 codes fill ``bits`` bytes (1 bit:
+    the first column in the highest bit)."""
     rows, columns = codes.shape
-    padded = torch.nn.functional.pad(codes, (0, (-columns) % 8)).to(torch.int64).reshape(rows, -1, 8)
+    padded = torch.nn.functional.pad(codes, (0, (-columns) % 8))
+    if bits == 1:
+        return pack_bits(padded).reshape(rows, -1)
+    padded = padded.to(torch.int64).reshape(rows, -1, 8)
     shifts = torch.arange(8, device=codes.device) * bits
     word = (padded << shifts).sum(dim=-1, keepdim=True)
     byte_shifts = torch.arange(bits, device=codes.device) * 8
@@ -98,6 +111,8 @@ def unpack(packed: torch.Tensor, bits: int, columns: int) -> torch.Tensor:
     rows = packed.shape[0]
     if bits == 8:
         return packed[:, :columns]
+    if bits == 1:
+        return unpack_bits(packed, packed.numel() * 8).reshape(rows, -1)[:, :columns].to(torch.uint8)
     if bits == 4 and LITTLE_ENDIAN:  # each byte widened to 16 bits, its high code moved to the upper
         wide = packed.to(torch.int16)  # byte: read back as bytes, the two codes are in column order
         return ((wide & 15) | ((wide >> 4) << 8)).view(torch.uint8).reshape(rows, -1)[:, :columns]

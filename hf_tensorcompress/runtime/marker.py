@@ -44,9 +44,10 @@ def quantization_marker(linears: dict | None = None) -> dict:
 FACTOR_BITS = (2, 3, 4, 8)
 #: The ternary factor width: BitNet b1.58 levels {-s, 0, +s} per group, stored five codes a byte (1.6 bits).
 TERNARY = "ternary"
-#: Widths the low-rank layers' (CP, SVD) factors can be stored in: 16 is bfloat16 values (``LowBitTensor``'s 16-bit
-#: form), 8 … 2 packed round-to-nearest codes, ``TERNARY`` three levels per group, five codes a byte.
-FACTOR_WIDTHS = (16, 8, 4, 3, 2, TERNARY)
+#: Widths the low-rank layers' (CP, SVD) factors and the low-bit Linears' weights can be stored in: 16 is bfloat16
+#: values (``LowBitTensor``'s 16-bit form), 8 … 2 packed round-to-nearest codes, ``TERNARY`` three levels per group,
+#: five codes a byte, 1 a sign per value with one level per group, eight codes a byte.
+FACTOR_WIDTHS = (16, 8, 4, 3, 2, TERNARY, 1)
 
 
 def check_factor_storage(bits: int | str | None, group_size: int | None) -> None:

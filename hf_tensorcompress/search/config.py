@@ -65,7 +65,7 @@ class SearchConfig(JsonConfig):
             reward is unchanged (the loss), the budget decides which (rank, width) actions exist. Not with
             ``param_budget``.
         factor_widths: the factor bit widths the agent chooses among for every searched layer besides its rank
-            (each of 16, 8, 4, 3, 2, ``"ternary"``, or ``None`` for fp32 factors: what ``factor_bits`` stores, 16 as
+            (each of 16, 8, 4, 3, 2, ``"ternary"``, 1, or ``None`` for fp32 factors: what ``factor_bits`` stores, 16 as
             bfloat16, ternary as BitNet b1.58's three levels per group, five codes a byte); the factors then
             train quantization-aware at the width currently chosen (straight-through, rounded as that width stores)
             and the final model saves them packed with per-layer ``factor_bits``. ``None``: ranks only, factors as they are. Needs SVD layers.

@@ -112,7 +112,7 @@ class Form:
         raise ValueError(
             f"form {text!r}: one of dense, lowbit:<bits>/<g<group>|row>[/learned][/hadamard|/randomized-hadamard], "
             "svd:r<rank>:<bits>, cp:r<rank>:<bits>, "
-            "biprop:<keep> (bits: 16, 8, 4, 3, 2, ternary, or None for fp32 factors), e.g. lowbit:2/row"
+            "biprop:<keep> (bits: 16, 8, 4, 3, 2, ternary, 1, or None for fp32 factors), e.g. lowbit:2/row"
         )
 
     @classmethod

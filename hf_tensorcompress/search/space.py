@@ -16,7 +16,7 @@ from torch import nn
 
 from ..runtime.factor_storage import stored_form
 
-#: A factor width an action chooses: bits (16, 8, 4, 3, 2), ``"ternary"``, or ``None`` for fp32 factors.
+#: A factor width an action chooses: bits (16, 8, 4, 3, 2, 1), ``"ternary"``, or ``None`` for fp32 factors.
 Width = int | str | None
 #: The fields of a group's token string (the state encoder's input), after the paper (Cai et al. 2018).
 FIELDS = ("type", "pos", "heads", "dim", "rank")

@@ -9,7 +9,9 @@ import re
 #: trained quantization-aware from the first step (``-learned``: with ``weight_scales="learned"``; ``-fp16-bias``:
 #: ``bias_dtype="float16"``; ``-after-dense-<f>``: from the weights of the first ``f`` of the steps trained dense,
 #: the rest quantization-aware).
-LOWBIT_ARM = re.compile(r"lowbit-(16|8|4|3|2|ternary)-g(\d+)(-learned)?(-fp16-bias)?(?:-after-dense-(0\.\d*[1-9]\d*))?")
+LOWBIT_ARM = re.compile(
+    r"lowbit-(16|8|4|3|2|1|ternary)-g(\d+)(-learned)?(-fp16-bias)?(?:-after-dense-(0\.\d*[1-9]\d*))?"
+)
 #: ``rows-<bits>-<fraction>``: the first ``fraction`` of every Linear's rows at ``bits``, the rest ternary.
 ROWS_ARM = re.compile(r"rows-(8|4|3|2)-(0\.\d*[1-9]\d*)")
 #: ``ends-<bits>-<bits>``: the first Linear at the first width, the last at the second, every other one ternary

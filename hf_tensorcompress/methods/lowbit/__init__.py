@@ -1,4 +1,4 @@
-"""``method="lowbit"``: full-rank Linear weights stored in 8, 4, 3, 2 bits or ternary with group scales, trained
+"""``method="lowbit"``: full-rank Linear weights stored in 8, 4, 3, 2 bits, ternary or signs with group scales, trained
 quantization-aware (straight-through).
 
 ``config.py`` ``LowBitConfig`` · ``layer.py`` ``LowBitLinear`` (shipped in checkpoints) · ``apply.py``.
@@ -20,7 +20,7 @@ register_method(
         config=f"{__name__}.config:LowBitConfig",
         build=f"{__name__}.apply:METHOD",
         description=(
-            "every Linear's full weight in 8, 4, 3, 2 bits or ternary with a scale per group, trained "
+            "every Linear's full weight in 8, 4, 3, 2 bits, ternary or signs with a scale per group, trained "
             "quantization-aware and saved packed"
         ),
         example={"bits": 4, "group_size": 8},

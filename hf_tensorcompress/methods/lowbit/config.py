@@ -30,7 +30,8 @@ class LowBitConfig(CompressionConfig):
             regex.
         weight_bits: the stored width of every weight: 8, 4, 3 or 2 (round-to-nearest codes with an fp16 scale and
             minimum per group), ``"ternary"`` (BitNet b1.58's levels {-s, 0, +s} per group, five codes a byte: 1.6
-            bits and one fp16 s per group) or 16 (bfloat16).
+            bits and one fp16 s per group), 1 (a sign per weight, the levels ±a of each group at a = mean|x|, eight
+            codes a byte, an fp16 scale and minimum per group: 1.25 bits a weight in groups of 128) or 16 (bfloat16).
         weight_group_size: input columns per scale/minimum group (``None``, or a size that does not divide a layer's
             inputs: one group per output row). Larger groups cost fewer bytes: at 2 bits, 32 → 3 bits a weight, 128
             → 2.25.
@@ -85,5 +86,5 @@ class LowBitConfig(CompressionConfig):
         if self.weight_scales == "learned" and self.weight_bits == 16:
             raise ValueError(
                 "weight_scales='learned' trains group scales, and weight_bits=16 (bfloat16) has none; "
-                "choose weight_bits 8, 4, 3, 2 or 'ternary', or weight_scales='rounded'"
+                "choose weight_bits 8, 4, 3, 2, 'ternary' or 1, or weight_scales='rounded'"
             )

@@ -59,7 +59,7 @@ class LowBitLinear(CompressedLinear):
         super().__init__()
         if learned_scales and (stored or bits == 16):
             raise ValueError(
-                "learned_scales trains the scales of a layer being trained at 8, 4, 3, 2 bits or ternary; "
+                "learned_scales trains the scales of a layer being trained at 8, 4, 3, 2 bits, ternary or 1 bit; "
                 f"this one is {'a loaded (stored) layer' if stored else 'bfloat16 (bits=16), which has no scales'}"
             )
         self.in_features, self.out_features = in_features, out_features
@@ -137,7 +137,9 @@ class LowBitLinear(CompressedLinear):
         if self.stored:
             raise ValueError("this layer was loaded with packed codes; its fp32 weight is gone")
         if self.learned_scales and bits == 16:
-            raise ValueError("learned scales need 8, 4, 3, 2 bits or 'ternary'; bfloat16 (bits=16) has no scales")
+            raise ValueError(
+                "learned scales need 8, 4, 3, 2 bits, 'ternary' or 1 bit; bfloat16 (bits=16) has no scales"
+            )
         same = (bits, group_size) == (self.bits, self.group_size)
         self.bits, self.group_size = bits, group_size
         if not self.learned_scales or same:  # the same width keeps what its scales learned
