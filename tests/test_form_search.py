@@ -306,7 +306,8 @@ def test_pacing_spends_the_budget_across_the_linears(tmp_path):
 
 
 def test_form_labels_and_a_search_that_starts_from_low_bit_weights(tmp_path):
-    labels = ("dense", "lowbit:2/row", "lowbit:ternary/g32", "lowbit:2/g8/learned", "svd:r8:4", "cp:r3:None")
+    labels = ("dense", "lowbit:2/row", "lowbit:ternary/g32", "lowbit:2/g8/learned", "lowbit:1/g128", "svd:r8:4")
+    labels += ("svd:r8:1", "cp:r3:None")
     for label in (*labels, "biprop:0.5"):
         assert Form.from_label(label).label() == label
     assert Form.from_label("lowbit:2/g8/learned") == Form("lowbit", 2, group=8, scales="learned")

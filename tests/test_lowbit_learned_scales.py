@@ -18,7 +18,7 @@ from hf_tensorcompress.methods.lowbit.layer import LowBitLinear
 from tests.helpers import run_without_library, tiny_patchtst_config
 
 #: (bits, group size): 48 does not divide the 32 inputs, so those rows are one group each, as storage groups them
-WIDTHS = [(2, 8), (3, 16), (4, None), (8, 8), ("ternary", 8), ("ternary", None), (2, 48), ("ternary", 48)]
+WIDTHS = [(2, 8), (3, 16), (4, None), (8, 8), ("ternary", 8), ("ternary", None), (2, 48), ("ternary", 48), (1, 8)]
 
 
 def trained_layer(bits, group, steps: int = 20) -> LowBitLinear:
@@ -49,9 +49,9 @@ def test_the_weight_is_what_the_stored_form_decodes_and_the_scales_move(bits, gr
     assert torch.equal(stored_scale, layer.scale.detach().abs().half())  # the learned scales are what is stored
 
 
-@pytest.mark.parametrize("bits,group", [(2, 8), (4, None)])
+@pytest.mark.parametrize("bits,group", [(2, 8), (4, None), (1, 8)])
 def test_learning_starts_from_the_rounded_weights(bits, group):
-    """Integer codes start exactly where rounding against the weights' range puts them."""
+    """Integer codes start exactly where rounding against the weights' range (1 bit: ±mean|x|) puts them."""
     torch.manual_seed(1)
     learned, rounded = LowBitLinear(32, 12, bits, group, learned_scales=True), LowBitLinear(32, 12, bits, group)
     rounded.latent.data.copy_(learned.latent.data)
