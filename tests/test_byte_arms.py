@@ -83,8 +83,8 @@ def test_the_recipes_take_16_bit_and_ternary_factor_widths(capsys):
     import smartformer
     from byte_comparison import parse_args
 
-    assert smartformer.parse_args([]).factor_widths == [16, 8, 4, 3, 2, "ternary", 1]
-    assert smartformer.parse_args(["--factor-widths", "16", "Ternary"]).factor_widths == [16, "ternary"]
+    assert smartformer.parse_args([]).factor_widths == [16, 8, 4, 3, 2, "ternary"]
+    assert smartformer.parse_args(["--factor-widths", "16", "Ternary", "1"]).factor_widths == [16, "ternary", 1]
     with pytest.raises(SystemExit):
         smartformer.parse_args(["--factor-widths", "5"])
     assert "'5': choose among 16 8 4 3 2 ternary 1" in capsys.readouterr().err
@@ -119,6 +119,13 @@ def test_the_recipes_take_the_byte_search_start_form(capsys):
     assert smartformer.parse_args([]).share_by == "fp32_bytes"
     assert smartformer.parse_args(["--share-by", "sensitivity"]).share_by == "sensitivity"
     assert passed(comparison_args(["--share-by", "sensitivity"])) == ["--share-by", "sensitivity"]
+    assert smartformer.parse_args([]).pace == 0.5 and smartformer.parse_args(["--pace", "0.25"]).pace == 0.25
+    assert smartformer.parse_args(["--pace", "None"]).pace is None
+    assert passed(comparison_args(["--pace", "0.25"])) == ["--pace", "0.25"]
+    for wrong in ("-0.1", "fast", "nan"):
+        with pytest.raises(SystemExit):
+            smartformer.parse_args(["--pace", wrong])
+        assert "a fraction >= 0 (e.g. 0.25) or none" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         smartformer.parse_args(["--share-by", "size"])
     assert "invalid choice: 'size'" in capsys.readouterr().err

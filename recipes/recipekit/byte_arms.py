@@ -25,8 +25,9 @@ from hf_tensorcompress.search.forms import Form, LinearSlot, mixed_forms
 from .arm_names import ENDS_ARM, LOWBIT_ARM, ROWS_ARM
 from .costs import scope_names
 
-#: Widths the byte search and its baselines choose among: every width ``factor_bits`` / ``lowbit`` stores.
-BYTE_WIDTHS = FACTOR_WIDTHS
+#: Widths the byte search and its baselines choose among by default: every width ``factor_bits`` / ``lowbit`` stores
+#: but 1 bit, which ``--factor-widths ... 1`` adds (offered at 1/32 it left the search worse on two of three data sets).
+BYTE_WIDTHS = tuple(width for width in FACTOR_WIDTHS if width != 1)
 #: Group size of the int-N QAT weights (as the PTQ baselines' int4/int2).
 GROUP = 32
 #: The uniform allocations: one form everywhere, at the most bytes that fit the search's.

@@ -90,6 +90,7 @@ def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., Search
                 validation_batches=args.validation_batches,
                 front_only=args.front_only,
                 share_by=args.share_by,
+                pace=args.pace,
                 start=args.search_start,
                 warmup=args.search_warmup,
             )
@@ -365,6 +366,13 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         "in the greedy allocation by each form's measured loss when the agent first acts (SearchConfig.share_by)",
     )
     parser.add_argument(
+        "--pace",
+        type=pace_value,
+        default=SearchConfig.pace,
+        help="the byte search offers each Linear the forms within ± this fraction of its share of the bytes left "
+        f"(default {SearchConfig.pace}; none: every form within the budget; SearchConfig.pace)",
+    )
+    parser.add_argument(
         "--search-warmup",
         type=int,
         default=0,
@@ -386,6 +394,19 @@ def byte_widths_help() -> str:
         f"factor widths the byte search chooses among per Linear (default {' '.join(map(str, BYTE_WIDTHS))}; 16 is "
         "bfloat16 factors, ternary BitNet b1.58's three levels per group five codes a byte, 1 a sign per value)"
     )
+
+
+def pace_value(text: str) -> float | None:
+    """One ``--pace`` value: a fraction >= 0, or ``none`` (no pacing)."""
+    if text.lower() == "none":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a fraction >= 0 (e.g. 0.25) or none")
+    return value
 
 
 def group_size(text: str) -> int | None:
