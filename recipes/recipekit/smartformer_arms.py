@@ -392,7 +392,8 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
 def byte_widths_help() -> str:
     return (
         f"factor widths the byte search chooses among per Linear (default {' '.join(map(str, BYTE_WIDTHS))}; 16 is "
-        "bfloat16 factors, ternary BitNet b1.58's three levels per group five codes a byte, 1 a sign per value)"
+        "bfloat16 factors, ternary BitNet b1.58's three levels per group five codes a byte; 1, a sign per value, "
+        "only where named)"
     )
 
 

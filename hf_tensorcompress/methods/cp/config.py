@@ -19,10 +19,10 @@ class CPConfig(RankedConfig):
         ranks: per-module overrides, ``{name or suffix: rank}``, same rules as ``rank``; the longest key wins.
         init: ``"decompose"`` (factors from the existing dense weights) or ``"random"``.
         cp_iterations: ALS iterations of the initial CP decomposition (tensorly ``parafac``, SVD init).
-        factor_bits: store the three factors as packed integer codes of this many bits (8, 4, 3, 2 or 1,
-            a sign at each group's mean magnitude; ``runtime/factor_storage``), as bfloat16 (16) or as ternary codes (``"ternary"``: BitNet b1.58
-            levels {-s, 0, +s} per group, s the least-squares level of its codes, five codes a byte) instead of fp32;
-            trained rounded as stored, saved and loaded as codes.
+        factor_bits: store the three factors as packed integer codes of this many bits (8, 4, 3, 2 or 1, a sign
+            at each group's mean magnitude; ``runtime/factor_storage``), as bfloat16 (16) or as ternary codes
+            (``"ternary"``: BitNet b1.58 levels {-s, 0, +s} per group, s the least-squares level of its codes, five
+            codes a byte) instead of fp32; trained rounded as stored, saved and loaded as codes.
         factor_group_size: columns (rank components) per scale/minimum group; ``None`` (or a size that does not
             divide the rank) is one group per factor row.
     """

@@ -18,10 +18,10 @@ class SVDConfig(RankedConfig):
         ranks: per-module overrides, ``{name or suffix: rank}``; the longest key wins.
         init: ``"decompose"`` (truncated SVD of the dense weight: the best rank-R approximation) or ``"random"``.
         factor_bits: store ``U`` and ``Vᵀ`` as packed integer codes of this many bits (8, 4, 3 or 2; ``runtime/lowbit``:
-            round-to-nearest per group with an fp16 scale and minimum; 1: a sign at each group's mean magnitude), as bfloat16 values (16), or as ternary
-            codes (``"ternary"``: BitNet b1.58 levels {-s, 0, +s} per group, s the least-squares level of its codes,
-            five codes a byte and one fp16 s per group) instead of fp32; ``None`` keeps fp32. The
-            layer trains with its factors rounded the way they will be stored (straight-through gradients to the
+            round-to-nearest per group with an fp16 scale and minimum; 1: a sign at each group's mean magnitude), as
+            bfloat16 values (16), or as ternary codes (``"ternary"``: BitNet b1.58 levels {-s, 0, +s} per group, s the
+            least-squares level of its codes, five codes a byte and one fp16 s per group) instead of fp32; ``None``
+            keeps fp32. The layer trains with its factors rounded the way they will be stored (straight-through gradients to the
             fp32 factors), and a saved checkpoint holds only the codes, in the file and, once loaded, in memory.
         factor_group_size: columns per scale/minimum group of each factor row; ``None`` (or a size that does not
             divide a row) is one group per row.
