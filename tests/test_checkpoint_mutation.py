@@ -45,6 +45,7 @@ KINDS = {
     "svd_factor_bits4": dict(method="svd", rank=4, factor_bits=4, factor_group_size=8),
     "biprop": dict(method="biprop"),
     "lowbit_int4": dict(method="lowbit", weight_bits=4, weight_group_size=16),
+    "lowbit_1bit": dict(method="lowbit", weight_bits=1, weight_group_size=16),
     "lowbit_ternary": dict(method="lowbit", weight_bits="ternary", weight_group_size=32),
     "lowbit_ternary_fp16_bias": dict(
         method="lowbit", weight_bits="ternary", weight_group_size=32, bias_dtype="float16"
