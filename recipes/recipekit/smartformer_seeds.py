@@ -8,6 +8,7 @@ import os
 from dataclasses import dataclass, field
 from functools import partial
 
+from hf_tensorcompress.cli.checkpoint_size import weight_bytes
 from hf_tensorcompress.core.metrics import compression_report
 from hf_tensorcompress.evaluation.forecasting import evaluate_forecaster
 from hf_tensorcompress.search.allocators import allocation_bytes, measure_form_sensitivity
@@ -125,9 +126,4 @@ def loaded_bytes(model, folder: str) -> dict:
     what each stores, ``ram``: what it holds in memory once loaded, ``dense``: fp32), and the bytes of the
     checkpoint's weight files (the safetensors header included)."""
     report = compression_report(model)["bytes"]
-    files = [name for name in os.listdir(folder) if name.endswith(".safetensors")]
-    return {
-        "linear": report["linear"],
-        "model": report["model"],
-        "weight_files": sum(os.path.getsize(os.path.join(folder, name)) for name in files),
-    }
+    return {"linear": report["linear"], "model": report["model"], "weight_files": weight_bytes(folder)}
