@@ -28,6 +28,8 @@ from recipekit.byte_arms import (
     prepare_rows,
     rows_arm,
 )
+from recipekit.forecasters import MEDIUM
+from recipekit.narrow_arms import narrow_arm, narrower
 from recipekit.vector_arms import prepare_vq, vq_arm
 
 
@@ -148,6 +150,17 @@ def test_lowbit_arm_names():
     from byte_comparison import parse_args
 
     assert parse_args(["--runs", after]).runs == [after]
+
+
+def test_narrow_arm_names_and_widths():
+    assert narrow_arm("narrow-64") == (64, None)
+    assert narrow_arm("narrow-64-lowbit-ternary-g128-learned") == (64, "lowbit-ternary-g128-learned")
+    assert narrow_arm("narrow-064") is narrow_arm("narrow-64-qat-int2-all") is narrow_arm("narrow-0") is None
+    narrow = narrower(MEDIUM, 64)
+    assert (narrow.d_model, narrow.heads, narrow.ffn, narrow.steps) == (64, 4, 128, MEDIUM.steps)
+    from byte_comparison import parse_args
+
+    assert parse_args(["--runs", "narrow-32-lowbit-8-g32"]).runs == ["narrow-32-lowbit-8-g32"]
 
 
 def test_int_qat_trains_rounded_weights_and_counts_their_codes():

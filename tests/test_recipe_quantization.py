@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from transformers import PatchTSTConfig, PatchTSTForPrediction
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "smartformer.py"
 
@@ -221,3 +222,36 @@ def test_a_resumed_low_bit_arm_scores_as_the_uninterrupted_run(smartformer, tmp_
     (again,) = smartformer.main([*common, "--output-dir", str(tmp_path / "resumed"), "--resume"])["runs"]
     assert again["resumed_from"] == "checkpoint-4"
     assert (again["metrics"], again["selected_step"]) == (whole["metrics"], whole["selected_step"])
+
+
+def test_a_narrow_arm_trains_a_smaller_model_and_counts_its_bytes_against_the_full_width(smartformer, tmp_path, capsys):
+    """``narrow-<d_model>[-<lowbit arm>]`` trains a fresh model at that width (heads and FFN in proportion), dense or
+    as the low-bit arm, and its fractions are of the full-width model's fp32 bytes; a width the model cannot take,
+    or a checkpoint to start from, is refused before anything trains."""
+    common = ["--model", "patchtst", "--dataset", str(series_csv(tmp_path / "s.csv")), "--horizon", "8",
+              "--context", "64", "--steps", "4"]  # fmt: skip
+    for runs, message in ((["narrow-12"], "a multiple of its head width 8 (e.g. 8, 16, 24)"),
+                          (["narrow-32"], "must be below the full width 32")):  # fmt: skip
+        with pytest.raises(SystemExit):
+            smartformer.main([*common, "--runs", *runs, "--output-dir", str(tmp_path / "none")])
+        assert message in capsys.readouterr().err
+    checkpoint = tmp_path / "dense-checkpoint"
+    PatchTSTForPrediction(PatchTSTConfig(num_input_channels=1, context_length=64, prediction_length=8)).save_pretrained(
+        checkpoint
+    )
+    with pytest.raises(SystemExit):
+        smartformer.main([*common, "--runs", "narrow-16", "--model-path", str(checkpoint), "--output-dir", "x"])
+    assert "trains a fresh narrower model" in capsys.readouterr().err
+    assert not (tmp_path / "none").exists()
+    runs = ["dense", "narrow-16", "narrow-16-lowbit-4-g16"]
+    results = smartformer.main([*common, "--runs", *runs, "--output-dir", str(tmp_path / "out")])
+    dense, narrow, narrow_lowbit = results["runs"]
+    assert [run["d_model"] for run in results["runs"]] == [32, 16, 16]
+    full = dense["linear_bytes"]["dense"]
+    assert narrow["linear_bytes"]["full_width_dense"] == narrow_lowbit["linear_bytes"]["full_width_dense"] == full
+    assert narrow["linear_bytes"]["disk"] == narrow["linear_bytes"]["dense"] < full / 2
+    assert narrow["linear_bytes"]["disk_ratio"] == narrow["linear_bytes"]["disk"] / full
+    assert narrow_lowbit["linear_bytes"]["disk"] < narrow["linear_bytes"]["disk"] / 4
+    assert narrow_lowbit["linear_bytes"]["disk_ratio"] == narrow_lowbit["linear_bytes"]["disk"] / full
+    assert set(narrow_lowbit["factor_bits"].values()) == {4}
+    assert narrow["metrics"]["mse"] != dense["metrics"]["mse"]

@@ -34,6 +34,7 @@ from .byte_arms import (
     rows_arm,
 )
 from .forecasters import Size
+from .narrow_arms import narrow_arm, narrower
 from .quantization_arms import (
     FACTOR_SCHEMES,
     PTQ_ARMS,
@@ -57,13 +58,15 @@ class Plan:
     """``arms``: (name, method, rank, make_search(seed) or None) in run order; ``prepares``: arms that build their
     model themselves (name -> ``prepare(model, final_ranks)``); ``post_arms``: arms that round a trained run's
     weights (name -> (source run, ``transform``)); ``switch_step``: where the ``-scheduled`` svd-all arms are cut;
-    ``dense_first``: arms that train dense for a share of the steps before ``prepare`` (name -> those steps)."""
+    ``dense_first``: arms that train dense for a share of the steps before ``prepare`` (name -> those steps);
+    ``widths``: arms that train a narrower fresh model (name -> its d_model)."""
 
     arms: list[tuple]
     switch_step: int
     prepares: dict[str, Callable] = field(default_factory=dict)
     post_arms: dict[str, tuple[str, Callable]] = field(default_factory=dict)
     dense_first: dict[str, int] = field(default_factory=dict)
+    widths: dict[str, int] = field(default_factory=dict)
 
 
 def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., SearchConfig]:
@@ -133,11 +136,10 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
     if args.budget_ratio is not None:
         add_byte_arms(plan, search)
     for name in args.runs or []:
-        if lowbit_arm(name) is not None:
-            plan.arms.append((name, None, None, None))
-            plan.prepares[name] = prepare_lowbit(*lowbit_arm(name))
-            if (fraction := dense_fraction(name)) is not None:
-                plan.dense_first[name] = round(fraction * size.steps)
+        if (narrow := narrow_arm(name)) is not None:
+            add_narrow_arm(plan, name, *narrow, size, args.model_path)
+        elif lowbit_arm(name) is not None:
+            add_lowbit_arm(plan, name, name, size.steps)
         elif rows_arm(name) is not None:
             plan.arms.append((name, None, None, None))
             plan.prepares[name] = prepare_rows(*rows_arm(name))
@@ -161,6 +163,26 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
                 f"--budget-ratio with these --forms, --factor-widths and --max-candidates: {error}"
             ) from None
     return plan
+
+
+def add_lowbit_arm(plan: Plan, name: str, lowbit_name: str, steps: int) -> None:
+    """The arm ``name``: every Linear as the ``lowbit-`` arm ``lowbit_name`` says (after dense steps if it says so)."""
+    plan.arms.append((name, None, None, None))
+    plan.prepares[name] = prepare_lowbit(*lowbit_arm(lowbit_name))
+    if (fraction := dense_fraction(lowbit_name)) is not None:
+        plan.dense_first[name] = round(fraction * steps)
+
+
+def add_narrow_arm(plan: Plan, name: str, width: int, lowbit_name: str | None, size: Size, path: str | None) -> None:
+    """The ``narrow-`` arm ``name``: a fresh model at d_model ``width``, dense or as ``lowbit_name``."""
+    narrower(size, width)  # refuses a width the model cannot take, before any arm trains
+    if path is not None:
+        raise ValueError(f"--runs {name} trains a fresh narrower model; it cannot start from --model-path {path}")
+    if lowbit_name is None:
+        plan.arms.append((name, None, None, None))
+    else:
+        add_lowbit_arm(plan, name, lowbit_name, size.steps)
+    plan.widths[name] = width
 
 
 def check_distill(plan: Plan, weight: float | None) -> None:
@@ -224,6 +246,8 @@ def run_names_help() -> str:
         "ends-<bits>-<bits>[-hadamard|-randomized-hadamard] (the first Linear at the first width, the last at the "
         "second, the rest ternary; -hadamard: every Linear but the first with that input_rotation, blocks of 128)",
         "vq-<dim>-<bits> (every Linear's weight as runs of dim weights, each a bits-wide index into a learned codebook)",
+        "narrow-<d_model>[-<lowbit arm>] (a fresh model of that narrower width, the FFN and heads in proportion, "
+        "dense or as that lowbit- arm; bytes against the full width's)",
         "with --budget-ratio: smartformer-bytes",
         *BYTE_DERIVED,
         *INT_QAT_ARMS,

@@ -84,7 +84,19 @@ def run_seed(seed: int, plan: Plan, args, size: Size, data, results: dict, heade
             with headers.run(run_name):
                 search = make_search(seed) if make_search else None
                 result, trainer = run_one(
-                    run_name, method, run_rank, search, seed, args, size, data, switch_at, prepare, teacher, dense_steps
+                    run_name,
+                    method,
+                    run_rank,
+                    search,
+                    seed,
+                    args,
+                    size,
+                    data,
+                    switch_at,
+                    prepare,
+                    teacher,
+                    dense_steps,
+                    plan.widths.get(name),
                 )
             state.trained[run_name] = (result, trainer.model)
             if draw is not None:
