@@ -95,8 +95,8 @@ def run_seed(seed: int, plan: Plan, args, size: Size, data, results: dict, heade
                     switch_at,
                     prepare,
                     teacher,
-                    dense_steps,
-                    plan.widths.get(name),
+                    dense_steps=dense_steps,
+                    width=plan.widths.get(name),
                 )
             state.trained[run_name] = (result, trainer.model)
             if draw is not None:
