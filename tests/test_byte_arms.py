@@ -25,7 +25,9 @@ from recipekit.byte_arms import (
     lowbit_arm,
     prepare_ends,
     prepare_int_qat,
+    prepare_lowbit,
     prepare_rows,
+    rotation_block,
     rows_arm,
 )
 from recipekit.forecasters import MEDIUM
@@ -138,14 +140,15 @@ def test_the_recipes_take_the_byte_search_start_form(capsys):
 
 
 def test_lowbit_arm_names():
-    assert lowbit_arm("lowbit-2-g128") == (2, 128, "rounded", "model")
+    assert lowbit_arm("lowbit-2-g128") == (2, 128, "rounded", "model", "none")
     assert lowbit_arm("lowbit-ternary-g64")[:2] == ("ternary", 64)
-    assert lowbit_arm("lowbit-ternary-g128-learned") == ("ternary", 128, "learned", "model")
-    assert lowbit_arm("lowbit-ternary-g128-learned-fp16-bias") == ("ternary", 128, "learned", "float16")
-    assert lowbit_arm("lowbit-1-g128-learned-fp16-bias") == (1, 128, "learned", "float16")
+    assert lowbit_arm("lowbit-ternary-g128-learned") == ("ternary", 128, "learned", "model", "none")
+    assert lowbit_arm("lowbit-ternary-g128-learned-fp16-bias") == ("ternary", 128, "learned", "float16", "none")
+    assert lowbit_arm("lowbit-1-g128-learned-fp16-bias-hadamard") == (1, 128, "learned", "float16", "hadamard")
     assert lowbit_arm("lowbit-5-g32") is None and lowbit_arm("qat-int2-all") is None
-    after = "lowbit-ternary-g128-learned-fp16-bias-after-dense-0.9"
-    assert lowbit_arm(after) == ("ternary", 128, "learned", "float16") and dense_fraction(after) == 0.9
+    assert lowbit_arm("lowbit-2-g128-hadamard-fp16-bias") is None  # the suffixes in their one order
+    after = "lowbit-ternary-g128-learned-fp16-bias-hadamard-after-dense-0.9"
+    assert lowbit_arm(after) == ("ternary", 128, "learned", "float16", "hadamard") and dense_fraction(after) == 0.9
     assert dense_fraction("lowbit-2-g128") is None and lowbit_arm("lowbit-2-g128-after-dense-0") is None
     from byte_comparison import parse_args
 
@@ -155,12 +158,16 @@ def test_lowbit_arm_names():
 def test_narrow_arm_names_and_widths():
     assert narrow_arm("narrow-64") == (64, None)
     assert narrow_arm("narrow-64-lowbit-ternary-g128-learned") == (64, "lowbit-ternary-g128-learned")
+    assert narrow_arm("narrow-80-ends-8-4-hadamard") == (80, "ends-8-4-hadamard")
+    assert narrow_arm("narrow-64-vq-4-3") == (64, "vq-4-3") and narrow_arm("narrow-64-rows-4-0.1") == (64, "rows-4-0.1")
     assert narrow_arm("narrow-064") is narrow_arm("narrow-64-qat-int2-all") is narrow_arm("narrow-0") is None
+    assert narrow_arm("narrow-64-narrow-32") is None
     narrow = narrower(MEDIUM, 64)
     assert (narrow.d_model, narrow.heads, narrow.ffn, narrow.steps) == (64, 4, 128, MEDIUM.steps)
     from byte_comparison import parse_args
 
     assert parse_args(["--runs", "narrow-32-lowbit-8-g32"]).runs == ["narrow-32-lowbit-8-g32"]
+    assert parse_args(["--runs", "narrow-80-ends-8-4-hadamard"]).runs == ["narrow-80-ends-8-4-hadamard"]
 
 
 def test_int_qat_trains_rounded_weights_and_counts_their_codes():
@@ -230,6 +237,26 @@ def test_the_hadamard_ends_arm_rotates_every_linear_but_the_embedding_at_one_bit
     assert {name: layer.storage_bits() - bits[name] for name, layer in layers.items()} == {
         name: layer.in_features if layer.rotation else 0 for name, layer in layers.items()
     }  # the stored signs: one bit an input
+
+
+def test_a_narrower_model_rotates_in_the_largest_blocks_its_inputs_allow():
+    """d_model 80 cannot rotate in blocks of 128: its Linears rotate in 16 (80 inputs) and 64 (an FFN of 320), and
+    the ``-hadamard`` lowbit arm rotates every Linear but the embedding as the ends arm does."""
+    assert [rotation_block(n) for n in (128, 512, 80, 320, 24, 1920)] == [128, 128, 16, 64, 8, 128]
+    config = tiny_patchtst_config(context_length=128, patch_length=24, patch_stride=24, d_model=80, ffn_dim=320)
+    ends, lowbit = PatchTSTForPrediction(config), PatchTSTForPrediction(config)
+    prepare_ends(8, 4, "hadamard")(ends, None)
+    prepare_lowbit(1, 128, "learned", "float16", "hadamard")(lowbit, None)
+    embedding = "model.encoder.embedder.input_embedding"
+    for model in (ends, lowbit):
+        layers = {name: m for name, m in model.named_modules() if isinstance(m, LowBitLinear)}
+        assert layers[embedding].rotation is None
+        blocks = {layer.in_features: layer.rotation.block for name, layer in layers.items() if name != embedding}
+        assert blocks == {n: rotation_block(n) for n in blocks} and {80, 320} <= set(blocks)
+    assert {m.bits for m in lowbit.modules() if isinstance(m, LowBitLinear)} == {1}
+    unrotated = PatchTSTForPrediction(config)
+    prepare_lowbit(1, 128, "learned", "float16")(unrotated, None)
+    assert all(m.rotation is None for m in unrotated.modules() if isinstance(m, LowBitLinear))
 
 
 def test_the_vq_arm_stores_runs_of_weights_as_codebook_entries_and_trains_both():

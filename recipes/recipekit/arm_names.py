@@ -5,29 +5,31 @@ from __future__ import annotations
 
 import re
 
-#: ``lowbit-<bits>-g<group>[-learned][-fp16-bias][-after-dense-<fraction>]``: the ``lowbit`` method on every Linear,
-#: trained quantization-aware from the first step (``-learned``: with ``weight_scales="learned"``; ``-fp16-bias``:
-#: ``bias_dtype="float16"``; ``-after-dense-<f>``: from the weights of the first ``f`` of the steps trained dense,
-#: the rest quantization-aware).
+#: ``lowbit-<bits>-g<group>[-learned][-fp16-bias][-hadamard][-after-dense-<fraction>]``: the ``lowbit`` method on
+#: every Linear, trained quantization-aware from the first step (``-learned``: with ``weight_scales="learned"``;
+#: ``-fp16-bias``: ``bias_dtype="float16"``; ``-hadamard``: every Linear but the first with that ``input_rotation``;
+#: ``-after-dense-<f>``: from the weights of the first ``f`` of the steps trained dense, the rest quantization-aware).
 LOWBIT_ARM = re.compile(
-    r"lowbit-(16|8|4|3|2|1|ternary)-g(\d+)(-learned)?(-fp16-bias)?(?:-after-dense-(0\.\d*[1-9]\d*))?"
+    r"lowbit-(16|8|4|3|2|1|ternary)-g(\d+)(-learned)?(-fp16-bias)?(-hadamard)?(?:-after-dense-(0\.\d*[1-9]\d*))?"
 )
 #: ``rows-<bits>-<fraction>``: the first ``fraction`` of every Linear's rows at ``bits``, the rest ternary.
 ROWS_ARM = re.compile(r"rows-(8|4|3|2)-(0\.\d*[1-9]\d*)")
 #: ``ends-<bits>-<bits>``: the first Linear at the first width, the last at the second, every other one ternary
 #: (``method="mixed"``: learned scales in groups of 128, fp16 biases); ``-hadamard`` / ``-randomized-hadamard``: every
-#: Linear but the first with that ``input_rotation`` in blocks of 128.
+#: Linear but the first with that ``input_rotation`` (blocks of 128, or the largest power of two its inputs allow).
 ENDS_ARM = re.compile(r"ends-(8|4|3|2)-(8|4|3|2)(?:-((?:randomized-)?hadamard))?")
 #: ``vq-<dim>-<bits>``: every Linear's weight as runs of ``dim`` weights, each an index of ``bits`` into a codebook.
 VQ_ARM = re.compile(r"vq-(2|4|8)-([1-9]|1[0-2])")
-#: ``narrow-<d_model>[-<lowbit arm>]``: a fresh model of that narrower width (its FFN and heads scaled with it, the
-#: head dimension kept) trained as it is or as that ``lowbit-`` arm: the smaller model a user could train instead,
-#: its bytes counted against the full-width model's fp32 Linears.
-NARROW_ARM = re.compile(rf"narrow-([1-9]\d*)(?:-({LOWBIT_ARM.pattern}))?")
+#: ``narrow-<d_model>[-<arm>]``: a fresh model of that narrower width (its FFN and heads scaled with it, the head
+#: dimension kept) trained as it is or as that ``lowbit-``, ``rows-``, ``ends-`` or ``vq-`` arm: the smaller model a
+#: user could train instead, its bytes counted against the full-width model's fp32 Linears.
+NARROW_ARM = re.compile(
+    rf"narrow-([1-9]\d*)(?:-({'|'.join(arm.pattern for arm in (LOWBIT_ARM, ROWS_ARM, ENDS_ARM, VQ_ARM))}))?"
+)
 #: Any of them.
 NAMED_ARM = re.compile("|".join(arm.pattern for arm in (LOWBIT_ARM, ROWS_ARM, ENDS_ARM, VQ_ARM, NARROW_ARM)))
 #: How the named arms are spelled, for a message that refuses a name.
 NAMED_ARM_FORMS = (
-    "lowbit-<bits>-g<group>[-learned][-fp16-bias][-after-dense-<fraction>], rows-<bits>-<fraction>, "
-    "ends-<bits>-<bits>[-hadamard|-randomized-hadamard], vq-<dim>-<bits> or narrow-<d_model>[-<lowbit arm>]"
+    "lowbit-<bits>-g<group>[-learned][-fp16-bias][-hadamard][-after-dense-<fraction>], rows-<bits>-<fraction>, "
+    "ends-<bits>-<bits>[-hadamard|-randomized-hadamard], vq-<dim>-<bits> or narrow-<d_model>[-<any of these>]"
 )

@@ -48,31 +48,57 @@ ROWS_GROUP = 128
 Allocation = dict[str, Form]  # Linear name -> its form
 
 
-def lowbit_arm(name: str) -> tuple[int | str, int, str, str] | None:
-    """(bits, group size, weight scales, bias dtype) of a ``lowbit-<bits>-g<group>[-learned][-fp16-bias]`` arm
-    name, or None."""
+def lowbit_arm(name: str) -> tuple[int | str, int, str, str, str] | None:
+    """(bits, group size, weight scales, bias dtype, input rotation) of a
+    ``lowbit-<bits>-g<group>[-learned][-fp16-bias][-hadamard]`` arm name, or None."""
     match = LOWBIT_ARM.fullmatch(name)
     if match is None:
         return None
     bits = int(match.group(1)) if match.group(1).isdigit() else match.group(1)
     scales = "learned" if match.group(3) else "rounded"
-    return bits, int(match.group(2)), scales, "float16" if match.group(4) else "model"
+    rotation = "hadamard" if match.group(5) else "none"
+    return bits, int(match.group(2)), scales, "float16" if match.group(4) else "model", rotation
 
 
 def dense_fraction(name: str) -> float | None:
     """The share of the steps a ``lowbit-…-after-dense-<fraction>`` arm trains dense before it is quantized, or
     None (quantization-aware from the first step)."""
     match = LOWBIT_ARM.fullmatch(name)
-    return None if match is None or match.group(5) is None else float(match.group(5))
+    return None if match is None or match.group(6) is None else float(match.group(6))
 
 
-def prepare_lowbit(bits: int | str, group: int, scales: str = "rounded", bias_dtype: str = "model") -> Callable:
+def rotation_block(inputs: int) -> int:
+    """The inputs one Hadamard block of a Linear with ``inputs`` mixes: 128 (the scales' group), or the largest power
+    of two that divides ``inputs`` where 128 does not (a narrower model's 80 inputs rotate in blocks of 16)."""
+    return min(ROWS_GROUP, inputs & -inputs)
+
+
+def rotated_after_first(names: list[str], model: torch.nn.Module, form: dict, rotation: str) -> dict[str, dict]:
+    """``method="mixed"``'s forms: ``form`` for every Linear ``names`` holds, every one but the first (a patch's
+    few values) with ``input_rotation=rotation`` in its ``rotation_block`` (no rotation: none of them)."""
+    forms = {}
+    for index, name in enumerate(names):
+        forms[name] = dict(form)
+        if rotation != "none" and index:
+            inputs = model.get_submodule(name).in_features
+            forms[name] |= {"input_rotation": rotation, "rotation_block": rotation_block(inputs)}
+    return forms
+
+
+def prepare_lowbit(
+    bits: int | str, group: int, scales: str = "rounded", bias_dtype: str = "model", rotation: str = "none"
+) -> Callable:
     """An arm's ``prepare``: every Linear as ``method="lowbit"`` (full weight in ``bits``, groups of ``group``,
-    ``scales`` its ``weight_scales``, ``bias_dtype`` its bias's)."""
+    ``scales`` its ``weight_scales``, ``bias_dtype`` its bias's; every one but the first with ``input_rotation``
+    ``rotation``)."""
 
     def prepare(model: torch.nn.Module, final_ranks) -> None:
         options = dict(weight_bits=bits, weight_group_size=group, weight_scales=scales, bias_dtype=bias_dtype)
-        apply_compression(model, CompressionConfig(method="lowbit", **options))
+        if rotation == "none":
+            apply_compression(model, CompressionConfig(method="lowbit", **options))
+            return
+        forms = rotated_after_first(scope_names(model, "all"), model, {"method": "lowbit", **options}, rotation)
+        apply_compression(model, CompressionConfig(method="mixed", forms=forms))
 
     return prepare
 
@@ -234,18 +260,15 @@ def prepare_rows(bits: int, fraction: float) -> Callable:
     return prepare
 
 
-def ends_forms(names: list[str], first: int, last: int, rotation: str = "none") -> dict[str, dict]:
-    """``method="mixed"``'s forms for Linears ``names`` (in model order): the first (a model's input embedding) at
-    ``first`` bits, the last (its head) at ``last``, every other one ternary, all in groups of 128 with learned
-    scales and fp16 biases; every one but the first (a patch's few values) with ``input_rotation=rotation`` in
-    blocks of 128."""
-    forms = {}
+def ends_forms(names: list[str], model: torch.nn.Module, first: int, last: int, rotation: str = "none") -> dict:
+    """``method="mixed"``'s forms for Linears ``names`` (in ``model``'s order): the first (a model's input
+    embedding) at ``first`` bits, the last (its head) at ``last``, every other one ternary, all in groups of 128 with
+    learned scales and fp16 biases; every one but the first with ``input_rotation=rotation``
+    (``rotated_after_first``)."""
+    options = {"method": "lowbit", "weight_group_size": ROWS_GROUP, "weight_scales": "learned", "bias_dtype": "float16"}
+    forms = rotated_after_first(names, model, options, rotation)
     for index, name in enumerate(names):
-        bits = first if index == 0 else last if index == len(names) - 1 else "ternary"
-        options = {"weight_group_size": ROWS_GROUP, "weight_scales": "learned", "bias_dtype": "float16"}
-        if rotation != "none" and index:
-            options |= {"input_rotation": rotation, "rotation_block": ROWS_GROUP}
-        forms[name] = {"method": "lowbit", "weight_bits": bits, **options}
+        forms[name]["weight_bits"] = first if index == 0 else last if index == len(names) - 1 else "ternary"
     return forms
 
 
@@ -253,7 +276,7 @@ def prepare_ends(first: int, last: int, rotation: str = "none") -> Callable:
     """An arm's ``prepare``: ``ends_forms`` as ``method="mixed"`` (the bytes are those the library stores)."""
 
     def prepare(model: torch.nn.Module, final_ranks) -> None:
-        forms = ends_forms(scope_names(model, "all"), first, last, rotation)
+        forms = ends_forms(scope_names(model, "all"), model, first, last, rotation)
         apply_compression(model, CompressionConfig(method="mixed", forms=forms))
 
     return prepare

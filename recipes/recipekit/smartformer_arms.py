@@ -138,17 +138,8 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
     for name in args.runs or []:
         if (narrow := narrow_arm(name)) is not None:
             add_narrow_arm(plan, name, *narrow, size, args.model_path)
-        elif lowbit_arm(name) is not None:
-            add_lowbit_arm(plan, name, name, size.steps)
-        elif rows_arm(name) is not None:
-            plan.arms.append((name, None, None, None))
-            plan.prepares[name] = prepare_rows(*rows_arm(name))
-        elif ends_arm(name) is not None:
-            plan.arms.append((name, None, None, None))
-            plan.prepares[name] = prepare_ends(*ends_arm(name))
-        elif vq_arm(name) is not None:
-            plan.arms.append((name, None, None, None))
-            plan.prepares[name] = prepare_vq(*vq_arm(name))
+        else:
+            add_named_arm(plan, name, name, size.steps)
     if args.runs is not None:
         plan.arms = chosen_runs(plan, args.runs)
     check_switch_step(plan, size.steps, args.switch_step is not None)
@@ -165,23 +156,32 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
     return plan
 
 
-def add_lowbit_arm(plan: Plan, name: str, lowbit_name: str, steps: int) -> None:
-    """The arm ``name``: every Linear as the ``lowbit-`` arm ``lowbit_name`` says (after dense steps if it says so)."""
-    plan.arms.append((name, None, None, None))
-    plan.prepares[name] = prepare_lowbit(*lowbit_arm(lowbit_name))
-    if (fraction := dense_fraction(lowbit_name)) is not None:
+def add_named_arm(plan: Plan, name: str, arm: str, steps: int) -> None:
+    """The arm ``name``, trained as the ``lowbit-``, ``rows-``, ``ends-`` or ``vq-`` arm ``arm`` says (a ``lowbit-``
+    arm after dense steps if it says so); nothing for any other name."""
+    prepares = (
+        (lowbit_arm, prepare_lowbit),
+        (rows_arm, prepare_rows),
+        (ends_arm, prepare_ends),
+        (vq_arm, prepare_vq),
+    )
+    for settings, prepare in prepares:
+        if (found := settings(arm)) is not None:
+            plan.arms.append((name, None, None, None))
+            plan.prepares[name] = prepare(*found)
+    if (fraction := dense_fraction(arm)) is not None:
         plan.dense_first[name] = round(fraction * steps)
 
 
-def add_narrow_arm(plan: Plan, name: str, width: int, lowbit_name: str | None, size: Size, path: str | None) -> None:
-    """The ``narrow-`` arm ``name``: a fresh model at d_model ``width``, dense or as ``lowbit_name``."""
+def add_narrow_arm(plan: Plan, name: str, width: int, arm: str | None, size: Size, path: str | None) -> None:
+    """The ``narrow-`` arm ``name``: a fresh model at d_model ``width``, dense or as the named arm ``arm``."""
     narrower(size, width)  # refuses a width the model cannot take, before any arm trains
     if path is not None:
         raise ValueError(f"--runs {name} trains a fresh narrower model; it cannot start from --model-path {path}")
-    if lowbit_name is None:
+    if arm is None:
         plan.arms.append((name, None, None, None))
     else:
-        add_lowbit_arm(plan, name, lowbit_name, size.steps)
+        add_named_arm(plan, name, arm, size.steps)
     plan.widths[name] = width
 
 
@@ -240,14 +240,15 @@ def run_names_help() -> str:
         *DERIVED,
         *PTQ_ARMS,
         *QAT_ARMS,
-        'lowbit-<bits>-g<group>[-learned][-after-dense-<fraction>] (every Linear as method="lowbit", e.g. '
-        'lowbit-2-g128; -learned: weight_scales="learned"; -after-dense-0.5: half the steps dense first)',
+        "lowbit-<bits>-g<group>[-learned][-fp16-bias][-hadamard][-after-dense-<fraction>] (every Linear as "
+        'method="lowbit", e.g. lowbit-2-g128; -learned: weight_scales="learned"; -fp16-bias: bias_dtype="float16"; '
+        "-hadamard: every Linear but the first with that input_rotation; -after-dense-0.5: half the steps dense first)",
         "rows-<bits>-<fraction> (the first fraction of every Linear's rows at bits, the rest ternary)",
         "ends-<bits>-<bits>[-hadamard|-randomized-hadamard] (the first Linear at the first width, the last at the "
-        "second, the rest ternary; -hadamard: every Linear but the first with that input_rotation, blocks of 128)",
+        "second, the rest ternary; -hadamard: every Linear but the first with that input_rotation, blocks of 128 or fewer)",
         "vq-<dim>-<bits> (every Linear's weight as runs of dim weights, each a bits-wide index into a learned codebook)",
-        "narrow-<d_model>[-<lowbit arm>] (a fresh model of that narrower width, the FFN and heads in proportion, "
-        "dense or as that lowbit- arm; bytes against the full width's)",
+        "narrow-<d_model>[-<arm>] (a fresh model of that narrower width, the FFN and heads in proportion, "
+        "dense or as that lowbit-, rows-, ends- or vq- arm; bytes against the full width's)",
         "with --budget-ratio: smartformer-bytes",
         *BYTE_DERIVED,
         *INT_QAT_ARMS,
