@@ -169,6 +169,7 @@ def add_named_arm(plan: Plan, name: str, arm: str, steps: int) -> None:
         if (found := settings(arm)) is not None:
             plan.arms.append((name, None, None, None))
             plan.prepares[name] = prepare(*found)
+            break
     if (fraction := dense_fraction(arm)) is not None:
         plan.dense_first[name] = round(fraction * steps)
 
