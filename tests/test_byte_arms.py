@@ -156,18 +156,40 @@ def test_lowbit_arm_names():
 
 
 def test_narrow_arm_names_and_widths():
-    assert narrow_arm("narrow-64") == (64, None)
-    assert narrow_arm("narrow-64-lowbit-ternary-g128-learned") == (64, "lowbit-ternary-g128-learned")
-    assert narrow_arm("narrow-80-ends-8-4-hadamard") == (80, "ends-8-4-hadamard")
-    assert narrow_arm("narrow-64-vq-4-3") == (64, "vq-4-3") and narrow_arm("narrow-64-rows-4-0.1") == (64, "rows-4-0.1")
-    assert narrow_arm("narrow-064") is narrow_arm("narrow-64-qat-int2-all") is narrow_arm("narrow-0") is None
-    assert narrow_arm("narrow-64-narrow-32") is None
-    narrow = narrower(MEDIUM, 64)
-    assert (narrow.d_model, narrow.heads, narrow.ffn, narrow.steps) == (64, 4, 128, MEDIUM.steps)
+    assert narrow_arm("narrow-64") == ((64, None), None)
+    assert narrow_arm("narrow-64-lowbit-ternary-g128-learned") == ((64, None), "lowbit-ternary-g128-learned")
+    assert narrow_arm("narrow-80-ends-8-4-hadamard") == ((80, None), "ends-8-4-hadamard")
+    assert narrow_arm("narrow-112x1-ends-8-4-hadamard") == ((112, 1), "ends-8-4-hadamard")
+    assert narrow_arm("narrow-64-vq-4-3") == ((64, None), "vq-4-3")
+    assert narrow_arm("narrow-64-rows-4-0.1") == ((64, None), "rows-4-0.1")
+    for refused in (
+        "narrow-064",
+        "narrow-64-qat-int2-all",
+        "narrow-0",
+        "narrow-64-narrow-32",
+        "narrow-64x0",
+        "narrow-64x",
+    ):
+        assert narrow_arm(refused) is None, refused
+    narrow = narrower(MEDIUM, (64, None))
+    assert (narrow.d_model, narrow.heads, narrow.ffn, narrow.encoder_layers, narrow.steps) == (
+        64,
+        4,
+        128,
+        2,
+        MEDIUM.steps,
+    )
+    deeper, shallower = narrower(MEDIUM, (64, 3)), narrower(MEDIUM, (128, 1))
+    assert (deeper.d_model, deeper.ffn, deeper.encoder_layers) == (64, 128, 3)
+    assert (shallower.d_model, shallower.heads, shallower.ffn, shallower.encoder_layers) == (128, 8, 256, 1)
+    for shape in ((128, None), (128, 2), (144, 1), (72, 1)):
+        with pytest.raises(ValueError):
+            narrower(MEDIUM, shape)
     from byte_comparison import parse_args
 
     assert parse_args(["--runs", "narrow-32-lowbit-8-g32"]).runs == ["narrow-32-lowbit-8-g32"]
     assert parse_args(["--runs", "narrow-80-ends-8-4-hadamard"]).runs == ["narrow-80-ends-8-4-hadamard"]
+    assert parse_args(["--runs", "narrow-112x1-ends-8-4-hadamard"]).runs == ["narrow-112x1-ends-8-4-hadamard"]
 
 
 def test_int_qat_trains_rounded_weights_and_counts_their_codes():

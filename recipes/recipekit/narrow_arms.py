@@ -1,8 +1,9 @@
-"""The ``narrow-<d_model>[-<lowbit arm>]`` arm: the smaller model a user could train instead of compressing the one
-they have. A fresh model of the same family, context and patches at a narrower ``d_model`` (its FFN and attention
-heads scaled with it, every head as wide as before), trained dense or as a ``lowbit-`` arm with the same steps, data
-and model selection as every arm; its bytes are counted against the full-width model's fp32 Linears, so that its
-fraction sits on the same axis as every compressed arm's."""
+"""The ``narrow-<d_model>[x<layers>][-<lowbit arm>]`` arm: the smaller model a user could train instead of
+compressing the one they have. A fresh model of the same family, context and patches at a narrower ``d_model`` (its
+FFN and attention heads scaled with it, every head as wide as before) and, with ``x<layers>``, another number of
+encoder layers (width traded for depth at equal bytes), trained dense or as a ``lowbit-`` arm with the same steps,
+data and model selection as every arm; its bytes are counted against the full-width model's fp32 Linears, so that
+its fraction sits on the same axis as every compressed arm's."""
 
 from __future__ import annotations
 
@@ -14,22 +15,38 @@ from .arm_names import NARROW_ARM
 from .costs import byte_counts
 from .forecasters import Size
 
+#: A narrow model's shape: its d_model and its number of encoder layers (None: the full model's).
+Shape = tuple[int, int | None]
 
-def narrow_arm(name: str) -> tuple[int, str | None] | None:
-    """(d_model, the ``lowbit-`` arm it trains as, or None for dense) of a ``narrow-`` arm name, or None."""
+
+def narrow_arm(name: str) -> tuple[Shape, str | None] | None:
+    """(shape, the ``lowbit-`` arm it trains as, or None for dense) of a ``narrow-`` arm name, or None."""
     match = NARROW_ARM.fullmatch(name)
-    return None if match is None else (int(match.group(1)), match.group(2))
+    if match is None:
+        return None
+    return (int(match.group(1)), None if match.group(2) is None else int(match.group(2))), match.group(3)
 
 
-def narrower(size: Size, width: int) -> Size:
-    """``size`` at ``d_model=width``: the FFN and the heads in proportion (the head dimension kept), the rest as is."""
+def narrower(size: Size, shape: Shape) -> Size:
+    """``size`` at ``d_model`` and encoder layers ``shape``: the FFN and the heads in proportion (the head dimension
+    kept), the rest as is. A model no smaller than ``size`` is refused: it is not an arm under a byte budget."""
+    width, layers = shape
+    layers = size.encoder_layers if layers is None else layers
     head = size.d_model // size.heads
-    if not (width < size.d_model and width % head == 0):
+    name = f"narrow-{width}" + ("" if shape[1] is None else f"x{layers}")
+    if width % head or width > size.d_model:
         raise ValueError(
-            f"narrow-{width}: d_model {width} must be below the full width {size.d_model} and a multiple of its head "
-            f"width {head} (e.g. {', '.join(str(w) for w in range(head, size.d_model, head)[:4])})"
+            f"{name}: d_model {width} must be a multiple of the head width {head} up to the full width {size.d_model} "
+            f"(e.g. {', '.join(str(w) for w in range(head, size.d_model, head)[:4])})"
         )
-    return replace(size, d_model=width, heads=width // head, ffn=size.ffn * width // size.d_model)
+    if width == size.d_model and layers >= size.encoder_layers:
+        raise ValueError(
+            f"{name}: the full width with {layers} encoder layers is no smaller than the model; narrow it below "
+            f"d_model {size.d_model} or give it fewer than its {size.encoder_layers} layers (narrow-{width}x1)"
+        )
+    return replace(
+        size, d_model=width, heads=width // head, ffn=size.ffn * width // size.d_model, encoder_layers=layers
+    )
 
 
 def against_full_width(counts: dict, full_width: torch.nn.Module) -> dict:

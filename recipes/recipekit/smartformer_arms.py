@@ -34,7 +34,7 @@ from .byte_arms import (
     rows_arm,
 )
 from .forecasters import Size
-from .narrow_arms import narrow_arm, narrower
+from .narrow_arms import Shape, narrow_arm, narrower
 from .quantization_arms import (
     FACTOR_SCHEMES,
     PTQ_ARMS,
@@ -59,14 +59,14 @@ class Plan:
     model themselves (name -> ``prepare(model, final_ranks)``); ``post_arms``: arms that round a trained run's
     weights (name -> (source run, ``transform``)); ``switch_step``: where the ``-scheduled`` svd-all arms are cut;
     ``dense_first``: arms that train dense for a share of the steps before ``prepare`` (name -> those steps);
-    ``widths``: arms that train a narrower fresh model (name -> its d_model)."""
+    ``shapes``: arms that train a narrower fresh model (name -> its d_model and encoder layers)."""
 
     arms: list[tuple]
     switch_step: int
     prepares: dict[str, Callable] = field(default_factory=dict)
     post_arms: dict[str, tuple[str, Callable]] = field(default_factory=dict)
     dense_first: dict[str, int] = field(default_factory=dict)
-    widths: dict[str, int] = field(default_factory=dict)
+    shapes: dict[str, Shape] = field(default_factory=dict)
 
 
 def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., SearchConfig]:
@@ -174,16 +174,16 @@ def add_named_arm(plan: Plan, name: str, arm: str, steps: int) -> None:
         plan.dense_first[name] = round(fraction * steps)
 
 
-def add_narrow_arm(plan: Plan, name: str, width: int, arm: str | None, size: Size, path: str | None) -> None:
-    """The ``narrow-`` arm ``name``: a fresh model at d_model ``width``, dense or as the named arm ``arm``."""
-    narrower(size, width)  # refuses a width the model cannot take, before any arm trains
+def add_narrow_arm(plan: Plan, name: str, shape: Shape, arm: str | None, size: Size, path: str | None) -> None:
+    """The ``narrow-`` arm ``name``: a fresh model of ``shape``, dense or as the named arm ``arm``."""
+    narrower(size, shape)  # refuses a shape the model cannot take, before any arm trains
     if path is not None:
         raise ValueError(f"--runs {name} trains a fresh narrower model; it cannot start from --model-path {path}")
     if arm is None:
         plan.arms.append((name, None, None, None))
     else:
         add_named_arm(plan, name, arm, size.steps)
-    plan.widths[name] = width
+    plan.shapes[name] = shape
 
 
 def check_distill(plan: Plan, weight: float | None) -> None:
@@ -248,8 +248,9 @@ def run_names_help() -> str:
         "ends-<bits>-<bits>[-hadamard|-randomized-hadamard] (the first Linear at the first width, the last at the "
         "second, the rest ternary; -hadamard: every Linear but the first with that input_rotation, blocks of 128 or fewer)",
         "vq-<dim>-<bits> (every Linear's weight as runs of dim weights, each a bits-wide index into a learned codebook)",
-        "narrow-<d_model>[-<arm>] (a fresh model of that narrower width, the FFN and heads in proportion, "
-        "dense or as that lowbit-, rows-, ends- or vq- arm; bytes against the full width's)",
+        "narrow-<d_model>[x<layers>][-<arm>] (a fresh model of that narrower width, the FFN and heads in proportion, "
+        "x<layers>: that many encoder layers, dense or as that lowbit-, rows-, ends- or vq- arm; bytes against the "
+        "full model's)",
         "with --budget-ratio: smartformer-bytes",
         *BYTE_DERIVED,
         *INT_QAT_ARMS,

@@ -24,7 +24,7 @@ from hf_tensorcompress.training.forecasting import BestValidation, ForecastSmart
 
 from .costs import attention_params, byte_counts, model_flops, projection_flops
 from .forecasters import CLASSES, Size, build_model
-from .narrow_arms import against_full_width, narrower
+from .narrow_arms import Shape, against_full_width, narrower
 
 
 def training_arguments(output_dir: str, size: Size, seed: int, args) -> TrainingArguments:
@@ -60,7 +60,7 @@ def run_one(
     prepare: Callable | None = None,
     teacher: torch.nn.Module | None = None,
     dense_steps: int | None = None,
-    width: int | None = None,
+    shape: Shape | None = None,
 ):
     """Train one arm. ``rank``: one rank (int, or a parameter ratio) for every projection, or ``{module: rank}``;
     with ``switch_at`` the model trains at full rank (like a search's start) and takes those ranks after that step.
@@ -69,8 +69,8 @@ def run_one(
     With ``teacher`` (this seed's dense run) the arm is distilled from it with ``--distill``'s weight. With
     ``dense_steps`` the model first trains dense for that many of the run's steps (its own linear learning-rate
     decay, no model selection), then ``prepare`` takes those weights and the rest of the steps train that form. With
-    ``width`` the arm trains a fresh model of that narrower ``d_model`` (``narrow_arms.py``), its bytes counted
-    against the full-width model's."""
+    ``shape`` the arm trains a fresh model of that narrower ``d_model`` and those encoder layers (``narrow_arms.py``),
+    its bytes counted against the full model's."""
     train, validation, test = data
     output_dir = os.path.join(args.output_dir, "runs", f"{name}-seed{seed}")
     checkpoint = get_last_checkpoint(output_dir) if args.resume and os.path.isdir(output_dir) else None
@@ -78,9 +78,9 @@ def run_one(
     if switch_at is not None and checkpoint and int(checkpoint.rsplit("-", 1)[1]) >= switch_at:
         schedule_at = None  # saved after the cut: build the model at its final ranks, the checkpoint's shapes
     full_width = None
-    if width is not None:
+    if shape is not None:
         full_width = build_model(args.model, args.channels, args.context, args.horizon, size, seed)
-        size = narrower(size, width)
+        size = narrower(size, shape)
     model = build_model(args.model, args.channels, args.context, args.horizon, size, seed, args.model_path)
     dense_seconds = 0.0
     if dense_steps is not None:
@@ -145,6 +145,7 @@ def run_one(
         "params": sum(p.numel() for p in model.parameters()),
         "attention_params": attention_params(model),
         "d_model": model.config.d_model,
+        "encoder_layers": size.encoder_layers,
         **counts,
         "flops": projection_flops(model),
         "model_flops": model_flops(model, test),

@@ -96,7 +96,7 @@ def run_seed(seed: int, plan: Plan, args, size: Size, data, results: dict, heade
                     prepare,
                     teacher,
                     dense_steps=dense_steps,
-                    width=plan.widths.get(name),
+                    shape=plan.shapes.get(name),
                 )
             state.trained[run_name] = (result, trainer.model)
             if draw is not None:
