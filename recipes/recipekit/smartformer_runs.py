@@ -145,7 +145,7 @@ def run_one(
         "params": sum(p.numel() for p in model.parameters()),
         "attention_params": attention_params(model),
         "d_model": model.config.d_model,
-        "encoder_layers": size.encoder_layers,
+        "encoder_layers": model.config.num_hidden_layers,
         **counts,
         "flops": projection_flops(model),
         "model_flops": model_flops(model, test),
