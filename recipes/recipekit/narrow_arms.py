@@ -30,10 +30,10 @@ def narrow_arm(name: str) -> tuple[Shape, str | None] | None:
 def narrower(size: Size, shape: Shape) -> Size:
     """``size`` at ``d_model`` and encoder layers ``shape``: the FFN and the heads in proportion (the head dimension
     kept), the rest as is. A model no smaller than ``size`` is refused: it is not an arm under a byte budget."""
-    width, layers = shape
-    layers = size.encoder_layers if layers is None else layers
+    width, asked = shape
+    layers = size.encoder_layers if asked is None else asked
     head = size.d_model // size.heads
-    name = f"narrow-{width}" + ("" if shape[1] is None else f"x{layers}")
+    name = f"narrow-{width}" + ("" if asked is None else f"x{asked}")
     if width % head or width > size.d_model:
         raise ValueError(
             f"{name}: d_model {width} must be a multiple of the head width {head} up to the full width {size.d_model} "
@@ -49,10 +49,10 @@ def narrower(size: Size, shape: Shape) -> Size:
     )
 
 
-def against_full_width(counts: dict, full_width: torch.nn.Module) -> dict:
-    """``byte_counts`` of a narrow model with its fractions taken of the full-width model's fp32 bytes (``dense``
+def against_full_model(counts: dict, full_model: torch.nn.Module) -> dict:
+    """``byte_counts`` of a narrow model with its fractions taken of the full model's fp32 bytes (``dense``
     stays the narrow model's own fp32 bytes; ``full_width_dense`` is the denominator)."""
-    full = byte_counts(full_width)
+    full = byte_counts(full_model)
     return {
         key: {
             **counts[key],

@@ -24,7 +24,7 @@ from hf_tensorcompress.training.forecasting import BestValidation, ForecastSmart
 
 from .costs import attention_params, byte_counts, model_flops, projection_flops
 from .forecasters import CLASSES, Size, build_model
-from .narrow_arms import Shape, against_full_width, narrower
+from .narrow_arms import Shape, against_full_model, narrower
 
 
 def training_arguments(output_dir: str, size: Size, seed: int, args) -> TrainingArguments:
@@ -77,9 +77,9 @@ def run_one(
     schedule_at = switch_at
     if switch_at is not None and checkpoint and int(checkpoint.rsplit("-", 1)[1]) >= switch_at:
         schedule_at = None  # saved after the cut: build the model at its final ranks, the checkpoint's shapes
-    full_width = None
+    full_model = None
     if shape is not None:
-        full_width = build_model(args.model, args.channels, args.context, args.horizon, size, seed)
+        full_model = build_model(args.model, args.channels, args.context, args.horizon, size, seed)
         size = narrower(size, shape)
     model = build_model(args.model, args.channels, args.context, args.horizon, size, seed, args.model_path)
     dense_seconds = 0.0
@@ -131,8 +131,8 @@ def run_one(
         ranks = {name: spec["rank"] for name, spec in specs.items() if "rank" in spec}
         factor_bits = {name: spec.get("factor_bits", spec.get("bits")) for name, spec in specs.items()}
     counts = byte_counts(model, packed)
-    if full_width is not None:
-        counts = against_full_width(counts, full_width)
+    if full_model is not None:
+        counts = against_full_model(counts, full_model)
     result = {
         "name": name,
         "seed": seed,
