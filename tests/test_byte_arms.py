@@ -156,12 +156,14 @@ def test_lowbit_arm_names():
 
 
 def test_narrow_arm_names_and_widths():
-    assert narrow_arm("narrow-64") == ((64, None), None)
-    assert narrow_arm("narrow-64-lowbit-ternary-g128-learned") == ((64, None), "lowbit-ternary-g128-learned")
-    assert narrow_arm("narrow-80-ends-8-4-hadamard") == ((80, None), "ends-8-4-hadamard")
-    assert narrow_arm("narrow-112x1-ends-8-4-hadamard") == ((112, 1), "ends-8-4-hadamard")
-    assert narrow_arm("narrow-64-vq-4-3") == ((64, None), "vq-4-3")
-    assert narrow_arm("narrow-64-rows-4-0.1") == ((64, None), "rows-4-0.1")
+    assert narrow_arm("narrow-64") == ((64, None, None), None)
+    assert narrow_arm("narrow-64-lowbit-ternary-g128-learned") == ((64, None, None), "lowbit-ternary-g128-learned")
+    assert narrow_arm("narrow-80-ends-8-4-hadamard") == ((80, None, None), "ends-8-4-hadamard")
+    assert narrow_arm("narrow-112x1-ends-8-4-hadamard") == ((112, 1, None), "ends-8-4-hadamard")
+    assert narrow_arm("narrow-96x2-ffn64-ends-8-4-hadamard") == ((96, 2, 64), "ends-8-4-hadamard")
+    assert narrow_arm("narrow-128-ffn128") == ((128, None, 128), None)
+    assert narrow_arm("narrow-64-vq-4-3") == ((64, None, None), "vq-4-3")
+    assert narrow_arm("narrow-64-rows-4-0.1") == ((64, None, None), "rows-4-0.1")
     for refused in (
         "narrow-064",
         "narrow-64-qat-int2-all",
@@ -169,9 +171,12 @@ def test_narrow_arm_names_and_widths():
         "narrow-64-narrow-32",
         "narrow-64x0",
         "narrow-64x",
+        "narrow-64-ffn0",
+        "narrow-64-ffn",
+        "narrow-64-ffn64x2",
     ):
         assert narrow_arm(refused) is None, refused
-    narrow = narrower(MEDIUM, (64, None))
+    narrow = narrower(MEDIUM, (64, None, None))
     assert (narrow.d_model, narrow.heads, narrow.ffn, narrow.encoder_layers, narrow.steps) == (
         64,
         4,
@@ -179,17 +184,24 @@ def test_narrow_arm_names_and_widths():
         2,
         MEDIUM.steps,
     )
-    deeper, shallower = narrower(MEDIUM, (64, 3)), narrower(MEDIUM, (128, 1))
+    deeper, shallower = narrower(MEDIUM, (64, 3, None)), narrower(MEDIUM, (128, 1, None))
     assert (deeper.d_model, deeper.ffn, deeper.encoder_layers) == (64, 128, 3)
     assert (shallower.d_model, shallower.heads, shallower.ffn, shallower.encoder_layers) == (128, 8, 256, 1)
-    for shape in ((128, None), (128, 2), (144, 1), (72, 1)):
+    thin = narrower(MEDIUM, (96, 2, 64))
+    assert (thin.d_model, thin.heads, thin.ffn, thin.encoder_layers) == (96, 6, 64, 2)
+    assert narrower(MEDIUM, (128, None, 128)).ffn == 128
+    for shape in ((128, None, None), (128, 2, None), (128, 2, 256), (128, 3, 512), (144, 1, None), (72, 1, None)):
         with pytest.raises(ValueError):
             narrower(MEDIUM, shape)
     from byte_comparison import parse_args
 
-    assert parse_args(["--runs", "narrow-32-lowbit-8-g32"]).runs == ["narrow-32-lowbit-8-g32"]
-    assert parse_args(["--runs", "narrow-80-ends-8-4-hadamard"]).runs == ["narrow-80-ends-8-4-hadamard"]
-    assert parse_args(["--runs", "narrow-112x1-ends-8-4-hadamard"]).runs == ["narrow-112x1-ends-8-4-hadamard"]
+    for name in (
+        "narrow-32-lowbit-8-g32",
+        "narrow-80-ends-8-4-hadamard",
+        "narrow-112x1-ends-8-4-hadamard",
+        "narrow-96x2-ffn64-ends-8-4-hadamard",
+    ):
+        assert parse_args(["--runs", name]).runs == [name]
 
 
 def test_int_qat_trains_rounded_weights_and_counts_their_codes():

@@ -1,7 +1,8 @@
-"""The ``narrow-<d_model>[x<layers>][-<lowbit arm>]`` arm: the smaller model a user could train instead of
+"""The ``narrow-<d_model>[x<layers>][-ffn<width>][-<lowbit arm>]`` arm: the smaller model a user could train instead of
 compressing the one they have. A fresh model of the same family, context and patches at a narrower ``d_model`` (its
 FFN and attention heads scaled with it, every head as wide as before) and, with ``x<layers>``, another number of
-encoder layers (width traded for depth at equal bytes), trained dense or as a ``lowbit-`` arm with the same steps,
+encoder layers (width traded for depth at equal bytes) and, with ``-ffn<width>``, another FFN width (the FFN's bytes
+traded for attention's or for depth), trained dense or as a ``lowbit-`` arm with the same steps,
 data and model selection as every arm; its bytes are counted against the full-width model's fp32 Linears, so that
 its fraction sits on the same axis as every compressed arm's."""
 
@@ -15,8 +16,9 @@ from .arm_names import NARROW_ARM
 from .costs import byte_counts
 from .forecasters import Size
 
-#: A narrow model's shape: its d_model and its number of encoder layers (None: the full model's).
-Shape = tuple[int, int | None]
+#: A narrow model's shape: its d_model, its number of encoder layers (None: the full model's) and its FFN width
+#: (None: the full model's in proportion to d_model).
+Shape = tuple[int, int | None, int | None]
 
 
 def narrow_arm(name: str) -> tuple[Shape, str | None] | None:
@@ -24,29 +26,31 @@ def narrow_arm(name: str) -> tuple[Shape, str | None] | None:
     match = NARROW_ARM.fullmatch(name)
     if match is None:
         return None
-    return (int(match.group(1)), None if match.group(2) is None else int(match.group(2))), match.group(3)
+    layers, ffn = (None if match.group(group) is None else int(match.group(group)) for group in (2, 3))
+    return (int(match.group(1)), layers, ffn), match.group(4)
 
 
 def narrower(size: Size, shape: Shape) -> Size:
-    """``size`` at ``d_model`` and encoder layers ``shape``: the FFN and the heads in proportion (the head dimension
-    kept), the rest as is. A model no smaller than ``size`` is refused: it is not an arm under a byte budget."""
-    width, asked = shape
+    """``size`` at the d_model, encoder layers and FFN width of ``shape``: the heads (and an FFN not given) in
+    proportion (the head dimension kept), the rest as is. A model no smaller than ``size`` in any of them is refused:
+    it is not an arm under a byte budget."""
+    width, asked, asked_ffn = shape
     layers = size.encoder_layers if asked is None else asked
+    ffn = size.ffn * width // size.d_model if asked_ffn is None else asked_ffn
     head = size.d_model // size.heads
-    name = f"narrow-{width}" + ("" if asked is None else f"x{asked}")
+    name = f"narrow-{width}" + ("" if asked is None else f"x{asked}") + ("" if asked_ffn is None else f"-ffn{ffn}")
     if width % head or width > size.d_model:
         raise ValueError(
             f"{name}: d_model {width} must be a multiple of the head width {head} up to the full width {size.d_model} "
             f"(e.g. {', '.join(str(w) for w in range(head, size.d_model, head)[:4])})"
         )
-    if width == size.d_model and layers >= size.encoder_layers:
+    if width == size.d_model and layers >= size.encoder_layers and ffn >= size.ffn:
         raise ValueError(
-            f"{name}: the full width with {layers} encoder layers is no smaller than the model; narrow it below "
-            f"d_model {size.d_model} or give it fewer than its {size.encoder_layers} layers (narrow-{width}x1)"
+            f"{name}: the full width with {layers} encoder layers and an FFN of {ffn} is no smaller than the model; "
+            f"narrow it below d_model {size.d_model}, give it fewer than its {size.encoder_layers} layers "
+            f"(narrow-{width}x1) or an FFN narrower than its {size.ffn} (narrow-{width}-ffn{size.ffn // 2})"
         )
-    return replace(
-        size, d_model=width, heads=width // head, ffn=size.ffn * width // size.d_model, encoder_layers=layers
-    )
+    return replace(size, d_model=width, heads=width // head, ffn=ffn, encoder_layers=layers)
 
 
 def against_full_model(counts: dict, full_model: torch.nn.Module) -> dict:

@@ -59,7 +59,7 @@ class Plan:
     model themselves (name -> ``prepare(model, final_ranks)``); ``post_arms``: arms that round a trained run's
     weights (name -> (source run, ``transform``)); ``switch_step``: where the ``-scheduled`` svd-all arms are cut;
     ``dense_first``: arms that train dense for a share of the steps before ``prepare`` (name -> those steps);
-    ``shapes``: arms that train a narrower fresh model (name -> its d_model and encoder layers)."""
+    ``shapes``: arms that train a narrower fresh model (name -> its d_model, encoder layers and FFN width)."""
 
     arms: list[tuple]
     switch_step: int
@@ -248,9 +248,9 @@ def run_names_help() -> str:
         "ends-<bits>-<bits>[-hadamard|-randomized-hadamard] (the first Linear at the first width, the last at the "
         "second, the rest ternary; -hadamard: every Linear but the first with that input_rotation, blocks of 128 or fewer)",
         "vq-<dim>-<bits> (every Linear's weight as runs of dim weights, each a bits-wide index into a learned codebook)",
-        "narrow-<d_model>[x<layers>][-<arm>] (a fresh model of that narrower width, the FFN and heads in proportion, "
-        "x<layers>: that many encoder layers, dense or as that lowbit-, rows-, ends- or vq- arm; bytes against the "
-        "full model's)",
+        "narrow-<d_model>[x<layers>][-ffn<width>][-<arm>] (a fresh model of that narrower width, the FFN and heads in "
+        "proportion, x<layers>: that many encoder layers, -ffn<width>: that FFN width, dense or as that lowbit-, rows-, "
+        "ends- or vq- arm; bytes against the full model's)",
         "with --budget-ratio: smartformer-bytes",
         *BYTE_DERIVED,
         *INT_QAT_ARMS,

@@ -69,7 +69,7 @@ def run_one(
     With ``teacher`` (this seed's dense run) the arm is distilled from it with ``--distill``'s weight. With
     ``dense_steps`` the model first trains dense for that many of the run's steps (its own linear learning-rate
     decay, no model selection), then ``prepare`` takes those weights and the rest of the steps train that form. With
-    ``shape`` the arm trains a fresh model of that narrower ``d_model`` and those encoder layers (``narrow_arms.py``),
+    ``shape`` the arm trains a fresh model of that narrower ``d_model``, encoder layers and FFN (``narrow_arms.py``),
     its bytes counted against the full model's."""
     train, validation, test = data
     output_dir = os.path.join(args.output_dir, "runs", f"{name}-seed{seed}")
@@ -146,6 +146,7 @@ def run_one(
         "attention_params": attention_params(model),
         "d_model": model.config.d_model,
         "encoder_layers": model.config.num_hidden_layers,
+        "ffn_dim": getattr(model.config, "ffn_dim", None) or model.config.encoder_ffn_dim,
         **counts,
         "flops": projection_flops(model),
         "model_flops": model_flops(model, test),
