@@ -235,9 +235,12 @@ def test_the_rows_arm_trains_two_widths_in_one_weight_and_counts_both():
 
 
 def test_the_ends_arm_widens_the_first_and_last_linear_and_counts_them_as_the_library_stores_them(tmp_path):
-    assert ends_arm("ends-8-4") == (8, 4, "none") and ends_arm("ends-8-4-hadamard") == (8, 4, "hadamard")
-    assert ends_arm("ends-8-4-randomized-hadamard") == (8, 4, "randomized-hadamard")
-    assert ends_arm("ends-ternary-4") is ends_arm("ends-5-4") is ends_arm("ends-8-4-rotated") is None
+    assert ends_arm("ends-8-4") == (8, 4, "none", "ternary")
+    assert ends_arm("ends-8-4-hadamard") == (8, 4, "hadamard", "ternary")
+    assert ends_arm("ends-8-4-randomized-hadamard") == (8, 4, "randomized-hadamard", "ternary")
+    assert ends_arm("ends-8-4-1-hadamard") == (8, 4, "hadamard", 1) and ends_arm("ends-4-4-2") == (4, 4, "none", 2)
+    for refused in ("ends-ternary-4", "ends-5-4", "ends-8-4-rotated", "ends-8-4-3", "ends-8-4-hadamard-1"):
+        assert ends_arm(refused) is None, refused
     model = PatchTSTForPrediction(
         tiny_patchtst_config(context_length=128, patch_length=24, patch_stride=24, d_model=128)
     )
@@ -271,6 +274,23 @@ def test_the_hadamard_ends_arm_rotates_every_linear_but_the_embedding_at_one_bit
     assert {name: layer.storage_bits() - bits[name] for name, layer in layers.items()} == {
         name: layer.in_features if layer.rotation else 0 for name, layer in layers.items()
     }  # the stored signs: one bit an input
+
+
+def test_the_ends_arm_takes_its_middle_width_and_stores_it_in_fewer_bytes():
+    """``ends-8-4-1-hadamard``: the embedding at 8 bits, the head at 4, every other Linear at one bit, rotated as the
+    ternary middle is; it stores fewer bytes than the ternary middle, the ends unchanged."""
+    config = tiny_patchtst_config(context_length=128, patch_length=24, patch_stride=24, d_model=128, ffn_dim=256)
+    ternary, one_bit = PatchTSTForPrediction(config), PatchTSTForPrediction(config)
+    prepare_ends(8, 4, "hadamard")(ternary, None)
+    prepare_ends(*ends_arm("ends-8-4-1-hadamard"))(one_bit, None)
+    layers = [m for m in one_bit.modules() if isinstance(m, LowBitLinear)]
+    assert (layers[0].bits, layers[-1].bits) == (8, 4) and {layer.bits for layer in layers[1:-1]} == {1}
+    assert all(layer.rotation is not None for layer in layers[1:])
+    pairs = list(zip((m for m in ternary.modules() if isinstance(m, LowBitLinear)), layers))
+    assert [a.storage_bits() for a, _ in pairs[:: len(pairs) - 1]] == [
+        b.storage_bits() for _, b in pairs[:: len(pairs) - 1]
+    ]
+    assert all(b.storage_bits() < a.storage_bits() for a, b in pairs[1:-1])
 
 
 def test_a_narrower_model_rotates_in_the_largest_blocks_its_inputs_allow():

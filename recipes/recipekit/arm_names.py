@@ -14,10 +14,11 @@ LOWBIT_ARM = re.compile(
 )
 #: ``rows-<bits>-<fraction>``: the first ``fraction`` of every Linear's rows at ``bits``, the rest ternary.
 ROWS_ARM = re.compile(r"rows-(8|4|3|2)-(0\.\d*[1-9]\d*)")
-#: ``ends-<bits>-<bits>``: the first Linear at the first width, the last at the second, every other one ternary
-#: (``method="mixed"``: learned scales in groups of 128, fp16 biases); ``-hadamard`` / ``-randomized-hadamard``: every
-#: Linear but the first with that ``input_rotation`` (blocks of 128, or the largest power of two its inputs allow).
-ENDS_ARM = re.compile(r"ends-(8|4|3|2)-(8|4|3|2)(?:-((?:randomized-)?hadamard))?")
+#: ``ends-<bits>-<bits>[-<bits>]``: the first Linear at the first width, the last at the second, every other one at
+#: the third (ternary if not given; 2 or 1 bit) (``method="mixed"``: learned scales in groups of 128, fp16 biases);
+#: ``-hadamard`` / ``-randomized-hadamard``: every Linear but the first with that ``input_rotation`` (blocks of 128, or
+#: the largest power of two its inputs allow).
+ENDS_ARM = re.compile(r"ends-(8|4|3|2)-(8|4|3|2)(?:-(2|1))?(?:-((?:randomized-)?hadamard))?")
 #: ``vq-<dim>-<bits>``: every Linear's weight as runs of ``dim`` weights, each an index of ``bits`` into a codebook.
 VQ_ARM = re.compile(r"vq-(2|4|8)-([1-9]|1[0-2])")
 #: ``narrow-<d_model>[x<layers>][-ffn<width>][-<arm>]``: a fresh model of that narrower width (its FFN and heads scaled
@@ -32,6 +33,6 @@ NAMED_ARM = re.compile("|".join(arm.pattern for arm in (LOWBIT_ARM, ROWS_ARM, EN
 #: How the named arms are spelled, for a message that refuses a name.
 NAMED_ARM_FORMS = (
     "lowbit-<bits>-g<group>[-learned][-fp16-bias][-hadamard][-after-dense-<fraction>], rows-<bits>-<fraction>, "
-    "ends-<bits>-<bits>[-hadamard|-randomized-hadamard], vq-<dim>-<bits> or "
+    "ends-<bits>-<bits>[-<bits>][-hadamard|-randomized-hadamard], vq-<dim>-<bits> or "
     "narrow-<d_model>[x<layers>][-ffn<width>][-<any of these>]"
 )

@@ -109,11 +109,14 @@ def rows_arm(name: str) -> tuple[int, float] | None:
     return None if match is None else (int(match.group(1)), float(match.group(2)))
 
 
-def ends_arm(name: str) -> tuple[int, int, str] | None:
-    """(bits of the first Linear, bits of the last, ``input_rotation``) of an
-    ``ends-<bits>-<bits>[-hadamard|-randomized-hadamard]`` arm name, or None."""
+def ends_arm(name: str) -> tuple[int, int, str, int | str] | None:
+    """(bits of the first Linear, bits of the last, ``input_rotation``, bits of every other one) of an
+    ``ends-<bits>-<bits>[-<bits>][-hadamard|-randomized-hadamard]`` arm name, or None."""
     match = ENDS_ARM.fullmatch(name)
-    return None if match is None else (int(match.group(1)), int(match.group(2)), match.group(3) or "none")
+    if match is None:
+        return None
+    middle = "ternary" if match.group(3) is None else int(match.group(3))
+    return int(match.group(1)), int(match.group(2)), match.group(4) or "none", middle
 
 
 def prepare_forms(slots: list[LinearSlot], allocation: Allocation) -> Callable:
@@ -260,23 +263,30 @@ def prepare_rows(bits: int, fraction: float) -> Callable:
     return prepare
 
 
-def ends_forms(names: list[str], model: torch.nn.Module, first: int, last: int, rotation: str = "none") -> dict:
+def ends_forms(
+    names: list[str],
+    model: torch.nn.Module,
+    first: int,
+    last: int,
+    rotation: str = "none",
+    middle: int | str = "ternary",
+) -> dict:
     """``method="mixed"``'s forms for Linears ``names`` (in ``model``'s order): the first (a model's input
-    embedding) at ``first`` bits, the last (its head) at ``last``, every other one ternary, all in groups of 128 with
-    learned scales and fp16 biases; every one but the first with ``input_rotation=rotation``
+    embedding) at ``first`` bits, the last (its head) at ``last``, every other one at ``middle``, all in groups of 128
+    with learned scales and fp16 biases; every one but the first with ``input_rotation=rotation``
     (``rotated_after_first``)."""
     options = {"method": "lowbit", "weight_group_size": ROWS_GROUP, "weight_scales": "learned", "bias_dtype": "float16"}
     forms = rotated_after_first(names, model, options, rotation)
     for index, name in enumerate(names):
-        forms[name]["weight_bits"] = first if index == 0 else last if index == len(names) - 1 else "ternary"
+        forms[name]["weight_bits"] = first if index == 0 else last if index == len(names) - 1 else middle
     return forms
 
 
-def prepare_ends(first: int, last: int, rotation: str = "none") -> Callable:
+def prepare_ends(first: int, last: int, rotation: str = "none", middle: int | str = "ternary") -> Callable:
     """An arm's ``prepare``: ``ends_forms`` as ``method="mixed"`` (the bytes are those the library stores)."""
 
     def prepare(model: torch.nn.Module, final_ranks) -> None:
-        forms = ends_forms(scope_names(model, "all"), model, first, last, rotation)
+        forms = ends_forms(scope_names(model, "all"), model, first, last, rotation, middle)
         apply_compression(model, CompressionConfig(method="mixed", forms=forms))
 
     return prepare
