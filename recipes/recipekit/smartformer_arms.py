@@ -245,8 +245,9 @@ def run_names_help() -> str:
         'method="lowbit", e.g. lowbit-2-g128; -learned: weight_scales="learned"; -fp16-bias: bias_dtype="float16"; '
         "-hadamard: every Linear but the first with that input_rotation; -after-dense-0.5: half the steps dense first)",
         "rows-<bits>-<fraction> (the first fraction of every Linear's rows at bits, the rest ternary)",
-        "ends-<bits>-<bits>[-hadamard|-randomized-hadamard] (the first Linear at the first width, the last at the "
-        "second, the rest ternary; -hadamard: every Linear but the first with that input_rotation, blocks of 128 or fewer)",
+        "ends-<bits>-<bits>[-<bits>][-hadamard|-randomized-hadamard] (the first Linear at the first width, the last "
+        "at the second, the rest ternary or at the third, 2 or 1; -hadamard: every Linear but the first with that "
+        "input_rotation, blocks of 128 or fewer)",
         "vq-<dim>-<bits> (every Linear's weight as runs of dim weights, each a bits-wide index into a learned codebook)",
         "narrow-<d_model>[x<layers>][-ffn<width>][-<arm>] (a fresh model of that narrower width, the FFN and heads in "
         "proportion, x<layers>: that many encoder layers, -ffn<width>: that FFN width, dense or as that lowbit-, rows-, "
