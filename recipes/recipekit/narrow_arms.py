@@ -1,10 +1,10 @@
-"""The ``narrow-<d_model>[x<layers>][-ffn<width>][-<lowbit arm>]`` arm: the smaller model a user could train instead of
-compressing the one they have. A fresh model of the same family, context and patches at a narrower ``d_model`` (its
-FFN and attention heads scaled with it, every head as wide as before) and, with ``x<layers>``, another number of
-encoder layers (width traded for depth at equal bytes) and, with ``-ffn<width>``, another FFN width (the FFN's bytes
-traded for attention's or for depth), trained dense or as a ``lowbit-`` arm with the same steps,
-data and model selection as every arm; its bytes are counted against the full-width model's fp32 Linears, so that
-its fraction sits on the same axis as every compressed arm's."""
+"""The ``narrow-<d_model>[x<layers>][-ffn<width>][-<lowbit arm>]`` arm: the smaller model a user could train
+instead of compressing the one they have. A fresh model of the same family, context and patches at a narrower
+``d_model`` (its FFN and attention heads scaled with it, every head as wide as before) and, with ``x<layers>``,
+another number of encoder layers (width traded for depth at equal bytes) and, with ``-ffn<width>``, another FFN width
+(the FFN's bytes traded for attention's or for depth), trained dense or as a ``lowbit-`` arm with the same steps, data
+and model selection as every arm; its bytes are counted against the full model's fp32 Linears, so that its fraction
+sits on the same axis as every compressed arm's."""
 
 from __future__ import annotations
 

@@ -250,8 +250,8 @@ def run_names_help() -> str:
         "input_rotation, blocks of 128 or fewer)",
         "vq-<dim>-<bits> (every Linear's weight as runs of dim weights, each a bits-wide index into a learned codebook)",
         "narrow-<d_model>[x<layers>][-ffn<width>][-<arm>] (a fresh model of that narrower width, the FFN and heads in "
-        "proportion, x<layers>: that many encoder layers, -ffn<width>: that FFN width, dense or as that lowbit-, rows-, "
-        "ends- or vq- arm; bytes against the full model's)",
+        "proportion, x<layers>: that many encoder layers, -ffn<width>: that FFN width, dense or as that lowbit-, "
+        "rows-, ends- or vq- arm; bytes against the full model's)",
         "with --budget-ratio: smartformer-bytes",
         *BYTE_DERIVED,
         *INT_QAT_ARMS,
