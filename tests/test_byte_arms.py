@@ -286,11 +286,11 @@ def test_the_ends_arm_takes_its_middle_width_and_stores_it_in_fewer_bytes():
     layers = [m for m in one_bit.modules() if isinstance(m, LowBitLinear)]
     assert (layers[0].bits, layers[-1].bits) == (8, 4) and {layer.bits for layer in layers[1:-1]} == {1}
     assert all(layer.rotation is not None for layer in layers[1:])
-    pairs = list(zip((m for m in ternary.modules() if isinstance(m, LowBitLinear)), layers))
-    assert [a.storage_bits() for a, _ in pairs[:: len(pairs) - 1]] == [
-        b.storage_bits() for _, b in pairs[:: len(pairs) - 1]
-    ]
-    assert all(b.storage_bits() < a.storage_bits() for a, b in pairs[1:-1])
+    bits = [(a.storage_bits(), b.storage_bits()) for a, b in zip(ternary.modules(), one_bit.modules())
+            if isinstance(b, LowBitLinear)]  # fmt: skip
+    (first_ternary, first_one_bit), (last_ternary, last_one_bit) = bits[0], bits[-1]
+    assert first_ternary == first_one_bit and last_ternary == last_one_bit
+    assert all(one < three for three, one in bits[1:-1])
 
 
 def test_a_narrower_model_rotates_in_the_largest_blocks_its_inputs_allow():
