@@ -156,14 +156,19 @@ def test_lowbit_arm_names():
 
 
 def test_narrow_arm_names_and_widths():
-    assert narrow_arm("narrow-64") == ((64, None, None), None)
-    assert narrow_arm("narrow-64-lowbit-ternary-g128-learned") == ((64, None, None), "lowbit-ternary-g128-learned")
-    assert narrow_arm("narrow-80-ends-8-4-hadamard") == ((80, None, None), "ends-8-4-hadamard")
-    assert narrow_arm("narrow-112x1-ends-8-4-hadamard") == ((112, 1, None), "ends-8-4-hadamard")
-    assert narrow_arm("narrow-96x2-ffn64-ends-8-4-hadamard") == ((96, 2, 64), "ends-8-4-hadamard")
-    assert narrow_arm("narrow-128-ffn128") == ((128, None, 128), None)
-    assert narrow_arm("narrow-64-vq-4-3") == ((64, None, None), "vq-4-3")
-    assert narrow_arm("narrow-64-rows-4-0.1") == ((64, None, None), "rows-4-0.1")
+    assert narrow_arm("narrow-64") == ((64, None, None, False), None)
+    assert narrow_arm("narrow-64-lowbit-ternary-g128-learned") == (
+        (64, None, None, False),
+        "lowbit-ternary-g128-learned",
+    )
+    assert narrow_arm("narrow-80-ends-8-4-hadamard") == ((80, None, None, False), "ends-8-4-hadamard")
+    assert narrow_arm("narrow-112x1-ends-8-4-hadamard") == ((112, 1, None, False), "ends-8-4-hadamard")
+    assert narrow_arm("narrow-96x2-ffn64-ends-8-4-hadamard") == ((96, 2, 64, False), "ends-8-4-hadamard")
+    assert narrow_arm("narrow-128-ffn128") == ((128, None, 128, False), None)
+    assert narrow_arm("narrow-64-vq-4-3") == ((64, None, None, False), "vq-4-3")
+    assert narrow_arm("narrow-64-rows-4-0.1") == ((64, None, None, False), "rows-4-0.1")
+    assert narrow_arm("narrow-112x2-shared-ends-8-4-hadamard") == ((112, 2, None, True), "ends-8-4-hadamard")
+    assert narrow_arm("narrow-128-ffn48-shared-ends-8-4-1") == ((128, None, 48, True), "ends-8-4-1")
     for refused in (
         "narrow-064",
         "narrow-64-qat-int2-all",
@@ -174,9 +179,11 @@ def test_narrow_arm_names_and_widths():
         "narrow-64-ffn0",
         "narrow-64-ffn",
         "narrow-64-ffn64x2",
+        "narrow-64-ends-8-4-shared",
+        "narrow-64-shared-shared",
     ):
         assert narrow_arm(refused) is None, refused
-    narrow = narrower(MEDIUM, (64, None, None))
+    narrow = narrower(MEDIUM, (64, None, None, False))
     assert (narrow.d_model, narrow.heads, narrow.ffn, narrow.encoder_layers, narrow.steps) == (
         64,
         4,
@@ -184,15 +191,26 @@ def test_narrow_arm_names_and_widths():
         2,
         MEDIUM.steps,
     )
-    deeper, shallower = narrower(MEDIUM, (64, 3, None)), narrower(MEDIUM, (128, 1, None))
+    deeper, shallower = narrower(MEDIUM, (64, 3, None, False)), narrower(MEDIUM, (128, 1, None, False))
     assert (deeper.d_model, deeper.ffn, deeper.encoder_layers) == (64, 128, 3)
     assert (shallower.d_model, shallower.heads, shallower.ffn, shallower.encoder_layers) == (128, 8, 256, 1)
-    thin = narrower(MEDIUM, (96, 2, 64))
+    thin = narrower(MEDIUM, (96, 2, 64, False))
     assert (thin.d_model, thin.heads, thin.ffn, thin.encoder_layers) == (96, 6, 64, 2)
-    assert narrower(MEDIUM, (128, None, 128)).ffn == 128
-    for shape in ((128, None, None), (128, 2, None), (128, 2, 256), (128, 3, 512), (144, 1, None), (72, 1, None)):
+    assert narrower(MEDIUM, (128, None, 128, False)).ffn == 128
+    for shape in (
+        (128, None, None, False),
+        (128, 2, None, False),
+        (128, 2, 256, False),
+        (128, 3, 512, False),
+        (144, 1, None, False),
+        (72, 1, None, False),
+    ):
         with pytest.raises(ValueError):
             narrower(MEDIUM, shape)
+    shared = narrower(MEDIUM, (128, None, None, True))  # the full shape, its second layer reusing the first's Linears
+    assert (shared.d_model, shared.ffn, shared.encoder_layers) == (128, 256, 2)
+    with pytest.raises(ValueError, match="one encoder layer has no later layer to share its Linears"):
+        narrower(MEDIUM, (112, 1, None, True))
     from byte_comparison import parse_args
 
     for name in (
@@ -200,6 +218,7 @@ def test_narrow_arm_names_and_widths():
         "narrow-80-ends-8-4-hadamard",
         "narrow-112x1-ends-8-4-hadamard",
         "narrow-96x2-ffn64-ends-8-4-hadamard",
+        "narrow-112x2-shared-ends-8-4-hadamard",
     ):
         assert parse_args(["--runs", name]).runs == [name]
 

@@ -225,10 +225,10 @@ def test_a_resumed_low_bit_arm_scores_as_the_uninterrupted_run(smartformer, tmp_
 
 
 def test_a_narrow_arm_trains_a_smaller_model_and_counts_its_bytes_against_the_full_width(smartformer, tmp_path, capsys):
-    """``narrow-<d_model>[x<layers>][-ffn<width>][-<arm>]`` trains a fresh model at that width (heads and FFN in
-    proportion), depth and FFN width, dense or as the named arm (low-bit, the wider ends rotated), and its fractions are of the full-width
-    model's fp32 bytes; a shape the model cannot take, or a checkpoint to start from, is refused before anything
-    trains."""
+    """``narrow-<d_model>[x<layers>][-ffn<width>][-shared][-<arm>]`` trains a fresh model at that width (heads and FFN
+    in proportion), depth and FFN width, dense or as the named arm (low-bit, the wider ends rotated), its later
+    layers reusing the first's Linears where shared, and its fractions are of the full-width model's fp32 bytes; a
+    shape the model cannot take, or a checkpoint to start from, is refused before anything trains."""
     common = ["--model", "patchtst", "--dataset", str(series_csv(tmp_path / "s.csv")), "--horizon", "8",
               "--context", "64", "--steps", "4"]  # fmt: skip
     for runs, message in ((["narrow-12"], "a multiple of the head width 8 up to the full width 32 (e.g. 8, 16, 24)"),
@@ -236,7 +236,9 @@ def test_a_narrow_arm_trains_a_smaller_model_and_counts_its_bytes_against_the_fu
                           (["narrow-32"], "no smaller than the model; narrow it below d_model 32, give it fewer"),
                           (["narrow-32x2"], "narrow-32x2: the full width with 2 encoder layers and an FFN of 64 is"),
                           (["narrow-32-ffn64"], "or an FFN narrower than its 64 (narrow-32-ffn32)"),
-                          (["narrow-32x0"], "unknown ['narrow-32x0']")):  # fmt: skip
+                          (["narrow-32x0"], "unknown ['narrow-32x0']"),
+                          (["narrow-32x1-shared-ends-8-4"], "one encoder layer has no later layer to share"),
+                          (["narrow-16-shared-lowbit-4-g16"], "-shared takes an ends- arm after it")):  # fmt: skip
         with pytest.raises(SystemExit):
             smartformer.main([*common, "--runs", *runs, "--output-dir", str(tmp_path / "none")])
         assert message in capsys.readouterr().err
@@ -249,12 +251,19 @@ def test_a_narrow_arm_trains_a_smaller_model_and_counts_its_bytes_against_the_fu
     assert "trains a fresh narrower model" in capsys.readouterr().err
     assert not (tmp_path / "none").exists()
     runs = ["dense", "narrow-16", "narrow-16-lowbit-4-g16", "narrow-16-ends-8-4-hadamard", "narrow-32x1-ends-8-4",
-            "narrow-32-ffn16"]  # fmt: skip
+            "narrow-32-ffn16", "narrow-32-shared-ends-8-4"]  # fmt: skip
     results = smartformer.main([*common, "--runs", *runs, "--output-dir", str(tmp_path / "out")])
-    dense, narrow, narrow_lowbit, narrow_ends, shallow, thin = results["runs"]
-    assert [run["d_model"] for run in results["runs"]] == [32, 16, 16, 16, 32, 32]
-    assert [run["encoder_layers"] for run in results["runs"]] == [2, 2, 2, 2, 1, 2]
-    assert [run["ffn_dim"] for run in results["runs"]] == [64, 32, 32, 32, 64, 16]
+    dense, narrow, narrow_lowbit, narrow_ends, shallow, thin, shared = results["runs"]
+    assert [run["d_model"] for run in results["runs"]] == [32, 16, 16, 16, 32, 32, 32]
+    assert [run["encoder_layers"] for run in results["runs"]] == [2, 2, 2, 2, 1, 2, 2]
+    assert [run["ffn_dim"] for run in results["runs"]] == [64, 32, 32, 32, 64, 16, 64]
+    # two layers, the second computing with the first's Linears: the bytes of one layer, another model
+    assert shared["linear_bytes"]["disk"] == shallow["linear_bytes"]["disk"]
+    assert shared["shared_from"] == {
+        f"model.encoder.layers.1.{linear}": f"model.encoder.layers.0.{linear}"
+        for linear in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.out_proj", "ff.0", "ff.3")
+    }
+    assert shared["metrics"]["mse"] != shallow["metrics"]["mse"]
     assert thin["linear_bytes"]["disk"] < dense["linear_bytes"]["disk"] == thin["linear_bytes"]["full_width_dense"]
     assert shallow["linear_bytes"]["full_width_dense"] == dense["linear_bytes"]["dense"]
     assert dense["linear_bytes"]["dense"] / 2 < shallow["linear_bytes"]["dense"] < dense["linear_bytes"]["dense"]

@@ -21,12 +21,13 @@ ROWS_ARM = re.compile(r"rows-(8|4|3|2)-(0\.\d*[1-9]\d*)")
 ENDS_ARM = re.compile(r"ends-(8|4|3|2)-(8|4|3|2)(?:-(2|1))?(?:-((?:randomized-)?hadamard))?")
 #: ``vq-<dim>-<bits>``: every Linear's weight as runs of ``dim`` weights, each an index of ``bits`` into a codebook.
 VQ_ARM = re.compile(r"vq-(2|4|8)-([1-9]|1[0-2])")
-#: ``narrow-<d_model>[x<layers>][-ffn<width>][-<arm>]``: a fresh model of that narrower width (its FFN and heads scaled
-#: with it, the head dimension kept; ``x<layers>``: that many encoder layers; ``-ffn<width>``: that FFN width instead)
-#: trained as it is or as that ``lowbit-``, ``rows-``, ``ends-`` or ``vq-`` arm: the smaller model a user could train
-#: instead, its bytes counted against the full model's fp32 Linears.
+#: ``narrow-<d_model>[x<layers>][-ffn<width>][-shared][-<arm>]``: a fresh model of that narrower width (its FFN and
+#: heads scaled with it, the head dimension kept; ``x<layers>``: that many encoder layers; ``-ffn<width>``: that FFN
+#: width instead; ``-shared``: every encoder layer after the first reuses the first's Linears, an ``ends-`` arm's forms
+#: with ``{"method": "shared"}``) trained as it is or as that ``lowbit-``, ``rows-``, ``ends-`` or ``vq-`` arm: the
+#: smaller model a user could train instead, its bytes counted against the full model's fp32 Linears.
 NARROW_ARM = re.compile(
-    rf"narrow-([1-9]\d*)(?:x([1-9]\d*))?(?:-ffn([1-9]\d*))?(?:-({'|'.join(arm.pattern for arm in (LOWBIT_ARM, ROWS_ARM, ENDS_ARM, VQ_ARM))}))?"
+    rf"narrow-([1-9]\d*)(?:x([1-9]\d*))?(?:-ffn([1-9]\d*))?(-shared)?(?:-({'|'.join(arm.pattern for arm in (LOWBIT_ARM, ROWS_ARM, ENDS_ARM, VQ_ARM))}))?"
 )
 #: Any of them.
 NAMED_ARM = re.compile("|".join(arm.pattern for arm in (LOWBIT_ARM, ROWS_ARM, ENDS_ARM, VQ_ARM, NARROW_ARM)))
@@ -34,5 +35,5 @@ NAMED_ARM = re.compile("|".join(arm.pattern for arm in (LOWBIT_ARM, ROWS_ARM, EN
 NAMED_ARM_FORMS = (
     "lowbit-<bits>-g<group>[-learned][-fp16-bias][-hadamard][-after-dense-<fraction>], rows-<bits>-<fraction>, "
     "ends-<bits>-<bits>[-<bits>][-hadamard|-randomized-hadamard], vq-<dim>-<bits> or "
-    "narrow-<d_model>[x<layers>][-ffn<width>][-<any of these>]"
+    "narrow-<d_model>[x<layers>][-ffn<width>][-shared][-<any of these>]"
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import random
+import re
 from collections.abc import Callable
 
 import torch
@@ -44,6 +45,8 @@ BYTE_DERIVED = (
 INT_QAT_ARMS = ("qat-int4-all", "qat-int2-all")
 #: Input columns per learned scale of the ``rows-`` arms (as ``lowbit-ternary-g128-learned``).
 ROWS_GROUP = 128
+#: A Linear of a numbered layer: (the path up to the index, the index, the rest of the name).
+LAYER_INDEX = re.compile(r"(.*\.layers\.)(\d+)(\..+)")
 
 Allocation = dict[str, Form]  # Linear name -> its form
 
@@ -282,11 +285,28 @@ def ends_forms(
     return forms
 
 
-def prepare_ends(first: int, last: int, rotation: str = "none", middle: int | str = "ternary") -> Callable:
-    """An arm's ``prepare``: ``ends_forms`` as ``method="mixed"`` (the bytes are those the library stores)."""
+def shared_after_first_layer(forms: dict[str, dict]) -> dict[str, dict]:
+    """``forms`` with every Linear of a numbered layer after the first (``….layers.<i>.…``, i > 0) reusing its
+    counterpart in layer 0 (``{"method": "shared"}``): cross-layer sharing, one layer's bytes."""
+    shared = {}
+    for name, form in forms.items():
+        match = LAYER_INDEX.fullmatch(name)
+        if match is not None and match.group(2) != "0":
+            form = {"method": "shared", "source": f"{match.group(1)}0{match.group(3)}"}
+        shared[name] = form
+    return shared
+
+
+def prepare_ends(
+    first: int, last: int, rotation: str = "none", middle: int | str = "ternary", shared: bool = False
+) -> Callable:
+    """An arm's ``prepare``: ``ends_forms`` as ``method="mixed"`` (the bytes are those the library stores); with
+    ``shared`` the layers after the first reuse the first's Linears (``shared_after_first_layer``)."""
 
     def prepare(model: torch.nn.Module, final_ranks) -> None:
         forms = ends_forms(scope_names(model, "all"), model, first, last, rotation, middle)
+        if shared:
+            forms = shared_after_first_layer(forms)
         apply_compression(model, CompressionConfig(method="mixed", forms=forms))
 
     return prepare

@@ -1,10 +1,12 @@
-"""The ``narrow-<d_model>[x<layers>][-ffn<width>][-<lowbit arm>]`` arm: the smaller model a user could train
-instead of compressing the one they have. A fresh model of the same family, context and patches at a narrower
+"""The ``narrow-<d_model>[x<layers>][-ffn<width>][-shared][-<lowbit arm>]`` arm: the smaller model a user could
+train instead of compressing the one they have. A fresh model of the same family, context and patches at a narrower
 ``d_model`` (its FFN and attention heads scaled with it, every head as wide as before) and, with ``x<layers>``,
 another number of encoder layers (width traded for depth at equal bytes) and, with ``-ffn<width>``, another FFN width
 (the FFN's bytes traded for attention's or for depth), trained dense or as a ``lowbit-`` arm with the same steps, data
 and model selection as every arm; its bytes are counted against the full model's fp32 Linears, so that its fraction
-sits on the same axis as every compressed arm's."""
+sits on the same axis as every compressed arm's. With ``-shared`` (an ``ends-`` arm) every encoder layer after the
+first computes with the first's Linears (``{"method": "shared"}`` forms), keeping its own norms: the depth of several
+layers at the bytes of one."""
 
 from __future__ import annotations
 
@@ -16,9 +18,9 @@ from .arm_names import NARROW_ARM
 from .costs import byte_counts
 from .forecasters import Size
 
-#: A narrow model's shape: its d_model, its number of encoder layers (None: the full model's) and its FFN width
-#: (None: the full model's in proportion to d_model).
-Shape = tuple[int, int | None, int | None]
+#: A narrow model's shape: its d_model, its number of encoder layers (None: the full model's), its FFN width (None:
+#: the full model's in proportion to d_model) and whether the layers after the first share the first's Linears.
+Shape = tuple[int, int | None, int | None, bool]
 
 
 def narrow_arm(name: str) -> tuple[Shape, str | None] | None:
@@ -27,24 +29,27 @@ def narrow_arm(name: str) -> tuple[Shape, str | None] | None:
     if match is None:
         return None
     layers, ffn = (None if match.group(group) is None else int(match.group(group)) for group in (2, 3))
-    return (int(match.group(1)), layers, ffn), match.group(4)
+    return (int(match.group(1)), layers, ffn, match.group(4) is not None), match.group(5)
 
 
 def narrower(size: Size, shape: Shape) -> Size:
     """``size`` at the d_model, encoder layers and FFN width of ``shape``: the heads (and an FFN not given) in
-    proportion (the head dimension kept), the rest as is. A model no smaller than ``size`` in any of them is refused:
-    it is not an arm under a byte budget."""
-    width, asked, asked_ffn = shape
+    proportion (the head dimension kept), the rest as is. A model no smaller than ``size`` in any of them (without
+    shared layers) is refused: it is not an arm under a byte budget; so is sharing in a model of one layer."""
+    width, asked, asked_ffn, shared = shape
     layers = size.encoder_layers if asked is None else asked
     ffn = size.ffn * width // size.d_model if asked_ffn is None else asked_ffn
     head = size.d_model // size.heads
     name = f"narrow-{width}" + ("" if asked is None else f"x{asked}") + ("" if asked_ffn is None else f"-ffn{ffn}")
+    name += "-shared" if shared else ""
     if width % head or width > size.d_model:
         raise ValueError(
             f"{name}: d_model {width} must be a multiple of the head width {head} up to the full width {size.d_model} "
             f"(e.g. {', '.join(str(w) for w in range(head, size.d_model, head)[:4])})"
         )
-    if width == size.d_model and layers >= size.encoder_layers and ffn >= size.ffn:
+    if shared and layers < 2:
+        raise ValueError(f"{name}: one encoder layer has no later layer to share its Linears; give it x2 or more")
+    if width == size.d_model and layers >= size.encoder_layers and ffn >= size.ffn and not shared:
         raise ValueError(
             f"{name}: the full width with {layers} encoder layers and an FFN of {ffn} is no smaller than the model; "
             f"narrow it below d_model {size.d_model}, give it fewer than its {size.encoder_layers} layers "

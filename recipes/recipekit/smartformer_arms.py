@@ -175,14 +175,20 @@ def add_named_arm(plan: Plan, name: str, arm: str, steps: int) -> None:
 
 
 def add_narrow_arm(plan: Plan, name: str, shape: Shape, arm: str | None, size: Size, path: str | None) -> None:
-    """The ``narrow-`` arm ``name``: a fresh model of ``shape``, dense or as the named arm ``arm``."""
+    """The ``narrow-`` arm ``name``: a fresh model of ``shape``, dense or as the named arm ``arm`` (an ``ends-`` arm
+    whose later layers share the first's Linears where the shape says so)."""
     narrower(size, shape)  # refuses a shape the model cannot take, before any arm trains
     if path is not None:
         raise ValueError(f"--runs {name} trains a fresh narrower model; it cannot start from --model-path {path}")
+    shared = shape[3]
+    if shared and (arm is None or ends_arm(arm) is None):
+        raise ValueError(f"--runs {name}: -shared takes an ends- arm after it (e.g. {name}-ends-8-4-hadamard)")
     if arm is None:
         plan.arms.append((name, None, None, None))
     else:
         add_named_arm(plan, name, arm, size.steps)
+    if shared:
+        plan.prepares[name] = prepare_ends(*ends_arm(arm), shared=True)
     plan.shapes[name] = shape
 
 
@@ -249,9 +255,10 @@ def run_names_help() -> str:
         "at the second, the rest ternary or at the third, 2 or 1; -hadamard: every Linear but the first with that "
         "input_rotation, blocks of 128 or fewer)",
         "vq-<dim>-<bits> (every Linear's weight as runs of dim weights, each a bits-wide index into a learned codebook)",
-        "narrow-<d_model>[x<layers>][-ffn<width>][-<arm>] (a fresh model of that narrower width, the FFN and heads in "
-        "proportion, x<layers>: that many encoder layers, -ffn<width>: that FFN width, dense or as that lowbit-, "
-        "rows-, ends- or vq- arm; bytes against the full model's)",
+        "narrow-<d_model>[x<layers>][-ffn<width>][-shared][-<arm>] (a fresh model of that narrower width, the FFN and "
+        "heads in proportion, x<layers>: that many encoder layers, -ffn<width>: that FFN width, -shared: the layers "
+        "after the first reuse its Linears (an ends- arm), dense or as that lowbit-, rows-, ends- or vq- arm; bytes "
+        "against the full model's)",
         "with --budget-ratio: smartformer-bytes",
         *BYTE_DERIVED,
         *INT_QAT_ARMS,

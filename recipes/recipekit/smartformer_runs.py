@@ -123,13 +123,14 @@ def run_one(
     trainer.train(resume_from_checkpoint=checkpoint)
     seconds = time.perf_counter() - start + dense_seconds
     model = trainer.model
-    ranks, factor_bits = {}, {}
+    ranks, factor_bits, shared_from = {}, {}, {}
     if method is not None:
         ranks = {group.name: model.get_submodule(group.modules[0]).rank for group in attention_groups(model)}
     elif getattr(model.config, "compression_config", None):  # every Linear of its own: its rank and width
         specs = model.config.compression_config["modules"]
         ranks = {name: spec["rank"] for name, spec in specs.items() if "rank" in spec}
         factor_bits = {name: spec.get("factor_bits", spec.get("bits")) for name, spec in specs.items()}
+        shared_from = {name: spec["source"] for name, spec in specs.items() if spec["type"] == "shared"}
     counts = byte_counts(model, packed)
     if full_model is not None:
         counts = against_full_model(counts, full_model)
@@ -152,6 +153,7 @@ def run_one(
         "model_flops": model_flops(model, test),
         "ranks": ranks,
         "factor_bits": factor_bits,
+        "shared_from": shared_from,
         "agent_seed": None if search is None else search.seed,
         "switch_step": switch_at,
         "distill_weight": None if teacher is None else args.distill,

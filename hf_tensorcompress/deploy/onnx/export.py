@@ -25,7 +25,7 @@ from ...runtime.torchao_linears import dense_linears, linears_config
 from .embeddings import swap_embeddings
 from .errors import OnnxExportError
 from .graphs import GRAPHS, graph_for
-from .linears import GRAPH_FORMS
+from .linears import GRAPH_FORMS, link_shared
 from .metadata import write_metadata
 from .ortops import ACCURACY_LEVELS
 from .ortops import TRANSLATIONS as CONTRIB_TRANSLATIONS
@@ -46,6 +46,7 @@ def swap_layers(model: nn.Module, ort_ops: bool = False, accuracy_level: int = 0
         if form is not None:
             model.set_submodule(name, form(module))
             replaced.append(name)
+    link_shared(model)
     for module in model.modules():
         if isinstance(module, GraphLowBit):
             module.ort_ops, module.accuracy_level = ort_ops, accuracy_level
@@ -111,7 +112,7 @@ def export_onnx(
     left = {type(module).layer_type for module in model.modules() if isinstance(module, CompressedLayer)}
     if left:
         raise OnnxExportError(
-            f"layer types {sorted(left)} have no ONNX export form (cp, svd, biprop, tiered_embedding and tt_embedding have one)"
+            f"layer types {sorted(left)} have no ONNX export form (cp, svd, biprop, lowbit, shared, tiered_embedding and tt_embedding have one)"
         )
     wrapper, inputs, dynamic, metadata = graph(model)
     wrapper, dynamic, metadata = in_user_units(wrapper, model, metadata, dynamic, statistics)

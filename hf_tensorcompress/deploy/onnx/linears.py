@@ -15,6 +15,7 @@ from torch import nn
 from ...methods.biprop.layer import BipropLinear
 from ...methods.cp.layer import STORED_NAMES, CPLinear
 from ...methods.lowbit.layer import LowBitLinear
+from ...methods.mixed.shared import SharedLinear
 from ...methods.svd.layer import LowRankLinear
 from ...runtime.factor_storage import stored
 from .unpack import GraphCodebook, GraphLowBit, GraphTernary, graph_form, unpack_codes
@@ -143,9 +144,30 @@ class GraphLowBitLinear(nn.Module):
         return y if self.bias is None else y + self.bias
 
 
+class GraphShared(nn.Module):
+    """A shared Linear: the export form of the module it shares, whose initializers the graph then holds once
+    (linked by ``link_shared`` once every layer has its export form)."""
+
+    def __init__(self, layer: SharedLinear) -> None:
+        super().__init__()
+        self.source = layer.source
+        object.__setattr__(self, "source_layer", None)  # a reference, not a submodule: the source's tensors once
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.source_layer(x)
+
+
+def link_shared(model: nn.Module) -> None:
+    """Point every ``GraphShared`` of ``model`` at the export form (or dense Linear) its source now is."""
+    for module in model.modules():
+        if isinstance(module, GraphShared):
+            object.__setattr__(module, "source_layer", model.get_submodule(module.source))
+
+
 GRAPH_FORMS: dict[type, type[nn.Module]] = {
     CPLinear: GraphCP,
     LowRankLinear: GraphSVD,
     BipropLinear: GraphBiprop,
     LowBitLinear: GraphLowBitLinear,
+    SharedLinear: GraphShared,
 }
