@@ -42,6 +42,19 @@ CASES: dict[tuple[str, str], dict] = {
     ("lowbit", "informer"): dict(weight_bits=1, weight_group_size=None),
     ("lowbit", "llama"): dict(weight_bits=2, weight_group_size=8),
     ("lowbit", "gpt2"): dict(weight_bits=8, weight_group_size=8),
+    # every form a Linear can take, one of them reusing another layer's Linear
+    ("mixed", "patchtst"): dict(
+        forms={
+            "q_proj": {"method": "lowbit", "weight_bits": 4, "weight_group_size": 8},
+            "k_proj": {"method": "svd", "rank": 0.5, "factor_bits": 4},
+            "v_proj": {"method": "biprop", "keep_ratio": 0.5, "init": "dense", "bias": True},
+            "out_proj": {"method": "cp", "rank": 0.5, "cp_iterations": 2},
+            "model.encoder.layers.1.self_attn.q_proj": {
+                "method": "shared",
+                "source": "model.encoder.layers.0.self_attn.q_proj",
+            },
+        }
+    ),
 }
 #: One family per method runs in the fast tier; the other families are marked slow.
 FAST = {
@@ -51,6 +64,7 @@ FAST = {
     ("tt", "llama"),
     ("tiered", "llama"),
     ("lowbit", "patchtst"),
+    ("mixed", "patchtst"),
 }
 
 

@@ -76,7 +76,11 @@ def for_this_class(model: nn.Module, compression: dict) -> dict:
         getattr(model.config, "architectures", None) or [type(model).__name__]
     )
     outside = lambda name: name not in names and not name.startswith(prefix) and prefix + name not in names  # noqa: E731
-    modules = {rename(n): spec for n, spec in compression["modules"].items() if not (into_base and outside(n))}
+    modules = {
+        rename(n): {**spec, "source": rename(spec["source"])} if "source" in spec else spec  # a shared Linear's
+        for n, spec in compression["modules"].items()
+        if not (into_base and outside(n))
+    }
     renamed = {**compression, "modules": modules}
     if "attention_modules" in compression:
         renamed["attention_modules"] = [rename(name) for name in compression["attention_modules"]]

@@ -70,6 +70,8 @@ class SharedLinear(CompressedLinear):
     def bind(self, model: nn.Module) -> None:
         """Link to the module ``source`` names, now that every layer of ``model`` is installed."""
         source = model.get_submodule(self.source)
+        if source is self:
+            raise ValueError(f"{self.source!r} shares itself; name another Linear of its shape as its source")
         check_source(source, self.source, self.in_features, self.out_features, self.has_bias)
         object.__setattr__(self, "source_layer", source)
 
