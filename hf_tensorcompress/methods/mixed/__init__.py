@@ -1,8 +1,8 @@
-"""``method="mixed"``: a form of its own for each target Linear (low-bit, low-rank, CP, Biprop), the byte search's
-result as a config.
+"""``method="mixed"``: a form of its own for each target Linear (low-bit, low-rank, CP, Biprop, or a reuse of
+another Linear's weights), the byte search's result as a config.
 
 ``config.py`` ``MixedConfig`` · ``apply.py`` (builds each Linear with the method its form names; the layers are those
-methods', shipped in checkpoints).
+methods', shipped in checkpoints) · ``shared.py`` (``SharedLinear``: a Linear computing with another one's weights).
 """
 
 from ...core.lazy import lazy_exports
