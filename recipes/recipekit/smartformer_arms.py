@@ -183,12 +183,13 @@ def add_narrow_arm(plan: Plan, name: str, shape: Shape, arm: str | None, size: S
     shared = shape[3]
     if shared and (arm is None or ends_arm(arm) is None):
         raise ValueError(f"--runs {name}: -shared takes an ends- arm after it (e.g. {name}-ends-8-4-hadamard)")
-    if arm is None:
+    if shared:
+        plan.arms.append((name, None, None, None))
+        plan.prepares[name] = prepare_ends(*ends_arm(arm), shared=True)
+    elif arm is None:
         plan.arms.append((name, None, None, None))
     else:
         add_named_arm(plan, name, arm, size.steps)
-    if shared:
-        plan.prepares[name] = prepare_ends(*ends_arm(arm), shared=True)
     plan.shapes[name] = shape
 
 
