@@ -258,7 +258,8 @@ def test_the_ends_arm_widens_the_first_and_last_linear_and_counts_them_as_the_li
     assert ends_arm("ends-8-4-hadamard") == (8, 4, "hadamard", "ternary")
     assert ends_arm("ends-8-4-randomized-hadamard") == (8, 4, "randomized-hadamard", "ternary")
     assert ends_arm("ends-8-4-1-hadamard") == (8, 4, "hadamard", 1) and ends_arm("ends-4-4-2") == (4, 4, "none", 2)
-    for refused in ("ends-ternary-4", "ends-5-4", "ends-8-4-rotated", "ends-8-4-3", "ends-8-4-hadamard-1"):
+    assert ends_arm("ends-8-4-3-hadamard") == (8, 4, "hadamard", 3)
+    for refused in ("ends-ternary-4", "ends-5-4", "ends-8-4-rotated", "ends-8-4-8", "ends-8-4-hadamard-1"):
         assert ends_arm(refused) is None, refused
     model = PatchTSTForPrediction(
         tiny_patchtst_config(context_length=128, patch_length=24, patch_stride=24, d_model=128)
