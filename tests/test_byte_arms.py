@@ -30,6 +30,7 @@ from recipekit.byte_arms import (
     rotation_block,
     rows_arm,
 )
+from recipekit.costs import model_flops
 from recipekit.forecasters import MEDIUM
 from recipekit.narrow_arms import narrow_arm, narrower
 from recipekit.vector_arms import prepare_vq, vq_arm
@@ -539,3 +540,15 @@ def test_a_learning_rate_sweep_keeps_each_arm_and_seeds_best_validated_rate_and_
         merged([low, {**high, "learning_rate": None}])
     with pytest.raises(ValueError, match="random-bytes"):
         merged([recipe(1e-3, [("random-bytes", 0, 0.1, 1.0)]), recipe(4e-3, [("random-bytes", 0, 0.1, 1.0)])])
+
+
+def test_model_flops_counts_the_products_of_packed_layers_the_fused_kernels_take():
+    """Evaluated without gradients, a 3-bit Linear multiplies through the library's fused CPU kernel, which torch's
+    FLOP counter cannot see: counted with torch's products instead, the model costs what its dense twin does (the
+    same shapes, the same multiply-adds), not less."""
+    config = tiny_patchtst_config(context_length=128, patch_length=24, patch_stride=24, d_model=128, ffn_dim=256)
+    dense, packed = PatchTSTForPrediction(config), PatchTSTForPrediction(config)
+    prepare_ends(*ends_arm("ends-8-4-3"))(packed, None)
+    window = [{"past_values": torch.randn(128, config.num_input_channels),
+               "future_values": torch.randn(config.prediction_length, config.num_input_channels)}]  # fmt: skip
+    assert model_flops(packed, window) == model_flops(dense, window) > 0
