@@ -15,9 +15,9 @@ LOWBIT_ARM = re.compile(
 #: ``rows-<bits>-<fraction>``: the first ``fraction`` of every Linear's rows at ``bits``, the rest ternary.
 ROWS_ARM = re.compile(r"rows-(8|4|3|2)-(0\.\d*[1-9]\d*)")
 #: ``ends-<bits>-<bits>[-<bits>]``: the first Linear at the first width, the last at the second, every other one at
-#: the third (ternary if not given; 4, 3, 2 or 1 bit) (``method="mixed"``: learned scales in groups of 128, fp16 biases);
-#: ``-hadamard`` / ``-randomized-hadamard``: every Linear but the first with that ``input_rotation`` (blocks of 128, or
-#: the largest power of two its inputs allow).
+#: the third (ternary if not given; 4, 3, 2 or 1 bit) (``method="mixed"``: learned scales in groups of 128, fp16
+#: biases); ``-hadamard`` / ``-randomized-hadamard``: every Linear but the first with that ``input_rotation`` (blocks of
+#: 128, or the largest power of two its inputs allow).
 ENDS_ARM = re.compile(r"ends-(8|4|3|2)-(8|4|3|2)(?:-(4|3|2|1))?(?:-((?:randomized-)?hadamard))?")
 #: ``vq-<dim>-<bits>``: every Linear's weight as runs of ``dim`` weights, each an index of ``bits`` into a codebook.
 VQ_ARM = re.compile(r"vq-(2|4|8)-([1-9]|1[0-2])")
