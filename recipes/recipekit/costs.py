@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from unittest.mock import patch
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -60,26 +59,13 @@ def model_flops(model: torch.nn.Module, windows) -> int:
     batch = {key: value.unsqueeze(0).to(device) for key, value in windows[0].items() if isinstance(value, torch.Tensor)}
     was_training = model.training
     model.eval()
-    with torch.no_grad(), torch_products_only(), FlopCounterMode(display=False) as counter:
+    # the library's fused CPU kernels off for the count: torch's counter cannot see their products and would count
+    # them as none; torch's decoded product is the same multiply-adds
+    kernels_off = patch.dict(os.environ, {"HF_TENSORCOMPRESS_KERNELS": "0"})
+    with torch.no_grad(), kernels_off, FlopCounterMode(display=False) as counter:
         point_forecast_for_training(model, batch)
     model.train(was_training)
     return int(counter.get_total_flops())
-
-
-@contextmanager
-def torch_products_only() -> Iterator[None]:
-    """The library's fused CPU kernels switched off (``HF_TENSORCOMPRESS_KERNELS=0``) for the block: a packed
-    layer's product through a kernel is invisible to torch's FLOP counter, which would count it as none; torch's
-    decoded product is the same multiply-adds."""
-    before = os.environ.get("HF_TENSORCOMPRESS_KERNELS")
-    os.environ["HF_TENSORCOMPRESS_KERNELS"] = "0"
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["HF_TENSORCOMPRESS_KERNELS"]
-        else:
-            os.environ["HF_TENSORCOMPRESS_KERNELS"] = before
 
 
 def every_linear_bytes(model: torch.nn.Module, packed: dict[str, int] | None = None) -> dict:
