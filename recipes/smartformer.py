@@ -65,9 +65,10 @@ from hf_tensorcompress.data import describe_forecasting, describe_source, foreca
 from hf_tensorcompress.data.arguments import add_forecasting_arguments, load_forecasting_from_args
 from hf_tensorcompress.evaluation.naive import evaluate_naive, natural_seasons
 
+from recipekit.byte_flags import add_byte_arguments
 from recipekit.forecasters import FAMILIES, FULL, SIZES, Size, build_model, covariate_note
 from recipekit.run_headers import RunHeaders
-from recipekit.smartformer_arms import add_byte_arguments, build_plan, run_names_help
+from recipekit.smartformer_arms import build_plan, run_names_help
 from recipekit.smartformer_report import save_smartformer, write_results, write_tables
 from recipekit.smartformer_seeds import run_seed
 

@@ -32,9 +32,10 @@ def dense_patchtst(layers: int = 2, seed: int = 0) -> PatchTSTForPrediction:
     return PatchTSTForPrediction(config)
 
 
-def search_trainer(folder, search, steps: int = 40, save_steps: int | None = None):
-    """A ``SmartformerTrainer`` running ``search`` (a ``SearchConfig``) on a tiny dense PatchTST for ``steps`` steps,
-    on sines (``eval_dataset``: held-out sines); checkpoints every ``save_steps`` where given."""
+def search_trainer(folder, search, steps: int = 40, save_steps: int | None = None, layers: int = 1):
+    """A ``SmartformerTrainer`` running ``search`` (a ``SearchConfig``) on a tiny dense PatchTST of ``layers`` encoder
+    layers for ``steps`` steps, on sines (``eval_dataset``: held-out sines); checkpoints every ``save_steps`` where
+    given."""
     from hf_tensorcompress.search.trainer import SmartformerTrainer
 
     args = TrainingArguments(
@@ -42,7 +43,7 @@ def search_trainer(folder, search, steps: int = 40, save_steps: int | None = Non
         use_cpu=True, seed=0, data_seed=0, save_strategy="steps" if save_steps else "no", save_steps=save_steps or 500,
     )  # fmt: skip
     return SmartformerTrainer(
-        model=dense_patchtst(layers=1),
+        model=dense_patchtst(layers=layers),
         args=args,
         train_dataset=sines(400),
         eval_dataset=sines(200, seed=2),

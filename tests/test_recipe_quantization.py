@@ -238,7 +238,7 @@ def test_a_narrow_arm_trains_a_smaller_model_and_counts_its_bytes_against_the_fu
                           (["narrow-32-ffn64"], "or an FFN narrower than its 64 (narrow-32-ffn32)"),
                           (["narrow-32x0"], "unknown ['narrow-32x0']"),
                           (["narrow-32x1-shared-ends-8-4"], "one encoder layer has no later layer to share"),
-                          (["narrow-16-shared-lowbit-4-g16"], "-shared takes an ends- arm after it")):  # fmt: skip
+                          (["narrow-16-shared-lowbit-4-g16"], "-shared is dense or takes an ends- arm after it")):  # fmt: skip
         with pytest.raises(SystemExit):
             smartformer.main([*common, "--runs", *runs, "--output-dir", str(tmp_path / "none")])
         assert message in capsys.readouterr().err
@@ -277,3 +277,39 @@ def test_a_narrow_arm_trains_a_smaller_model_and_counts_its_bytes_against_the_fu
     assert narrow_lowbit["linear_bytes"]["disk_ratio"] == narrow_lowbit["linear_bytes"]["disk"] / full
     assert set(narrow_lowbit["factor_bits"].values()) == {4}
     assert narrow["metrics"]["mse"] != dense["metrics"]["mse"]
+
+
+def test_the_byte_search_on_a_shared_shape_searches_one_layers_linears_for_every_use(smartformer, tmp_path, capsys):
+    """``--search-shape narrow-<d>x<layers>-shared``: the search and its allocations train that shape, its later
+    layers computing with the first's Linears (``SearchConfig.shared``), within ``--budget-ratio`` of the full model's
+    fp32 Linears; greedy measures on the shape's dense arm; the searched model reloads scoring as it trained."""
+    common = ["--model", "patchtst", "--dataset", str(series_csv(tmp_path / "s.csv")), "--context", "64", "--horizon",
+              "16", "--steps", "30", "--random-draws", "1", "--factor-widths", "4", "2", "--max-candidates", "3",
+              "--search-schedule", "2", "1", "2"]  # fmt: skip
+    for flags, message in ((["--search-shape", "narrow-32x3-shared-ends-8-4", "--budget-ratio", "1/8"], "without an arm"),
+                           (["--search-shape", "narrow-32x3-shared"], "pass --budget-ratio too"),
+                           (["--search-shape", "narrow-32x3-shared", "--budget-ratio", "1/8", "--runs", "dense",
+                             "smartformer-bytes", "greedy-bytes"], "on the narrow-32x3-shared run; add it")):  # fmt: skip
+        with pytest.raises(SystemExit):
+            smartformer.main([*common, *flags, "--output-dir", str(tmp_path / "none")])
+        assert message in capsys.readouterr().err
+    runs = ["dense", "narrow-32x3-shared", "smartformer-bytes", "greedy-bytes", "searched-bytes"]
+    flags = ["--search-shape", "narrow-32x3-shared", "--budget-ratio", "1/8", "--runs", *runs]
+    results = smartformer.main([*common, *flags, "--output-dir", str(tmp_path / "out")])
+    assert [run["name"] for run in results["runs"]] == runs
+    dense, shape, searched, greedy, retrained = results["runs"]
+    assert [run["encoder_layers"] for run in results["runs"]] == [2, 3, 3, 3, 3]
+    later = {name: source for name, source in shape["shared_from"].items()}
+    assert len(later) == 12 and all(".layers.0." in source for source in later.values())
+    for run in (searched, greedy, retrained):  # every use of one layer's Linears, within 1/8 of the full model's
+        assert run["shared_from"] == later
+        assert run["linear_bytes"]["full_width_dense"] == dense["linear_bytes"]["dense"]
+        assert run["linear_bytes"]["disk_ratio"] <= 1 / 8
+    assert not set(searched["forms"]) & set(later)
+    assert greedy["linear_bytes"]["disk"] <= searched["linear_bytes"]["disk"]
+    assert retrained["linear_bytes"] == searched["linear_bytes"]
+    assert searched["loaded_metrics"]["mse"] == pytest.approx(searched["metrics"]["mse"], rel=1e-5)
+    saved = json.loads((tmp_path / "out" / "smartformer-bytes-model" / "config.json").read_text())
+    assert {name for name, form in saved["compression_config"]["forms"].items() if form["method"] == "shared"} == set(
+        later
+    )

@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from .form_swap import form_module
+from .form_swap import form_module, set_linear
 from .forms import Form, LinearSlot, form_bytes
 from .space import Width
 
@@ -124,7 +124,8 @@ def measure_form_sensitivity(
     model: nn.Module, slots: list[LinearSlot], loss: Callable[[nn.Module], float]
 ) -> dict[str, dict[Form, float]]:
     """Loss increase of ``model`` (a trained dense model) when one Linear alone takes each of its forms, built from
-    its trained weights as the search builds them (no training): the per-layer sensitivity HAQ allocates by."""
+    its trained weights as the search builds them (no training), through every Linear that shares it: the per-layer
+    sensitivity HAQ allocates by."""
     base = loss(model)
     sensitivity: dict[str, dict[Form, float]] = {}
     was_training = model.training
@@ -136,8 +137,8 @@ def measure_form_sensitivity(
             if form.kind == "dense":
                 sensitivity[slot.name][form] = 0.0
                 continue
-            model.set_submodule(slot.name, form_module(model, slot, dense, form).eval())
+            set_linear(model, slot.name, form_module(model, slot, dense, form).eval())
             sensitivity[slot.name][form] = loss(model) - base
-        model.set_submodule(slot.name, dense)
+        set_linear(model, slot.name, dense)
     model.train(was_training)
     return sensitivity

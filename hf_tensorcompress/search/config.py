@@ -117,6 +117,12 @@ class SearchConfig(JsonConfig):
             and the agent chooses only among the forms no other form beats in both bytes and that loss (the
             Linear's Pareto front; the budget wall still applies, and ``pace`` picks among the front's forms: the
             one closest to the Linear's share where none is within it). Needs the trainer's ``eval_dataset``.
+        shared: cross-layer sharing in the search over forms (as ALBERT shares its layers' weights):
+            ``{module: source}``, each Linear ``module`` computing with searched Linear ``source``'s weights in whatever
+            form the search gives ``source`` (``method="mixed"``'s ``{"method": "shared"}`` form). The trainer installs
+            the shares before the search starts (a shared Linear's own weights are dropped), every form is measured and
+            trained through every use, and the shared Linears are not searched and store nothing: ``byte_budget`` is a
+            fraction of what the searched Linears store dense. ``None``: no sharing.
         gamma: the actor-critic's discount (paper: 0.95).
         learning_rate: the actor-critic's learning rate (paper: 1e-3).
         hidden_units: units of each of the actor-critic's two hidden layers (paper: 40).
@@ -156,6 +162,7 @@ class SearchConfig(JsonConfig):
     pace: float | None = 0.5
     share_by: str = "fp32_bytes"
     front_only: bool = False
+    shared: dict[str, str] | None = None
     gamma: float = 0.95
     learning_rate: float = 1e-3
     hidden_units: int = 40
@@ -262,7 +269,7 @@ class SearchConfig(JsonConfig):
         if not isinstance(self.start, str):
             raise ValueError(f"start must be a form label such as 'dense' or 'lowbit:2/row', got {self.start!r}")
         if self.forms is None:
-            options = {"front_only": False, "start": "dense", "share_by": "fp32_bytes"}
+            options = {"front_only": False, "start": "dense", "share_by": "fp32_bytes", "shared": None}
             given = [
                 f"{name}={getattr(self, name)!r}" for name, value in options.items() if getattr(self, name) != value
             ]
@@ -313,6 +320,21 @@ class SearchConfig(JsonConfig):
             )
         if not isinstance(self.front_only, bool):
             raise ValueError(f"front_only must be True or False, got {self.front_only!r}")
+        self._validate_shared()
+
+    def _validate_shared(self) -> None:
+        """``shared`` maps module names to module names, none to itself and none to a Linear that is itself shared."""
+        if self.shared is None:
+            return
+        pairs = self.shared.items() if isinstance(self.shared, dict) else ()
+        if not isinstance(self.shared, dict) or any(not isinstance(n, str) or not isinstance(s, str) for n, s in pairs):
+            raise ValueError(f"shared={self.shared!r}: a dict of {{module name: the searched Linear it shares}}")
+        for name, source in self.shared.items():
+            if name == source or source in self.shared:
+                raise ValueError(
+                    f"shared[{name!r}] = {source!r}: a Linear shares a searched Linear that is not itself shared "
+                    "(nor itself); name the source directly"
+                )
 
     @property
     def widths(self) -> tuple[int | str | None, ...]:

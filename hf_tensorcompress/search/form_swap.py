@@ -8,7 +8,8 @@ takes the new ones into the old weight's group, each group kept in the model's p
 optimizer state matches the optimizer a resumed run builds); ``compression_config`` records every Linear's form and
 spec (``method="mixed"``). A trainable low-bit Linear's checkpoint holds its codes only (what the model loads as), so
 a checkpoint inside the search also keeps the fp32 weights behind them (``LATENT_FILE``), which a resumed search
-trains on exactly as the interrupted one would have.
+trains on exactly as the interrupted one would have. Linears shared across layers (``SearchConfig.shared``) follow
+their source through every change: ``set_linear`` re-links them whenever the source's module is replaced.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..compress import check_not_compressed
 from ..config import CompressionConfig
 from ..core.export import mark_compressed
 from ..methods.mixed.apply import build_form
+from ..methods.mixed.shared import SharedLinear, check_source
 from ..runtime.contract import CompressedLayer
 from ..saving import save_extras
 from .forms import Form, LinearSlot, mixed_forms
@@ -31,12 +33,46 @@ from .forms import Form, LinearSlot, mixed_forms
 LATENT_FILE = "search_latents.safetensors"
 
 
-def prepare_for_forms(model: nn.Module, slots: list[LinearSlot]) -> None:
+def prepare_for_forms(model: nn.Module, slots: list[LinearSlot], shared: dict[str, str] | None = None) -> None:
     """Record a dense ``model`` as a ``mixed`` model whose searched Linears are all still dense (so checkpoints
-    saved while the search runs carry the structure and the code)."""
+    saved while the search runs carry the structure and the code), each Linear of ``shared`` ({module: source})
+    computing with its source's weights from now on (its own dropped). A source that is not a searched Linear, or of
+    another shape, is refused before the model changes."""
     check_not_compressed(model)
-    config = CompressionConfig(method="mixed", target_modules=[slot.name for slot in slots])
+    shared = shared or {}
+    searched = {slot.name for slot in slots}
+    for name, source in shared.items():
+        if source not in searched:
+            raise ValueError(
+                f"SearchConfig shared[{name!r}] = {source!r}: the source must be a Linear the search acts on "
+                f"(one of {sorted(searched)[:4]}{' …' if len(searched) > 4 else ''})"
+            )
+        linear = model.get_submodule(name)
+        check_source(
+            model.get_submodule(source), source, linear.in_features, linear.out_features, linear.bias is not None
+        )
+    config = CompressionConfig(method="mixed", target_modules=[slot.name for slot in slots] + list(shared))
     mark_compressed(model, {**config.to_dict(), "modules": {}}, save_hook=save_extras)
+    for name, source in shared.items():
+        linear = model.get_submodule(name)
+        model.set_submodule(
+            name, SharedLinear(linear.in_features, linear.out_features, source, linear.bias is not None)
+        )
+    relink_shared(model)
+
+
+def relink_shared(model: nn.Module) -> None:
+    """Link every shared Linear of ``model`` to the module its source names now."""
+    for module in model.modules():
+        if isinstance(module, SharedLinear):
+            module.bind(model)
+
+
+def set_linear(model: nn.Module, name: str, module: nn.Module) -> None:
+    """Put ``module`` at ``name``, the Linears that share it following (a form measured or trained through every
+    use)."""
+    model.set_submodule(name, module)
+    relink_shared(model)
 
 
 def current_weight(module: nn.Module) -> torch.Tensor:
@@ -124,15 +160,19 @@ def change_forms(model: nn.Module, slots: dict[str, LinearSlot], forms: dict[str
         new = form_module(model, slot, module, form)
         kept = {id(p) for p in new.parameters()}
         removed += [p for p in module.parameters() if id(p) not in kept]
-        model.set_submodule(name, new)
+        set_linear(model, name, new)
     return removed
 
 
 def record_forms(model: nn.Module, slots: list[LinearSlot], chosen: dict[str, Form]) -> None:
-    """Re-record every searched Linear's form (``forms``) and spec (``modules``) in ``compression_config``."""
+    """Re-record every searched Linear's form (``forms``) and spec (``modules``) in ``compression_config``, and
+    every shared one's."""
     recorded = model.config.compression_config
-    recorded["forms"] = mixed_forms(slots, chosen)
-    layers = {slot.name: model.get_submodule(slot.name) for slot in slots}
+    shared = {name: module for name, module in model.named_modules() if isinstance(module, SharedLinear)}
+    recorded["forms"] = mixed_forms(slots, chosen) | {
+        name: {"method": "shared", "source": module.source} for name, module in shared.items()
+    }
+    layers = {slot.name: model.get_submodule(slot.name) for slot in slots} | shared
     recorded["modules"] = {name: layer.spec() for name, layer in layers.items() if isinstance(layer, CompressedLayer)}
 
 

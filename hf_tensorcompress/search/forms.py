@@ -297,13 +297,15 @@ def searched_linears(model: nn.Module, target_modules: list[str] | str | None) -
 
 def linear_slots(model: nn.Module, config) -> list[LinearSlot]:
     """One slot per searched Linear of a dense ``model``, with the actions ``config`` (a ``SearchConfig`` with
-    ``forms``) allows and their bytes."""
+    ``forms``) allows and their bytes; the Linears of ``config.shared`` are not searched (they take their source's)."""
     try:
         attention = set(attention_projections(model))
     except ValueError:  # a family without known attention modules: no cp form
         attention = set()
     slots = []
-    for position, name in enumerate(searched_linears(model, config.target_modules)):
+    shared = config.shared or {}
+    names = [name for name in searched_linears(model, config.target_modules) if name not in shared]
+    for position, name in enumerate(names):
         module = model.get_submodule(name)
         in_features, out_features = module.weight.shape[1], module.weight.shape[0]
         if not isinstance(module, nn.Linear):  # GPT-2's Conv1D stores (in, out)

@@ -38,6 +38,7 @@ from .form_swap import (
     prepare_for_forms,
     record_forms,
     save_latents,
+    set_linear,
     swap_parameters,
 )
 from .forms import Form, linear_slots, start_form
@@ -176,7 +177,7 @@ class SmartformerTrainer(Trainer):
             if config.byte_budget is not None:
                 check_budget_fits(slots, config.byte_budget)  # before the model changes
             start = start_form(slots, config.start)  # checked before the model changes
-            prepare_for_forms(self.model, slots)
+            prepare_for_forms(self.model, slots, config.shared)
             change_forms(self.model, {slot.name: slot for slot in slots}, {slot.name: start for slot in slots})
             self.search = RankSearch(slots, {}, config, chosen={slot.name: start for slot in slots})
             record_forms(self.model, slots, self.search.chosen)
@@ -318,9 +319,9 @@ class SmartformerTrainer(Trainer):
             if form == self.search.chosen[name]:
                 losses[form] = 0.0
                 continue
-            self.model.set_submodule(name, form_module(self.model, slot, module, form))
+            set_linear(self.model, name, form_module(self.model, slot, module, form))
             losses[form] = self._validation_loss() - base
-        self.model.set_submodule(name, module)
+        set_linear(self.model, name, module)
         return losses
 
     def _apply_forms(self, forms: dict[str, Form]) -> None:

@@ -23,8 +23,8 @@ ENDS_ARM = re.compile(r"ends-(8|4|3|2)-(8|4|3|2)(?:-(4|3|2|1))?(?:-((?:randomize
 VQ_ARM = re.compile(r"vq-(2|4|8)-([1-9]|1[0-2])")
 #: ``narrow-<d_model>[x<layers>][-ffn<width>][-shared][-<arm>]``: a fresh model of that narrower width (its FFN and
 #: heads scaled with it, the head dimension kept; ``x<layers>``: that many encoder layers; ``-ffn<width>``: that FFN
-#: width instead; ``-shared``: every encoder layer after the first reuses the first's Linears, an ``ends-`` arm's forms
-#: with ``{"method": "shared"}``) trained as it is or as that ``lowbit-``, ``rows-``, ``ends-`` or ``vq-`` arm: the
+#: width instead; ``-shared``: every encoder layer after the first reuses the first's Linears, ``{"method": "shared"}``,
+#: dense or an ``ends-`` arm's forms) trained as it is or as that ``lowbit-``, ``rows-``, ``ends-`` or ``vq-`` arm: the
 #: smaller model a user could train instead, its bytes counted against the full model's fp32 Linears.
 NARROW_ARM = re.compile(
     rf"narrow-([1-9]\d*)(?:x([1-9]\d*))?(?:-ffn([1-9]\d*))?(-shared)?(?:-({'|'.join(arm.pattern for arm in (LOWBIT_ARM, ROWS_ARM, ENDS_ARM, VQ_ARM))}))?"

@@ -122,11 +122,13 @@ def ends_arm(name: str) -> tuple[int, int, str, int | str] | None:
     return int(match.group(1)), int(match.group(2)), match.group(4) or "none", middle
 
 
-def prepare_forms(slots: list[LinearSlot], allocation: Allocation) -> Callable:
+def prepare_forms(slots: list[LinearSlot], allocation: Allocation, shared: dict[str, str] | None = None) -> Callable:
     """An arm's ``prepare``: every Linear in its allocated form (``method="mixed"``, built from the fresh weights),
     trained in the precision it is stored in (Biprop layers keep their scores in the state dict while they train:
-    model selection restores it)."""
-    forms = mixed_forms(slots, allocation)
+    model selection restores it); each Linear of ``shared`` ({module: source}) computing with its source's."""
+    forms = mixed_forms(slots, allocation) | {
+        name: {"method": "shared", "source": s} for name, s in (shared or {}).items()
+    }
 
     def prepare(model: torch.nn.Module, final_ranks) -> None:
         if forms:
@@ -143,9 +145,11 @@ def byte_derived_arms(
     draws: int,
     sensitivity: Callable[[], dict[str, dict]],
     searched: Allocation,
+    shared: dict[str, str] | None = None,
 ) -> list[tuple[str, int | None, Callable | None, Allocation | None]]:
     """(run name, draw, prepare, allocation) of a derived arm at ``budget`` bytes (the search's final bytes, its
-    final forms ``searched``); a uniform form that cannot take every Linear within them has no run (prepare None)."""
+    final forms ``searched``; the Linears of ``shared`` reusing their sources' as the search's did); a uniform form
+    that cannot take every Linear within them has no run (prepare None)."""
     if name == "searched-bytes":
         allocations = [(None, dict(searched))]
     elif name.startswith("uniform-"):
@@ -157,7 +161,8 @@ def byte_derived_arms(
     else:
         allocations = [(None, greedy_allocation(slots, budget, sensitivity()))]
     return [
-        (name, draw, None if chosen is None else prepare_forms(slots, chosen), chosen) for draw, chosen in allocations
+        (name, draw, None if chosen is None else prepare_forms(slots, chosen, shared), chosen)
+        for draw, chosen in allocations
     ]
 
 
@@ -295,6 +300,19 @@ def shared_after_first_layer(forms: dict[str, dict]) -> dict[str, dict]:
             form = {"method": "shared", "source": f"{match.group(1)}0{match.group(3)}"}
         shared[name] = form
     return shared
+
+
+def shared_linears(model: torch.nn.Module) -> dict[str, str]:
+    """{Linear: its counterpart in layer 0} for every Linear of a numbered layer after the first
+    (``shared_after_first_layer``'s shares)."""
+    forms = shared_after_first_layer({name: {} for name in scope_names(model, "all")})
+    return {name: form["source"] for name, form in forms.items() if form}
+
+
+def prepare_shared_dense(model: torch.nn.Module, final_ranks) -> None:
+    """An arm's ``prepare``: the dense model whose layers after the first compute with the first's Linears."""
+    forms = {name: {"method": "shared", "source": source} for name, source in shared_linears(model).items()}
+    apply_compression(model, CompressionConfig(method="mixed", forms=forms))
 
 
 def prepare_ends(

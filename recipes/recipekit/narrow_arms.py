@@ -4,18 +4,21 @@ train instead of compressing the one they have. A fresh model of the same family
 another number of encoder layers (width traded for depth at equal bytes) and, with ``-ffn<width>``, another FFN width
 (the FFN's bytes traded for attention's or for depth), trained dense or as a ``lowbit-`` arm with the same steps, data
 and model selection as every arm; its bytes are counted against the full model's fp32 Linears, so that its fraction
-sits on the same axis as every compressed arm's. With ``-shared`` (an ``ends-`` arm) every encoder layer after the
-first computes with the first's Linears (``{"method": "shared"}`` forms), keeping its own norms: the depth of several
-layers at the bytes of one."""
+sits on the same axis as every compressed arm's. With ``-shared`` (dense or an ``ends-`` arm) every encoder layer
+after the first computes with the first's Linears (``{"method": "shared"}`` forms), keeping its own norms: the depth
+of several layers at the bytes of one. ``--search-shape`` gives the byte search and its allocations such a model
+(``SearchShape``)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import torch
 
 from .arm_names import NARROW_ARM
-from .costs import byte_counts
+from .byte_arms import shared_linears
+from .costs import byte_counts, scope_names
 from .forecasters import Size
 
 #: A narrow model's shape: its d_model, its number of encoder layers (None: the full model's), its FFN width (None:
@@ -71,3 +74,47 @@ def against_full_model(counts: dict, full_model: torch.nn.Module) -> dict:
         }
         for key in counts
     }
+
+
+@dataclass(frozen=True)
+class SearchShape:
+    """The byte search's model where ``--search-shape`` names a narrow shape: its name (the dense arm of that shape,
+    on which greedy measures), its shape, the shares of its layers ({Linear: source}), and the search's budget as a
+    fraction of what its searched Linears store dense, which is ``--budget-ratio`` of the full model's fp32 Linears;
+    ``model``: one built at that shape (for the budget's check)."""
+
+    name: str
+    shape: Shape
+    shared: dict[str, str]
+    byte_budget: float
+    model: torch.nn.Module
+
+
+def search_shape(
+    name: str,
+    size: Size,
+    budget_ratio: float | None,
+    full_model: torch.nn.Module,
+    build: Callable[[Size], torch.nn.Module],
+) -> SearchShape:
+    """The ``SearchShape`` of ``--search-shape name`` (``build(size)``: a fresh model of that size); a
+    ``ValueError`` says what the flag takes."""
+    found = narrow_arm(name)
+    if found is None or found[1] is not None:
+        raise ValueError(
+            f"--search-shape {name}: a shape without an arm, narrow-<d_model>[x<layers>][-ffn<width>][-shared] "
+            "(e.g. narrow-128x4-shared: one layer's Linears used by four)"
+        )
+    if budget_ratio is None:
+        raise ValueError(f"--search-shape {name} is the byte search's model; pass --budget-ratio too")
+    model = build(narrower(size, found[0]))
+    shared = shared_linears(model) if found[0][3] else {}
+    searched = [model.get_submodule(n) for n in scope_names(model, "all") if n not in shared]
+    dense = sum(4 * (m.in_features * m.out_features + (0 if m.bias is None else m.out_features)) for m in searched)
+    fraction = budget_ratio * byte_counts(full_model)["linear_bytes"]["dense"] / dense
+    if fraction > 1:
+        raise ValueError(
+            f"--search-shape {name} with --budget-ratio {budget_ratio:.4g}: the budget is more than the shape stores "
+            "dense; choose a wider shape or a smaller budget"
+        )
+    return SearchShape(name, found[0], shared, fraction, model)

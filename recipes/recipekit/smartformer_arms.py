@@ -8,21 +8,18 @@ import random
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from accelerate import PartialState
 
-from hf_tensorcompress.methods.lowbit.config import BIAS_DTYPES, WEIGHT_SCALES
-from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS, INPUT_ROTATIONS
 from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.allocators import check_budget_fits
 from hf_tensorcompress.search.baselines import module_ranks, random_ranks, total_params, uniform_ranks
-from hf_tensorcompress.search.config import FORM_KINDS, SHARE_BY
-from hf_tensorcompress.search.forms import Form, linear_slots
+from hf_tensorcompress.search.forms import linear_slots
 
 from .byte_arms import (
     BYTE_DERIVED,
-    BYTE_WIDTHS,
     INT_QAT_ARMS,
     dense_fraction,
     ends_arm,
@@ -31,10 +28,11 @@ from .byte_arms import (
     prepare_int_qat,
     prepare_lowbit,
     prepare_rows,
+    prepare_shared_dense,
     rows_arm,
 )
-from .forecasters import Size
-from .narrow_arms import Shape, narrow_arm, narrower
+from .forecasters import Size, build_model
+from .narrow_arms import SearchShape, Shape, narrow_arm, narrower, search_shape
 from .quantization_arms import (
     FACTOR_SCHEMES,
     PTQ_ARMS,
@@ -59,7 +57,8 @@ class Plan:
     model themselves (name -> ``prepare(model, final_ranks)``); ``post_arms``: arms that round a trained run's
     weights (name -> (source run, ``transform``)); ``switch_step``: where the ``-scheduled`` svd-all arms are cut;
     ``dense_first``: arms that train dense for a share of the steps before ``prepare`` (name -> those steps);
-    ``shapes``: arms that train a narrower fresh model (name -> its d_model, encoder layers and FFN width)."""
+    ``shapes``: arms that train a narrower fresh model (name -> its d_model, encoder layers and FFN width);
+    ``search_shape``: the dense arm of the byte search's shape (``--search-shape``), which greedy measures."""
 
     arms: list[tuple]
     switch_step: int
@@ -67,11 +66,14 @@ class Plan:
     post_arms: dict[str, tuple[str, Callable]] = field(default_factory=dict)
     dense_first: dict[str, int] = field(default_factory=dict)
     shapes: dict[str, Shape] = field(default_factory=dict)
+    search_shape: str | None = None
 
 
-def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., SearchConfig]:
+def search_factory(
+    size: Size, args: argparse.Namespace, shaped: SearchShape | None = None
+) -> Callable[..., SearchConfig]:
     """``make(seed, reward)``: a fresh search config per run (the trainer keeps it); ``in_bytes``: the search over the
-    form of every Linear under ``--budget-ratio`` of their fp32 bytes."""
+    form of every Linear under ``--budget-ratio`` of their fp32 bytes (on ``shaped``'s model: its budget and shares)."""
 
     def make(seed: int, reward: str = "loss", in_bytes: bool = False) -> SearchConfig:
         if in_bytes:
@@ -81,7 +83,7 @@ def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., Search
                 consecutive_actions=size.consecutive_actions,
                 max_actions_per_layer=size.max_actions_per_layer,
                 max_candidates=args.max_candidates,
-                byte_budget=args.budget_ratio,
+                byte_budget=args.budget_ratio if shaped is None else shaped.byte_budget,
                 forms=tuple(args.forms),
                 factor_widths=tuple(args.factor_widths),
                 keep_ratios=tuple(args.keep_ratios),
@@ -96,6 +98,7 @@ def search_factory(size: Size, args: argparse.Namespace) -> Callable[..., Search
                 pace=args.pace,
                 start=args.search_start,
                 warmup=args.search_warmup,
+                shared=None if shaped is None or not shaped.shared else dict(shaped.shared),
             )
         return SearchConfig(
             seed=seed,
@@ -117,7 +120,13 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
             f"byte search: the form of every Linear ({' '.join(args.forms)}) within --budget-ratio "
             f"{args.budget_ratio:.4g} of their fp32 bytes"
         )
-    search = search_factory(size, args)
+    shaped = None
+    if args.search_shape is not None:
+        build = partial(build_model, args.model, args.channels, args.context, args.horizon, seed=0)
+        shaped = search_shape(args.search_shape, size, args.budget_ratio, shape_model, build)
+        if PartialState().is_main_process:
+            print(f"byte search on {shaped.name}: {shaped.byte_budget:.4g} of its searched Linears' fp32 bytes")
+    search = search_factory(size, args, shaped)
     plan = Plan(
         [("dense", None, 1.0, None), ("smartformer", "cp", 1.0, search)],
         args.switch_step or size.steps // 2,
@@ -133,9 +142,16 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
         raise ValueError(f"--all-linear-ratios {args.all_linear_ratios}: each must be in (0, 1]")
     for ratio in args.all_linear_ratios:
         add_svd_all(plan, ratio, shape_model)
+    if shaped is not None:  # its dense arm before the byte arms: greedy measures on it
+        add_narrow_arm(plan, shaped.name, shaped.shape, None, size, args.model_path)
+        plan.search_shape = shaped.name
     if args.budget_ratio is not None:
         add_byte_arms(plan, search)
+        if shaped is not None:
+            plan.shapes.update({name: shaped.shape for name in ("smartformer-bytes", *BYTE_DERIVED)})
     for name in args.runs or []:
+        if any(entry[0] == name for entry in plan.arms):
+            continue
         if (narrow := narrow_arm(name)) is not None:
             add_narrow_arm(plan, name, *narrow, size, args.model_path)
         else:
@@ -148,7 +164,7 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
     if any(entry[0] == "smartformer-bytes" for entry in plan.arms):  # before any arm trains, not after dense
         config = search(0, in_bytes=True)
         try:
-            check_budget_fits(linear_slots(shape_model, config), config.byte_budget)
+            check_budget_fits(linear_slots(shape_model if shaped is None else shaped.model, config), config.byte_budget)
         except ValueError as error:
             raise ValueError(
                 f"--budget-ratio with these --forms, --factor-widths and --max-candidates: {error}"
@@ -175,17 +191,19 @@ def add_named_arm(plan: Plan, name: str, arm: str, steps: int) -> None:
 
 
 def add_narrow_arm(plan: Plan, name: str, shape: Shape, arm: str | None, size: Size, path: str | None) -> None:
-    """The ``narrow-`` arm ``name``: a fresh model of ``shape``, dense or as the named arm ``arm`` (an ``ends-`` arm
-    whose later layers share the first's Linears where the shape says so)."""
+    """The ``narrow-`` arm ``name``: a fresh model of ``shape``, dense or as the named arm ``arm`` (where the shape
+    says so, its later layers share the first's Linears: dense, or an ``ends-`` arm)."""
     narrower(size, shape)  # refuses a shape the model cannot take, before any arm trains
     if path is not None:
         raise ValueError(f"--runs {name} trains a fresh narrower model; it cannot start from --model-path {path}")
     shared = shape[3]
-    if shared and (arm is None or ends_arm(arm) is None):
-        raise ValueError(f"--runs {name}: -shared takes an ends- arm after it (e.g. {name}-ends-8-4-hadamard)")
+    if shared and arm is not None and ends_arm(arm) is None:
+        raise ValueError(
+            f"--runs {name}: -shared is dense or takes an ends- arm after it (e.g. {name[: -len(arm)]}ends-8-4)"
+        )
     if shared:
         plan.arms.append((name, None, None, None))
-        plan.prepares[name] = prepare_ends(*ends_arm(arm), shared=True)
+        plan.prepares[name] = prepare_shared_dense if arm is None else prepare_ends(*ends_arm(arm), shared=True)
     elif arm is None:
         plan.arms.append((name, None, None, None))
     else:
@@ -258,8 +276,8 @@ def run_names_help() -> str:
         "vq-<dim>-<bits> (every Linear's weight as runs of dim weights, each a bits-wide index into a learned codebook)",
         "narrow-<d_model>[x<layers>][-ffn<width>][-shared][-<arm>] (a fresh model of that narrower width, the FFN and "
         "heads in proportion, x<layers>: that many encoder layers, -ffn<width>: that FFN width, -shared: the layers "
-        "after the first reuse its Linears (an ends- arm), dense or as that lowbit-, rows-, ends- or vq- arm; bytes "
-        "against the full model's)",
+        "after the first reuse its Linears (dense or an ends- arm), dense or as that lowbit-, rows-, ends- or vq- arm; "
+        "bytes against the full model's)",
         "with --budget-ratio: smartformer-bytes",
         *BYTE_DERIVED,
         *INT_QAT_ARMS,
@@ -287,8 +305,9 @@ def chosen_runs(plan: Plan, runs: list[str]) -> list[tuple]:
         raise ValueError(
             f"--runs {runs}: {sorted(set(runs) & set(BYTE_DERIVED))} take their bytes from smartformer-bytes; add it"
         )
-    if "greedy-bytes" in runs and "dense" not in runs:
-        raise ValueError(f"--runs {runs}: greedy-bytes measures each layer's sensitivity on the dense run; add dense")
+    measured = plan.search_shape or "dense"
+    if "greedy-bytes" in runs and measured not in runs:
+        raise ValueError(f"--runs {runs}: greedy-bytes measures each layer's sensitivity on the {measured} run; add it")
     if set(runs) & set(DERIVED) and "smartformer" not in runs:
         raise ValueError(
             f"--runs {runs}: {sorted(set(runs) & set(DERIVED))} take their parameter count from "
@@ -322,151 +341,3 @@ def search_end_step(trace: list[dict]) -> int:
     if not trace:  # no stage ended (a run shorter than one interval): nothing was cut, so nothing to wait for
         return 1
     return next((record["step"] for record in trace if record["done"]), trace[-1]["step"])
-
-
-def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str], float]) -> None:
-    """The byte search's flags: its budget, the forms and their widths, group sizes and keep ratios."""
-    parser.add_argument(
-        "--budget-ratio",
-        type=fraction,
-        default=None,
-        help="byte budget of the smartformer-bytes search, a fraction of the fp32 bytes of every Linear (e.g. 1/16); "
-        "adds smartformer-bytes, the allocations at its bytes and int4/int2 weight QAT",
-    )
-    parser.add_argument(
-        "--forms", nargs="+", default=list(FORM_KINDS), choices=FORM_KINDS, help="the forms the byte search offers"
-    )
-    parser.add_argument(
-        "--factor-widths", type=factor_width, nargs="+", default=list(BYTE_WIDTHS), help=byte_widths_help()
-    )
-    parser.add_argument(
-        "--weight-group-sizes",
-        type=group_size,
-        nargs="+",
-        default=[32],
-        help="group sizes of the lowbit form's weights (input columns per scale; 'row': one scale per output row)",
-    )
-    parser.add_argument(
-        "--weight-scales",
-        nargs="+",
-        choices=WEIGHT_SCALES,
-        default=["rounded"],
-        help="how the lowbit form's group scales are set, each offered to the byte search and its allocations: "
-        "rounded from the weights at every step, or learned with them (SearchConfig.weight_scales)",
-    )
-    parser.add_argument(
-        "--input-rotations",
-        nargs="+",
-        choices=INPUT_ROTATIONS,
-        default=["none"],
-        help="how the lowbit form's inputs are rotated, each offered to the byte search and its allocations (blocks of "
-        "128 inputs; SearchConfig.input_rotations)",
-    )
-    parser.add_argument(
-        "--bias-dtype",
-        choices=BIAS_DTYPES,
-        default="model",
-        help="the lowbit form's bias, in the byte search and its allocations: as the model holds it, or float16 "
-        "(SearchConfig.bias_dtype)",
-    )
-    parser.add_argument("--keep-ratios", type=float, nargs="+", default=[0.5], help="keep ratios of the biprop form")
-    parser.add_argument(
-        "--max-candidates", type=int, default=10, help="ranks the svd and cp forms offer (parameter ratios 1/n … 1)"
-    )
-    parser.add_argument(
-        "--search-schedule",
-        type=int,
-        nargs=3,
-        metavar=("INTERVAL", "AGREEING", "MOST"),
-        help="every search's stage (optimizer steps), the agreeing actions that decide a layer, and the most actions "
-        "a layer gets (default by --size: 8 3 6 for demo and medium)",
-    )
-    parser.add_argument(
-        "--search-start",
-        type=form_label,
-        default="dense",
-        help="the form every Linear starts the byte search in: dense (the model as given) or a form the search may "
-        "choose for every Linear, e.g. lowbit:2/g32 (SearchConfig.start)",
-    )
-    parser.add_argument(
-        "--front-only",
-        action="store_true",
-        help="per-layer sensitivity: the byte search chooses each Linear's form among its Pareto front of bytes and "
-        "the loss increase each form gives when first tried (SearchConfig.front_only)",
-    )
-    parser.add_argument(
-        "--share-by",
-        choices=SHARE_BY,
-        default="fp32_bytes",
-        help="what each Linear's share of the byte search's budget is proportional to: its fp32 bytes, or its bytes "
-        "in the greedy allocation by each form's measured loss when the agent first acts (SearchConfig.share_by)",
-    )
-    parser.add_argument(
-        "--pace",
-        type=pace_value,
-        default=SearchConfig.pace,
-        help="the byte search offers each Linear the forms within ± this fraction of its share of the bytes left "
-        f"(default {SearchConfig.pace}; none: every form within the budget; SearchConfig.pace)",
-    )
-    parser.add_argument(
-        "--search-warmup",
-        type=int,
-        default=0,
-        metavar="STEPS",
-        help="optimizer steps the byte search's model trains in its start form before the agent first acts, so its "
-        "rewards and --front-only's measurements are of a trained model (SearchConfig.warmup; default 0)",
-    )
-    parser.add_argument(
-        "--byte-reward",
-        choices=("loss", "validation_loss"),
-        default="loss",
-        help="the byte search's reward: the training loss of each stage or the loss on --validation-batches held-out "
-        "batches",
-    )
-
-
-def byte_widths_help() -> str:
-    return (
-        f"factor widths the byte search chooses among per Linear (default {' '.join(map(str, BYTE_WIDTHS))}; 16 is "
-        "bfloat16 factors, ternary BitNet b1.58's three levels per group five codes a byte; 1, a sign per value, "
-        "only where named)"
-    )
-
-
-def pace_value(text: str) -> float | None:
-    """One ``--pace`` value: a fraction >= 0, or ``none`` (no pacing)."""
-    if text.lower() == "none":
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a fraction >= 0 (e.g. 0.25) or none")
-    return value
-
-
-def group_size(text: str) -> int | None:
-    """One ``--weight-group-sizes`` value: a positive int, or ``row`` (one group per output row)."""
-    if text == "row":
-        return None
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: a group size is a positive int or 'row'")
-    return int(text)
-
-
-def factor_width(text: str) -> int | str:
-    """One ``--factor-widths`` value: a stored factor width (``FACTOR_WIDTHS``), as an int or ``"ternary"``."""
-    value = int(text) if text.isdigit() else text.lower()
-    if value not in FACTOR_WIDTHS:
-        raise argparse.ArgumentTypeError(f"{text!r}: choose among {' '.join(map(str, FACTOR_WIDTHS))}")
-    return value
-
-
-def form_label(text: str) -> str:
-    """``--search-start``: a form's label (``Form.from_label``), checked here and kept as text (``SearchConfig.start``)."""
-    try:
-        Form.from_label(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
-    return text

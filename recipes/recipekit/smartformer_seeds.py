@@ -33,8 +33,8 @@ def validation_loss(validation, size: Size, batches: int):
 @dataclass
 class SeedState:
     """What one seed's runs leave for the arms after them: the trained runs (``trained``: name -> (result,
-    model)), the rank search's groups, ranks and end step (``searched``), the byte search's slots, final bytes and
-    final forms (``searched_bytes``), and the Smartformer model to save (the first seed's)."""
+    model)), the rank search's groups, ranks and end step (``searched``), the byte search's slots, final bytes, final
+    forms and shares (``searched_bytes``), and the Smartformer model to save (the first seed's)."""
 
     trained: dict = field(default_factory=dict)
     searched: tuple | None = None
@@ -49,11 +49,11 @@ def arm_runs(name: str, rank, plan: Plan, state: SeedState, seed: int, args, siz
     if name in DERIVED:
         arms = [(*arm, None) for arm in derived_arms(name, *state.searched[:2], seed, args.random_draws)]
     if name in BYTE_DERIVED:
-        slots, budget, searched = state.searched_bytes
-        dense = state.trained.get("dense", (None, None))[1]
+        slots, budget, searched, shared = state.searched_bytes
+        dense = state.trained.get(plan.search_shape or "dense", (None, None))[1]
         loss = validation_loss(data[1], size, args.validation_batches)
         sensitivity = partial(measure_form_sensitivity, dense, slots, loss)
-        made = byte_derived_arms(name, slots, budget, seed, args.random_draws, sensitivity, searched)
+        made = byte_derived_arms(name, slots, budget, seed, args.random_draws, sensitivity, searched, shared)
         arms = [(run_name, None, draw, prepare) for run_name, draw, prepare, _ in made]
         for run_name, _, _, prepare in arms:
             if prepare is None:
@@ -121,7 +121,8 @@ def searched_bytes(trainer, result: dict, first_seed: bool, args, size: Size, da
     ``save_pretrained`` and loaded back, the loaded model's test MSE beside the trained one's (equal: every Linear is
     packed as it trained)."""
     found = trainer.search
-    state.searched_bytes = (found.groups, allocation_bytes(found.groups, found.chosen), dict(found.chosen))
+    shared = trainer.search_config.shared
+    state.searched_bytes = (found.groups, allocation_bytes(found.groups, found.chosen), dict(found.chosen), shared)
     result["forms"] = {slot.name: found.chosen[slot.name].label() for slot in found.groups}
     if not trainer.is_world_process_zero():
         return
