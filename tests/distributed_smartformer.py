@@ -4,7 +4,8 @@ Trains a tiny PatchTST with the search, then writes, per process, the ranks it h
 fingerprint of its final parameters and the gradients of one backward pass on process-specific data. With a second
 argument ``bytes``: the byte search (rank and factor width of every Linear) on a tiny PatchTST whose every Linear is SVD;
 ``forms``: the search over the form of every Linear of a dense tiny PatchTST; ``shares``: the same search measuring
-every Linear's sensitivity on validation windows (``front_only``, ``share_by="sensitivity"``) on the main process.
+every Linear's sensitivity on validation windows (``front_only``, ``share_by="sensitivity"``) on the main process;
+``shared``: the search over forms on a two-layer PatchTST whose second layer computes with the first's Linears.
 """
 
 from __future__ import annotations
@@ -27,12 +28,15 @@ from hf_tensorcompress.search.trainer import SmartformerTrainer  # noqa: E402
 
 def main(output_dir: str, mode: str = "ranks") -> None:
     models = {"ranks": lambda: tiny_patchtst(layers=2), "bytes": every_linear_svd}
-    model = models.get(mode, lambda: dense_patchtst(1))()
+    model = models.get(mode, lambda: dense_patchtst(2 if mode == "shared" else 1))()
     budget = {"param_budget": 0.45} if mode == "ranks" else {"byte_budget": 1 / 6, "factor_widths": (8, 4, 2)}
-    if mode in ("forms", "shares"):
+    if mode in ("forms", "shares", "shared"):
         budget.update(byte_budget=1 / 8, forms=("dense", "lowbit", "svd", "cp", "biprop"), weight_group_sizes=(16,))
     if mode == "shares":
         budget.update(front_only=True, share_by="sensitivity")
+    if mode == "shared":
+        later = [name for name, m in model.named_modules() if ".layers.1." in name and isinstance(m, torch.nn.Linear)]
+        budget.update(shared={name: name.replace(".layers.1.", ".layers.0.") for name in later})
     search = SearchConfig(
         interval=3, consecutive_actions=2, max_actions_per_layer=4, epsilon_start=0.9, seed=2, **budget
     )

@@ -56,6 +56,10 @@ def test_config_refuses_a_chain_a_self_share_and_a_source_the_search_does_not_ac
     before = {name: p.clone() for name, p in model.state_dict().items()}
     with pytest.raises(ValueError, match="must be a Linear the search acts on"):
         prepare_for_forms(model, linear_slots(model, search), shared)
+    with pytest.raises(
+        ValueError, match="'model.encoder.layers.7.ff.0', which is not a Linear of PatchTSTForPrediction"
+    ):
+        prepare_for_forms(model, linear_slots(model, config({})), {"model.encoder.layers.7.ff.0": next(iter(shared))})
     assert not hasattr(model.config, "compression_config")  # nothing changed
     assert all(torch.equal(p, before[name]) for name, p in model.state_dict().items())
 
@@ -116,3 +120,52 @@ def test_search_with_shared_layers_trains_saves_and_loads_the_shares(tmp_path):
 def test_a_shared_searched_model_loads_in_new_processes_natively_and_with_remote_code(tmp_path):
     test_search_with_shared_layers_trains_saves_and_loads_the_shares(tmp_path)
     assert_forecasts_in_new_processes(tmp_path)
+
+
+@pytest.mark.slow
+def test_a_search_with_shared_layers_resumes_where_it_stopped(tmp_path):
+    """A checkpoint inside the search holds the shares' structure (no tensors of their own); the resumed run links
+    them to their sources again and makes the same decisions on the same losses as an uninterrupted one."""
+    from test_form_search import StopAt
+
+    shared = second_layer_shares_first(dense_patchtst(layers=2))
+    whole = search_trainer(tmp_path / "whole", config(shared), steps=20, layers=2)
+    whole.train()
+    first = search_trainer(tmp_path / "part", config(shared), steps=20, save_steps=8, layers=2)
+    first.add_callback(StopAt(8))
+    first.train()
+    assert not first.search.done
+    resumed = search_trainer(tmp_path / "part", config(shared), steps=20, save_steps=8, layers=2)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "part" / "checkpoint-8"))
+    assert resumed.search.chosen == whole.search.chosen
+    assert [r["metric"] for r in resumed.search.trace] == [r["metric"] for r in whole.search.trace]
+    for name, source in shared.items():
+        assert resumed.model.get_submodule(name).source_layer is resumed.model.get_submodule(source)
+
+
+def test_greedy_forms_measure_through_the_shares_and_keep_them():
+    """``greedy_forms`` with ``shared``: measured on the dense model trained with the shares (refused on one without
+    them, which would measure one use), its result keeps the shares and builds a fresh model within the budget."""
+    from hf_tensorcompress import CompressionConfig, apply_compression
+    from hf_tensorcompress.search import greedy_forms
+
+    model = dense_patchtst(layers=2).eval()
+    shared = second_layer_shares_first(model)
+    search = config(shared)
+    past, future = sines(200, seed=3)[0]["past_values"][None], sines(200, seed=3)[0]["future_values"][None]
+
+    def loss(m):
+        with torch.no_grad():
+            return float((m(past_values=past).prediction_outputs - future).square().mean())
+
+    with pytest.raises(ValueError, match="does not share it: measure on the model trained with the shares"):
+        greedy_forms(model, search, loss)
+    forms = {name: {"method": "shared", "source": source} for name, source in shared.items()}
+    trained = apply_compression(model, CompressionConfig(method="mixed", forms=forms))
+    allocated = greedy_forms(trained, search, loss)
+    assert {n: f for n, f in allocated.forms.items() if f["method"] == "shared"} == forms
+    fresh = apply_compression(dense_patchtst(layers=2), allocated)
+    rows = linear_bytes(fresh)["modules"]
+    slots = linear_slots(dense_patchtst(layers=2), search)
+    assert sum(rows[slot.name]["disk"] for slot in slots) <= sum(slot.dense_bytes for slot in slots) / 8
+    assert all(rows[name]["disk"] == 0 for name in shared)

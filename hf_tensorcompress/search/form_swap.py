@@ -47,7 +47,9 @@ def prepare_for_forms(model: nn.Module, slots: list[LinearSlot], shared: dict[st
                 f"SearchConfig shared[{name!r}] = {source!r}: the source must be a Linear the search acts on "
                 f"(one of {sorted(searched)[:4]}{' …' if len(searched) > 4 else ''})"
             )
-        linear = model.get_submodule(name)
+        linear = dict(model.named_modules()).get(name)
+        if not isinstance(linear, nn.Linear):
+            raise ValueError(f"SearchConfig shared names {name!r}, which is not a Linear of {type(model).__name__}")
         check_source(
             model.get_submodule(source), source, linear.in_features, linear.out_features, linear.bias is not None
         )

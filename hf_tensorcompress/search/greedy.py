@@ -24,7 +24,9 @@ def greedy_forms(model: nn.Module, search: SearchConfig, loss: Callable[[nn.Modu
     Each Linear of ``model`` (trained, dense) is put alone in each of its forms, built from its trained weight, and
     ``loss(model)`` (lower is better: a validation MSE, say) scores it; from every Linear at its costliest form, the
     move that costs the least loss per byte saved is taken until the bytes fit. ``model`` is left as it was. Apply the
-    result to ``model`` (and train on: every form trains in the precision it stores) or to a fresh model.
+    result to ``model`` (and train on: every form trains in the precision it stores) or to a fresh model. With
+    ``search.shared``, ``model`` is the dense model trained with those shares (``method="mixed"``'s shared forms), each
+    source measured through every use, and the result keeps the shares (apply it to a fresh model).
     """
     if search.forms is None or search.byte_budget is None:
         raise ValueError(
@@ -32,6 +34,13 @@ def greedy_forms(model: nn.Module, search: SearchConfig, loss: Callable[[nn.Modu
             "forms=(...) and byte_budget=..., e.g. SearchConfig(forms=('dense', 'lowbit', 'svd'), "
             "factor_widths=(4, 2), byte_budget=1 / 16)"
         )
+    for name, source in (search.shared or {}).items():
+        if getattr(model.get_submodule(name), "source", None) != source:
+            raise ValueError(
+                f"SearchConfig shared[{name!r}] = {source!r}, but {name} of this model does not share it: measure on "
+                "the model trained with the shares, apply_compression(model, CompressionConfig(method='mixed', "
+                f"forms={{{name!r}: {{'method': 'shared', 'source': {source!r}}}, ...}})) then trained"
+            )
     slots = linear_slots(model, search)
     if not slots:
         raise ValueError(f"target_modules={search.target_modules!r} names no Linear of {type(model).__name__}")
@@ -41,4 +50,5 @@ def greedy_forms(model: nn.Module, search: SearchConfig, loss: Callable[[nn.Modu
     forms = mixed_forms(slots, allocation)
     if not forms:
         raise ValueError(f"byte_budget={search.byte_budget:.4g} keeps every Linear dense: nothing to compress")
-    return CompressionConfig(method="mixed", forms=forms)
+    shares = {name: {"method": "shared", "source": source} for name, source in (search.shared or {}).items()}
+    return CompressionConfig(method="mixed", forms=forms | shares)
