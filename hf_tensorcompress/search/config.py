@@ -326,8 +326,8 @@ class SearchConfig(JsonConfig):
         """``shared`` maps module names to module names, none to itself and none to a Linear that is itself shared."""
         if self.shared is None:
             return
-        pairs = self.shared.items() if isinstance(self.shared, dict) else ()
-        if not isinstance(self.shared, dict) or any(not isinstance(n, str) or not isinstance(s, str) for n, s in pairs):
+        names = [*self.shared.items()] if isinstance(self.shared, dict) else []
+        if not isinstance(self.shared, dict) or not all(isinstance(name, str) for pair in names for name in pair):
             raise ValueError(f"shared={self.shared!r}: a dict of {{module name: the searched Linear it shares}}")
         for name, source in self.shared.items():
             if name == source or source in self.shared:

@@ -24,6 +24,7 @@ from ..compress import check_not_compressed
 from ..config import CompressionConfig
 from ..core.export import mark_compressed
 from ..methods.mixed.apply import build_form
+from ..methods.mixed.config import shared_forms
 from ..methods.mixed.shared import SharedLinear, check_source
 from ..runtime.contract import CompressedLayer
 from ..saving import save_extras
@@ -171,9 +172,9 @@ def record_forms(model: nn.Module, slots: list[LinearSlot], chosen: dict[str, Fo
     every shared one's."""
     recorded = model.config.compression_config
     shared = {name: module for name, module in model.named_modules() if isinstance(module, SharedLinear)}
-    recorded["forms"] = mixed_forms(slots, chosen) | {
-        name: {"method": "shared", "source": module.source} for name, module in shared.items()
-    }
+    recorded["forms"] = mixed_forms(slots, chosen) | shared_forms(
+        {name: layer.source for name, layer in shared.items()}
+    )
     layers = {slot.name: model.get_submodule(slot.name) for slot in slots} | shared
     recorded["modules"] = {name: layer.spec() for name, layer in layers.items() if isinstance(layer, CompressedLayer)}
 

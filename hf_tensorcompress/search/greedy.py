@@ -12,6 +12,7 @@ from collections.abc import Callable
 from torch import nn
 
 from ..config import CompressionConfig
+from ..methods.mixed.config import shared_forms
 from .allocators import check_budget_fits, greedy_allocation, measure_form_sensitivity
 from .config import SearchConfig
 from .forms import linear_slots, mixed_forms
@@ -50,5 +51,4 @@ def greedy_forms(model: nn.Module, search: SearchConfig, loss: Callable[[nn.Modu
     forms = mixed_forms(slots, allocation)
     if not forms:
         raise ValueError(f"byte_budget={search.byte_budget:.4g} keeps every Linear dense: nothing to compress")
-    shares = {name: {"method": "shared", "source": source} for name, source in (search.shared or {}).items()}
-    return CompressionConfig(method="mixed", forms=forms | shares)
+    return CompressionConfig(method="mixed", forms=forms | shared_forms(search.shared))

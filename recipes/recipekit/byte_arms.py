@@ -18,6 +18,7 @@ from torch.nn.utils import parametrize
 
 from hf_tensorcompress import CompressionConfig, apply_compression
 from hf_tensorcompress.methods.lowbit.learned_scales import initial_scales, learned_values
+from hf_tensorcompress.methods.mixed.config import shared_forms
 from hf_tensorcompress.runtime.factor_storage import fp16_rounded, rounded, stored_form
 from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS
 from hf_tensorcompress.search.allocators import greedy_allocation, random_allocation, uniform_forms
@@ -126,9 +127,7 @@ def prepare_forms(slots: list[LinearSlot], allocation: Allocation, shared: dict[
     """An arm's ``prepare``: every Linear in its allocated form (``method="mixed"``, built from the fresh weights),
     trained in the precision it is stored in (Biprop layers keep their scores in the state dict while they train:
     model selection restores it); each Linear of ``shared`` ({module: source}) computing with its source's."""
-    forms = mixed_forms(slots, allocation) | {
-        name: {"method": "shared", "source": s} for name, s in (shared or {}).items()
-    }
+    forms = mixed_forms(slots, allocation) | shared_forms(shared)
 
     def prepare(model: torch.nn.Module, final_ranks) -> None:
         if forms:
@@ -311,8 +310,7 @@ def shared_linears(model: torch.nn.Module) -> dict[str, str]:
 
 def prepare_shared_dense(model: torch.nn.Module, final_ranks) -> None:
     """An arm's ``prepare``: the dense model whose layers after the first compute with the first's Linears."""
-    forms = {name: {"method": "shared", "source": source} for name, source in shared_linears(model).items()}
-    apply_compression(model, CompressionConfig(method="mixed", forms=forms))
+    apply_compression(model, CompressionConfig(method="mixed", forms=shared_forms(shared_linears(model))))
 
 
 def prepare_ends(

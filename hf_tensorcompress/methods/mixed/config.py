@@ -18,6 +18,11 @@ def is_shared(form: Any) -> bool:
     return isinstance(form, dict) and form.get("method") == SHARED
 
 
+def shared_forms(shared: dict[str, str] | None) -> dict[str, dict]:
+    """The forms that make each Linear of ``shared`` ({module: source}) compute with its source's weights."""
+    return {name: {"method": SHARED, "source": source} for name, source in (shared or {}).items()}
+
+
 def check_shared(form: dict, where: str) -> None:
     """A shared form names its source, by full module name, and nothing else."""
     if set(form) != {"method", "source"} or not isinstance(form["source"], str) or not form["source"]:
