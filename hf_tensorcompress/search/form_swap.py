@@ -42,22 +42,21 @@ def prepare_for_forms(model: nn.Module, slots: list[LinearSlot], shared: dict[st
     check_not_compressed(model)
     shared = shared or {}
     searched = {slot.name for slot in slots}
+    modules = dict(model.named_modules())
     for name, source in shared.items():
         if source not in searched:
             raise ValueError(
                 f"SearchConfig shared[{name!r}] = {source!r}: the source must be a Linear the search acts on "
                 f"(one of {sorted(searched)[:4]}{' …' if len(searched) > 4 else ''})"
             )
-        linear = dict(model.named_modules()).get(name)
+        linear = modules.get(name)
         if not isinstance(linear, nn.Linear):
             raise ValueError(f"SearchConfig shared names {name!r}, which is not a Linear of {type(model).__name__}")
-        check_source(
-            model.get_submodule(source), source, linear.in_features, linear.out_features, linear.bias is not None
-        )
+        check_source(modules[source], source, linear.in_features, linear.out_features, linear.bias is not None)
     config = CompressionConfig(method="mixed", target_modules=[slot.name for slot in slots] + list(shared))
     mark_compressed(model, {**config.to_dict(), "modules": {}}, save_hook=save_extras)
     for name, source in shared.items():
-        linear = model.get_submodule(name)
+        linear = modules[name]
         model.set_submodule(
             name, SharedLinear(linear.in_features, linear.out_features, source, linear.bias is not None)
         )

@@ -16,9 +16,11 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from hf_tensorcompress.core.metrics import linear_bytes
+
 from .arm_names import NARROW_ARM
 from .byte_arms import shared_linears
-from .costs import byte_counts, scope_names
+from .costs import byte_counts
 from .forecasters import Size
 
 #: A narrow model's shape: its d_model, its number of encoder layers (None: the full model's), its FFN width (None:
@@ -109,9 +111,9 @@ def search_shape(
         raise ValueError(f"--search-shape {name} is the byte search's model; pass --budget-ratio too")
     model = build(narrower(size, found[0]))
     shared = shared_linears(model) if found[0][3] else {}
-    searched = [model.get_submodule(n) for n in scope_names(model, "all") if n not in shared]
-    dense = sum(4 * (m.in_features * m.out_features + (0 if m.bias is None else m.out_features)) for m in searched)
-    fraction = budget_ratio * byte_counts(full_model)["linear_bytes"]["dense"] / dense
+    rows = linear_bytes(model)["modules"]
+    dense = sum(row["dense"] for name, row in rows.items() if name not in shared)
+    fraction = budget_ratio * linear_bytes(full_model)["dense"] / dense
     if fraction > 1:
         raise ValueError(
             f"--search-shape {name} with --budget-ratio {budget_ratio:.4g}: the budget is more than the shape stores "

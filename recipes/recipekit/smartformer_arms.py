@@ -145,10 +145,9 @@ def build_plan(size: Size, args: argparse.Namespace, shape_model: torch.nn.Modul
     if shaped is not None:  # its dense arm before the byte arms: greedy measures on it
         add_narrow_arm(plan, shaped.name, shaped.shape, None, size, args.model_path)
         plan.search_shape = shaped.name
+        plan.shapes.update({name: shaped.shape for name in ("smartformer-bytes", *BYTE_DERIVED)})
     if args.budget_ratio is not None:
         add_byte_arms(plan, search)
-        if shaped is not None:
-            plan.shapes.update({name: shaped.shape for name in ("smartformer-bytes", *BYTE_DERIVED)})
     for name in args.runs or []:
         if any(entry[0] == name for entry in plan.arms):
             continue
