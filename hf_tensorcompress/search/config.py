@@ -19,6 +19,8 @@ DEFAULT_TOLERANCE = {"loss": 1.125, "accuracy": 0.1, "validation_loss": 1.125}
 #: What each undecided Linear's share of the bytes left (``pace``) is proportional to: its fp32 bytes, or its bytes in
 #: the greedy allocation by measured sensitivity.
 SHARE_BY = ("fp32_bytes", "sensitivity")
+#: ``start``: every searched Linear starts in the greedy allocation by measured sensitivity (at the first stage end).
+GREEDY_START = "greedy"
 
 
 def _positive_int(value: Any, name: str) -> None:
@@ -99,7 +101,13 @@ class SearchConfig(JsonConfig):
             given; any other start must be a form the search may choose for every searched Linear (one of ``forms``
             at a listed width, group size or keep ratio), since a Linear left undecided keeps it. Starting from a
             form that trains well at few bytes (a 2-bit weight) lets the reward, measured a stage after each change,
-            compare the cheaper forms with it instead of with the dense layer.
+            compare the cheaper forms with it instead of with the dense layer. ``"greedy"``: the Linears train as given
+            until the first stage ends; there every Linear alone is put in each of its forms and scored on the
+            ``validation_batches`` (as ``share_by="sensitivity"`` measures them, once for both), and every Linear moves
+            to its form in the greedy allocation by those losses within ``byte_budget`` (``greedy_forms``' rule). The
+            agent first acts a stage later, its first reward measured against greedy's forms, so the search refines a
+            greedy allocation instead of building one from dense. Needs ``byte_budget`` and the trainer's
+            ``eval_dataset``.
         pace: budget pacing in the search over forms (with ``byte_budget``): a Linear's forms are offered only where
             they cost within ± ``pace`` of its share of the bytes left (the budget not yet spent, split over the
             undecided Linears by their fp32 bytes; the closest form where none is), so the search spends its budget
@@ -302,10 +310,15 @@ class SearchConfig(JsonConfig):
             )
         check_rotation_block(self.rotation_block)
         kind = self.start.partition(":")[0]
-        if self.start != "dense" and kind not in self.forms:
+        if self.start not in ("dense", GREEDY_START) and kind not in self.forms:
             raise ValueError(
                 f"start={self.start!r}: a form of one of forms={list(self.forms)} (a Linear left undecided keeps its "
-                "start form), or 'dense' (the model as given)"
+                f"start form), 'dense' (the model as given) or {GREEDY_START!r} (the greedy allocation by measured "
+                "sensitivity)"
+            )
+        if self.start == GREEDY_START and self.byte_budget is None:
+            raise ValueError(
+                f"start={GREEDY_START!r} allocates byte_budget greedily by measured sensitivity: pass byte_budget=..."
             )
         if self.pace is not None and (
             isinstance(self.pace, bool) or not isinstance(self.pace, (int, float)) or self.pace < 0

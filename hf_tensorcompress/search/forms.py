@@ -23,6 +23,7 @@ from ..methods.lowbit.apply import all_linear
 from ..methods.lowbit.layer import LowBitLinear
 from ..methods.svd.layer import LowRankLinear
 from ..runtime.marker import FACTOR_WIDTHS, INPUT_ROTATIONS
+from .config import GREEDY_START
 from .space import Width, candidate_ranks
 
 #: The layer class of each form (what a checkpoint rebuilds it as).
@@ -346,8 +347,9 @@ def linear_slots(model: nn.Module, config) -> list[LinearSlot]:
 
 def start_form(slots: list[LinearSlot], label: str) -> Form:
     """The form every searched Linear starts in (``SearchConfig.start``): dense, the model as given, or a form the
-    search may choose for every one of them (a Linear still undecided when training ends keeps its start form)."""
-    form = Form.from_label(label)
+    search may choose for every one of them (a Linear still undecided when training ends keeps its start form).
+    ``"greedy"`` starts dense: the greedy allocation is measured on the model once it has trained a stage."""
+    form = Form.from_label("dense" if label == GREEDY_START else label)
     common = set.intersection(*(set(slot.actions) for slot in slots)) if slots else set()
     if form.kind == "dense" or form in common:
         return form

@@ -19,7 +19,7 @@ import torch
 
 from .agent import ActorCritic, masked_log_softmax
 from .allocators import greedy_allocation
-from .config import SearchConfig
+from .config import GREEDY_START, SearchConfig
 from .encoder import StateEncoder, build_vocabulary
 from .forms import pareto_front
 from .importance import TaylorImportance
@@ -76,6 +76,8 @@ class RankSearch:
         #: ``share_by="sensitivity"``: each Linear's bytes in the greedy allocation by measured sensitivity, which
         #: the bytes left are shared in proportion to (measured when the agent first acts)
         self.share_weights: dict[str, float] = {}
+        #: ``start="greedy"``: the greedy allocation by measured sensitivity every Linear moved to (empty: not yet)
+        self.greedy: dict = {}
 
     # ------------------------------------------------------------------ observation
     @property
@@ -153,7 +155,9 @@ class RankSearch:
         }
         if self.pending is not None:
             self._complete_transition(record, metric)
-        if not self.done:
+        if self.config.start == GREEDY_START and not self.greedy:
+            self._start_greedy(record)
+        elif not self.done:
             if self.current is None:
                 undecided = [g for g in self.groups if g.name not in self.decided]
                 self.current = min(undecided, key=lambda g: (importance[g.name], g.position)).name
@@ -209,7 +213,7 @@ class RankSearch:
         name = self.current
         group = self.by_name[name]
         if self.config.share_by == "sensitivity" and not self.share_weights:
-            self._share_by_sensitivity(record)
+            self._measure_sensitivity(record)
         if self.config.front_only and name not in self.front:
             self.front[name] = pareto_front(group, self.measure(name))
         if name in self.front and not self.actions[name]:
@@ -239,16 +243,28 @@ class RankSearch:
             record.update(share=self.shares[name][0], closest=self.shares[name][1], cost=group.cost(action, True))
         self._take(name, action, record)
 
-    def _share_by_sensitivity(self, record: dict) -> None:
-        """``share_by="sensitivity"``: every Linear measured alone in each of its forms, and the greedy allocation by
-        those losses within the byte budget gives each Linear its weight in the shares (``front_only``: its front)."""
+    def _measure_sensitivity(self, record: dict) -> dict:
+        """Every Linear measured alone in each of its forms, and the greedy allocation by those losses within the
+        byte budget, returned; with ``share_by="sensitivity"`` it gives each Linear its weight in the shares, with
+        ``front_only`` its front."""
         losses = {group.name: self.measure(group.name) for group in self.groups}
         allocation = greedy_allocation(self.groups, self.budget_bytes, losses)
-        self.share_weights = {group.name: group.cost(allocation[group.name], True) for group in self.groups}
+        if self.config.share_by == "sensitivity":
+            self.share_weights = {group.name: group.cost(allocation[group.name], True) for group in self.groups}
+            record["sensitivity_shares"] = dict(self.share_weights)
         if self.config.front_only:
             for name, loss in losses.items():
                 self.front.setdefault(name, pareto_front(self.by_name[name], loss))
-        record["sensitivity_shares"] = dict(self.share_weights)
+        return allocation
+
+    def _start_greedy(self, record: dict) -> None:
+        """``start="greedy"``: every Linear moves to its form in the greedy allocation by measured sensitivity; the
+        agent first acts at the next stage end, against the loss of these forms."""
+        allocation = self._measure_sensitivity(record)
+        for group in self.groups:
+            self._take(group.name, allocation[group.name], record)
+        self.greedy = self._dumped()
+        record["greedy_start"] = dict(self.greedy)
 
     def observe(self, metric: float) -> None:
         self.metric_sum += float(metric)
@@ -281,6 +297,7 @@ class RankSearch:
             "metric_count": self.metric_count,
             "front": self.front,
             "share_weights": self.share_weights,
+            "greedy": self.greedy,
             "rng": [version, list(internal), gauss],
         }
 
@@ -307,6 +324,7 @@ class RankSearch:
         self.metric_sum, self.metric_count = float(state["metric_sum"]), int(state["metric_count"])
         self.front = {name: [int(slot) for slot in slots] for name, slots in state.get("front", {}).items()}
         self.share_weights = {name: float(weight) for name, weight in state.get("share_weights", {}).items()}
+        self.greedy = dict(state.get("greedy", {}))
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
 

@@ -29,7 +29,7 @@ from ..compress import refresh_compression_config
 from ..core.metrics import linear_bytes
 from ..runtime.structure import install_layers
 from .allocators import check_budget_fits
-from .config import SearchConfig
+from .config import GREEDY_START, SearchConfig
 from .form_swap import (
     change_forms,
     finish_forms,
@@ -169,10 +169,14 @@ class SmartformerTrainer(Trainer):
                 "eval_dataset=... to the trainer, or use reward='loss'"
             )
         if config.forms is not None:
-            measured = config.front_only or config.share_by == "sensitivity"
+            options = {
+                "front_only=True": config.front_only,
+                f"share_by={config.share_by!r}": config.share_by == "sensitivity",
+                f"start={config.start!r}": config.start == GREEDY_START,
+            }
+            measured = [option for option, given in options.items() if given]
             if measured and self.eval_dataset is None:
-                option = "front_only=True" if config.front_only else f"share_by={config.share_by!r}"
-                raise ValueError(f"SearchConfig({option}) scores each form on eval_dataset; pass one")
+                raise ValueError(f"SearchConfig({', '.join(measured)}) scores each form on eval_dataset; pass one")
             slots = linear_slots(self.model, config)
             if config.byte_budget is not None:
                 check_budget_fits(slots, config.byte_budget)  # before the model changes

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from hf_tensorcompress.methods.lowbit.config import BIAS_DTYPES, WEIGHT_SCALES
 from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS, INPUT_ROTATIONS
 from hf_tensorcompress.search import SearchConfig
-from hf_tensorcompress.search.config import FORM_KINDS, SHARE_BY
+from hf_tensorcompress.search.config import FORM_KINDS, GREEDY_START, SHARE_BY
 from hf_tensorcompress.search.forms import Form
 
 from .byte_arms import BYTE_WIDTHS
@@ -84,8 +84,9 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         "--search-start",
         type=form_label,
         default="dense",
-        help="the form every Linear starts the byte search in: dense (the model as given) or a form the search may "
-        "choose for every Linear, e.g. lowbit:2/g32 (SearchConfig.start)",
+        help="the form every Linear starts the byte search in: dense (the model as given), a form the search may "
+        "choose for every Linear, e.g. lowbit:2/g32, or greedy (the greedy allocation by each form's measured loss "
+        "at the first stage end, which the agent then refines; SearchConfig.start)",
     )
     parser.add_argument(
         "--front-only",
@@ -163,7 +164,10 @@ def factor_width(text: str) -> int | str:
 
 
 def form_label(text: str) -> str:
-    """``--search-start``: a form's label (``Form.from_label``), checked here and kept as text (``SearchConfig.start``)."""
+    """``--search-start``: a form's label (``Form.from_label``) or ``greedy``, checked here and kept as text
+    (``SearchConfig.start``)."""
+    if text == GREEDY_START:
+        return text
     try:
         Form.from_label(text)
     except ValueError as error:
