@@ -4,7 +4,8 @@ Trains a tiny PatchTST with the search, then writes, per process, the ranks it h
 fingerprint of its final parameters and the gradients of one backward pass on process-specific data. With a second
 argument ``bytes``: the byte search (rank and factor width of every Linear) on a tiny PatchTST whose every Linear is SVD;
 ``forms``: the search over the form of every Linear of a dense tiny PatchTST; ``shares``: the same search measuring
-every Linear's sensitivity on validation windows (``front_only``, ``share_by="sensitivity"``) on the main process;
+every Linear's sensitivity on validation windows (``front_only``, ``share_by="sensitivity"``) on the main process and
+starting from the greedy allocation by it (``start="greedy"``);
 ``shared``: the search over forms on a two-layer PatchTST whose second layer computes with the first's Linears.
 """
 
@@ -33,7 +34,7 @@ def main(output_dir: str, mode: str = "ranks") -> None:
     if mode in ("forms", "shares", "shared"):
         budget.update(byte_budget=1 / 8, forms=("dense", "lowbit", "svd", "cp", "biprop"), weight_group_sizes=(16,))
     if mode == "shares":
-        budget.update(front_only=True, share_by="sensitivity")
+        budget.update(front_only=True, share_by="sensitivity", start="greedy")
     if mode == "shared":
         later = [name for name, m in model.named_modules() if ".layers.1." in name and isinstance(m, torch.nn.Linear)]
         budget.update(shared={name: name.replace(".layers.1.", ".layers.0.") for name in later})
@@ -70,6 +71,7 @@ def main(output_dir: str, mode: str = "ranks") -> None:
         "factor_bits": {n: s.get("factor_bits") for n, s in model.config.compression_config["modules"].items()},
         "chosen": [record.get("chosen") for record in trainer.search.trace],
         "shares": [record["sensitivity_shares"] for record in trainer.search.trace if "sensitivity_shares" in record],
+        "greedy": [record["greedy_start"] for record in trainer.search.trace if "greedy_start" in record],
         "searched": [group.name for group in trainer.search.groups],
         "types": {name: type(module).__name__ for name, module in model.named_modules()},
         "trace_steps": [record["step"] for record in trainer.search.trace],

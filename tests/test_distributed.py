@@ -78,7 +78,8 @@ def test_two_processes_hold_the_same_ranks_and_widths_in_the_byte_search(tmp_pat
 def test_two_processes_hold_the_same_forms_in_the_search_over_forms(tmp_path, mode):
     """The search over forms under DDP: both processes swap the same Linears into the same forms (new modules, new
     parameters, the DDP wrapper rebuilt) and their parameters stay equal; with the sensitivity shares the main process
-    measures every Linear once, on validation windows, and the other follows its decisions; with a shared layer both
+    measures every Linear once, on validation windows, both move to the greedy allocation by it at the first stage
+    (``start="greedy"``) and the other follows the main one's decisions; with a shared layer both
     hold its Linears as shares of the first layer's, whatever form those took."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(SCRIPT.parent.parent))
     command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
@@ -95,6 +96,8 @@ def test_two_processes_hold_the_same_forms_in_the_search_over_forms(tmp_path, mo
     if mode == "shares":  # measured once, on the main process: one share for every Linear the search holds
         assert len(first["shares"]) == 1 and set(first["shares"][0]) == set(first["searched"])
         assert all(share > 0 for share in first["shares"][0].values())
+        assert len(first["greedy"]) == 1 and first["greedy"] == second["greedy"]
+        assert first["chosen"][0] == first["greedy"][0] and set(first["greedy"][0]) == set(first["searched"])
     if mode == "shared":
         shares = {name for name, kind in first["types"].items() if kind == "SharedLinear"}
         assert len(shares) == 6 and not shares & set(first["searched"])

@@ -81,9 +81,11 @@ def test_a_trained_search_starts_from_greedy_in_the_model_and_needs_validation_b
     trainer.train()
     search = trainer.search
     start = search.trace[0]["greedy_start"]
-    assert len(search.trace) == 1 and search.trace[0]["step"] == 6 and search.chosen == {
-        name: search.by_name[name].parse(form) for name, form in start.items()
-    }
+    assert (
+        len(search.trace) == 1
+        and search.trace[0]["step"] == 6
+        and search.chosen == {name: search.by_name[name].parse(form) for name, form in start.items()}
+    )
     assert {Form.parse(form).kind for form in start.values()} - {"dense"}  # something moved
     for name, form in start.items():
         assert type(trainer.model.get_submodule(name)) is MODULES[Form.parse(form).kind]
