@@ -105,9 +105,11 @@ def test_the_recipes_take_the_byte_search_start_form(capsys):
     assert smartformer.parse_args(["--search-start", "lowbit:2/g32"]).search_start == "lowbit:2/g32"
     with pytest.raises(SystemExit):
         smartformer.parse_args(["--search-start", "lowbit:2"])
-    assert "form 'lowbit:2': one of dense, lowbit:<bits>/<g<group>|row>" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "form 'lowbit:2': one of dense, lowbit:<bits>/<g<group>|row>" in error and "or greedy" in error
     args = comparison_args(["--search-start", "lowbit:2/g32"])
     assert passed(args)[-2:] == ["--search-start", "lowbit:2/g32"]  # the byte comparison passes it on
+    assert passed(comparison_args(["--search-start", "greedy"]))[-2:] == ["--search-start", "greedy"]
     assert smartformer.parse_args([]).weight_scales == ["rounded"]
     assert smartformer.parse_args(["--weight-scales", "learned"]).weight_scales == ["learned"]
     with pytest.raises(SystemExit):

@@ -171,5 +171,5 @@ def form_label(text: str) -> str:
     try:
         Form.from_label(text)
     except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+        raise argparse.ArgumentTypeError(f"{error}; or {GREEDY_START} (the greedy allocation)") from None
     return text
