@@ -99,6 +99,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--search-shape", default=None, help="the byte search's narrower model (the recipe's)")
     parser.add_argument("--search-start", default=None, help="the byte search's first form (the recipe's)")
     parser.add_argument("--search-warmup", default=None, help="steps before the byte search acts (the recipe's)")
+    parser.add_argument("--search-episodes", default=None, help="the byte search's passes (the recipe's)")
     parser.add_argument("--distill", default=None, help="every arm distilled from the dense run (the recipe's)")
     parser.add_argument("--weight-average", default=None, help="every arm's weights averaged (the recipe's)")
     parser.add_argument("--learning-rate", type=float, default=None, help="every arm's learning rate (the recipe's)")
@@ -409,7 +410,8 @@ def passed(args: argparse.Namespace) -> list[str]:
     names = ("forms", "weight_group_sizes", "weight_scales", "input_rotations", "bias_dtype", "keep_ratios")
     names += ("max_candidates",)
     names += ("byte_reward", "share_by", "pace", "search_shape")
-    names += ("learning_rate", "patch", "search_start", "search_warmup", "distill", "weight_average")
+    names += ("learning_rate", "patch", "search_start", "search_warmup", "search_episodes", "distill")
+    names += ("weight_average",)
     for name in (*names, "search_schedule"):
         value = getattr(args, name)
         if value is not None:

@@ -131,6 +131,10 @@ class SearchConfig(JsonConfig):
             the shares before the search starts (a shared Linear's own weights are dropped), every form is measured and
             trained through every use, and the shared Linears are not searched and store nothing: ``byte_budget`` is a
             fraction of what the searched Linears store dense. ``None``: no sharing.
+        episodes: passes of the search over every searched layer. The first decides every layer from the start form
+            (the paper's Algorithm 1); each later pass takes the layers up again, one at a time, with every other
+            layer in the form it holds, so the agent, trained on every reward so far, may move a layer where the
+            others' forms make another form better, the budget wall counting those forms as they are. ``1``: one pass.
         gamma: the actor-critic's discount (paper: 0.95).
         learning_rate: the actor-critic's learning rate (paper: 1e-3).
         hidden_units: units of each of the actor-critic's two hidden layers (paper: 40).
@@ -171,6 +175,7 @@ class SearchConfig(JsonConfig):
     share_by: str = "fp32_bytes"
     front_only: bool = False
     shared: dict[str, str] | None = None
+    episodes: int = 1
     gamma: float = 0.95
     learning_rate: float = 1e-3
     hidden_units: int = 40
@@ -225,6 +230,7 @@ class SearchConfig(JsonConfig):
                 f"epsilon_end={self.epsilon_end} exceeds epsilon_start={self.epsilon_start}; ε only decays"
             )
         _positive_int(self.consecutive_actions, "consecutive_actions")
+        _positive_int(self.episodes, "episodes")
         if self.max_actions_per_layer is not None:
             _positive_int(self.max_actions_per_layer, "max_actions_per_layer")
             if self.max_actions_per_layer < self.consecutive_actions:

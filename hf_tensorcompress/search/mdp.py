@@ -5,7 +5,9 @@ Per stage the trainer feeds the training loss (or accuracy) and the Taylor impor
   2. marks the layer decided when its last k actions agree (or the safeguard cap is hit);
   3. selects the least important undecided layer (kept until it is decided) and chooses its next rank ε-greedily.
 The stage that ends one layer's search also serves as the first stage of the next one (its loss was measured on
-the current structure), which saves one stage per layer compared with restarting Algorithm 1's outer loop.
+the current structure), which saves one stage per layer compared with restarting Algorithm 1's outer loop. With
+``episodes`` > 1 the stage that decides the last layer starts the next pass over all of them, every other layer
+counted in the form it holds.
 Only the main process runs this; the trainer broadcasts the returned record.
 """
 
@@ -60,6 +62,8 @@ class RankSearch:
         self.rng = random.Random(config.seed)
         self.importance = TaylorImportance(groups)
         self.decided: dict[str, int] = {}
+        #: the pass over the layers now running (``config.episodes`` of them, from 0)
+        self.episode = 0
         self.current: str | None = None
         self.actions: dict[str, list] = {group.name: [] for group in groups}
         self.pending: dict | None = None
@@ -106,11 +110,18 @@ class RankSearch:
         encoder = self.agent.encoder
         return encoder.encode_tokens([group.describe(self.chosen[group.name]) for group in self.groups])
 
+    def _fixed(self, name: str) -> set[str]:
+        """The layers the budget wall and the pace count in the form they hold while ``name`` acts: the decided ones
+        in the first pass; in a later pass, where every layer holds the form a pass gave it, all the others."""
+        if self.episode == 0:
+            return set(self.decided)
+        return {group.name for group in self.groups if group.name != name}
+
     def _mask(self, name: str) -> list[bool]:
         index = self.by_name[name].position
         in_bytes = self.config.byte_budget is not None
         mask = allowed_actions(
-            self.groups, index, self.chosen, set(self.decided), self.config.budget, self.width, in_bytes
+            self.groups, index, self.chosen, self._fixed(name), self.config.budget, self.width, in_bytes
         )
         if name in self.front:  # pacing then chooses among the front's forms
             kept = set(self.front[name])
@@ -125,9 +136,10 @@ class RankSearch:
         allowed form closest to the share where none does)."""
         group = self.by_name[name]
         budget = self.budget_bytes
-        spent = sum(self.by_name[other].cost(self.chosen[other], True) for other in self.decided)
+        fixed = self._fixed(name)
+        spent = sum(self.by_name[other].cost(self.chosen[other], True) for other in fixed)
         weight = self.share_weights or {g.name: g.dense_bytes for g in self.groups}
-        undecided = sum(weight[g.name] for g in self.groups if g.name not in self.decided)
+        undecided = sum(weight[g.name] for g in self.groups if g.name not in fixed)
         share = (budget - spent) * weight[name] / undecided
         costs = [
             group.cost(group.actions[slot], True) if slot < len(group.actions) else 0.0 for slot in range(self.width)
@@ -155,6 +167,8 @@ class RankSearch:
         }
         if self.pending is not None:
             self._complete_transition(record, metric)
+        if self.done and self.episode + 1 < self.config.episodes:
+            self._next_episode(record)
         if self.config.start == GREEDY_START and not self.greedy:
             self._start_greedy(record)
         elif not self.done:
@@ -163,7 +177,12 @@ class RankSearch:
                 self.current = min(undecided, key=lambda g: (importance[g.name], g.position)).name
             self._act(record, metric)
         record.update(
-            ranks=self.ranks, bits=self.bits, chosen=self._dumped(), decided=sorted(self.decided), done=self.done
+            ranks=self.ranks,
+            bits=self.bits,
+            chosen=self._dumped(),
+            decided=sorted(self.decided),
+            episode=self.episode,
+            done=self.done,
         )
         self.trace.append(record)
         self.importance.reset()
@@ -208,6 +227,13 @@ class RankSearch:
         self.decided[name] = self.ranks[name]
         self.current = None
         record["decided_layer"] = name
+
+    def _next_episode(self, record: dict) -> None:
+        """Every layer is undecided again with no actions yet; each keeps its form until the agent acts on it."""
+        self.episode += 1
+        self.decided, self.current = {}, None
+        self.actions = {group.name: [] for group in self.groups}
+        record["episode_start"] = self.episode
 
     def _act(self, record: dict, metric: float) -> None:
         name = self.current
@@ -275,6 +301,7 @@ class RankSearch:
         self.chosen = {name: self.by_name[name].parse(value) for name, value in record["chosen"].items()}
         ranks = self.ranks
         self.decided = {name: ranks[name] for name in record["decided"]}
+        self.episode = int(record.get("episode", 0))
         self.trace.append(record)
 
     # ------------------------------------------------------------------ checkpointing
@@ -287,6 +314,7 @@ class RankSearch:
             "bits": self.bits,
             "chosen": self._dumped(),
             "decided": self.decided,
+            "episode": self.episode,
             "current": self.current,
             "actions": {name: [self.by_name[name].dump(a) for a in values] for name, values in self.actions.items()},
             "pending": self.pending,
@@ -313,6 +341,7 @@ class RankSearch:
             bits = state.get("bits", {})
             self.chosen = {name: (int(rank), bits.get(name)) for name, rank in state["ranks"].items()}
         self.decided = {name: int(rank) for name, rank in state["decided"].items()}
+        self.episode = int(state.get("episode", 0))
         self.current = state["current"]
         self.actions = {
             name: [self.by_name[name].parse(value) for value in values] for name, values in state["actions"].items()

@@ -89,6 +89,14 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         "at the first stage end, which the agent then refines; SearchConfig.start)",
     )
     parser.add_argument(
+        "--search-episodes",
+        type=passes,
+        default=1,
+        metavar="PASSES",
+        help="passes of the byte search over every Linear: each after the first takes the Linears up again, the "
+        "others in the forms they hold (SearchConfig.episodes; default 1)",
+    )
+    parser.add_argument(
         "--front-only",
         action="store_true",
         help="per-layer sensitivity: the byte search chooses each Linear's form among its Pareto front of bytes and "
@@ -144,6 +152,13 @@ def pace_value(text: str) -> float | None:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: a fraction >= 0 (e.g. 0.25) or none")
     return value
+
+
+def passes(text: str) -> int:
+    """``--search-episodes``: a positive int."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: the byte search's passes over the Linears, an int >= 1")
+    return int(text)
 
 
 def group_size(text: str) -> int | None:

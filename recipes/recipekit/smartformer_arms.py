@@ -98,6 +98,7 @@ def search_factory(
                 pace=args.pace,
                 start=args.search_start,
                 warmup=args.search_warmup,
+                episodes=args.search_episodes,
                 shared=None if shaped is None or not shaped.shared else dict(shaped.shared),
             )
         return SearchConfig(
