@@ -142,6 +142,24 @@ def test_the_recipes_take_the_byte_search_start_form(capsys):
         smartformer.parse_args(["--bias-dtype", "float32"])
 
 
+def test_the_recipes_take_the_byte_search_passes(capsys):
+    import smartformer
+    from byte_comparison import parse_args as comparison_args
+    from byte_comparison import passed
+
+    from recipekit.smartformer_arms import search_factory
+
+    assert smartformer.parse_args([]).search_episodes == 1
+    args = smartformer.parse_args(["--search-episodes", "3", "--budget-ratio", "1/16", "--forms", "lowbit"])
+    assert search_factory(MEDIUM, args)(0, in_bytes=True).episodes == 3  # what the search runs with
+    assert search_factory(MEDIUM, smartformer.parse_args([]))(0).episodes == 1  # the rank search: one pass
+    for wrong in ("0", "two", "-1"):
+        with pytest.raises(SystemExit):
+            smartformer.parse_args(["--search-episodes", wrong])
+        assert "the byte search's passes over the Linears, an int >= 1" in capsys.readouterr().err
+    assert passed(comparison_args(["--search-episodes", "3"])) == ["--search-episodes", "3"]
+
+
 def test_lowbit_arm_names():
     assert lowbit_arm("lowbit-2-g128") == (2, 128, "rounded", "model", "none")
     assert lowbit_arm("lowbit-ternary-g64")[:2] == ("ternary", 64)

@@ -87,8 +87,7 @@ def test_a_resumed_search_continues_its_pass_as_it_would_have(tmp_path):
     resumed.load(str(tmp_path))
     assert resumed.episode == 1
     rest = run_to_end(resumed, first=cut)
-    keys = ("chosen", "decided", "episode", "layer", "action", "reward")
-    assert [{k: r.get(k) for k in keys} for r in rest] == [{k: r.get(k) for k in keys} for r in records[cut:]]
+    assert rest == records[cut:]  # the same draws, updates and forms
     assert resumed.chosen == whole.chosen
 
 
@@ -102,3 +101,15 @@ def test_a_trained_search_of_two_passes_leaves_its_last_forms_in_the_model(tmp_p
     for name, form in search.chosen.items():
         assert type(trainer.model.get_submodule(name)) is MODULES[form.kind]
     assert allocation_bytes(search.groups, search.chosen) <= search.budget_bytes
+
+
+def test_another_process_mirroring_the_records_follows_every_pass():
+    """Under ``accelerate launch`` the other processes follow the main one's records: they must not see the search
+    done at a pass's end, and they finish with the main process's forms."""
+    main, follower = fresh(config(episodes=2)), fresh(config(episodes=2))
+    for stage in range(2000):
+        follower.mirror(main.end_stage(stage, metric(stage)))
+        assert (follower.done, follower.episode, follower.chosen) == (main.done, main.episode, main.chosen)
+        if main.done:
+            break
+    assert main.done and main.episode == 1

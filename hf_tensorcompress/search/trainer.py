@@ -117,7 +117,7 @@ class SmartformerCallback(TrainerCallback):
             logger.warning(
                 "training ended before the rank search decided %s (they keep their current ranks, and a "
                 "param_budget is only guaranteed once every layer is decided); train longer or shorten "
-                "SearchConfig.interval / consecutive_actions / max_actions_per_layer",
+                "SearchConfig.interval / consecutive_actions / max_actions_per_layer / episodes",
                 undecided,
             )
         self.trainer._write_plot()
