@@ -3,6 +3,8 @@ budget wall and the pace counting every other Linear in the form it holds."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from smartformer_fixtures import search_trainer
 from test_form_search_greedy_start import MODULES
@@ -12,6 +14,7 @@ from hf_tensorcompress.search import SearchConfig
 from hf_tensorcompress.search.allocators import allocation_bytes
 from hf_tensorcompress.search.forms import Form
 from hf_tensorcompress.search.space import allowed_actions
+from hf_tensorcompress.search.trainer import unfinished_search
 
 
 def metric(stage: int) -> float:
@@ -113,3 +116,22 @@ def test_another_process_mirroring_the_records_follows_every_pass():
         if main.done:
             break
     assert main.done and main.episode == 1
+
+
+def test_a_run_ended_inside_a_later_pass_says_every_linear_holds_a_form_within_the_budget(tmp_path, caplog):
+    """Ended in the first pass, undecided Linears are outside the budget's guarantee; ended in a later one, each
+    holds a form an earlier pass gave it, which the wall kept within the budget: the warning says which."""
+    search = fresh(config(episodes=2))
+    search.end_stage(0, 1.0)
+    assert "before the rank search decided" in unfinished_search(search)
+    run_to_end(search)
+    search.episode, search.decided = 1, {search.groups[0].name: 0}
+    later = unfinished_search(search)
+    assert "pass 2 of 2" in later and search.groups[0].name not in later and search.groups[1].name in later
+    with caplog.at_level(logging.WARNING, logger="hf_tensorcompress.search.trainer"):
+        trainer = search_trainer(tmp_path / "run", config(episodes=50, warmup=4), steps=120)  # 50 passes: too many
+        trainer.train()
+    assert 0 < trainer.search.episode < 49 and not trainer.search.done
+    warned = [r.getMessage() for r in caplog.records if "training ended" in r.getMessage()]
+    assert len(warned) == 1 and f"pass {trainer.search.episode + 1} of 50" in warned[0]
+    assert allocation_bytes(trainer.search.groups, trainer.search.chosen) <= trainer.search.budget_bytes

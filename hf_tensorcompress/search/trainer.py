@@ -113,14 +113,25 @@ class SmartformerCallback(TrainerCallback):
         if self.trainer.search_config.forms is not None:
             finish_forms(self.trainer.model, search.groups, search.chosen)
         if not search.done and self.trainer.is_world_process_zero():
-            undecided = [group.name for group in search.groups if group.name not in search.decided]
-            logger.warning(
-                "training ended before the rank search decided %s (they keep their current ranks, and a "
-                "param_budget is only guaranteed once every layer is decided); train longer or shorten "
-                "SearchConfig.interval / consecutive_actions / max_actions_per_layer / episodes",
-                undecided,
-            )
+            logger.warning(unfinished_search(search))
         self.trainer._write_plot()
+
+
+def unfinished_search(search: RankSearch) -> str:
+    """What a run that ended inside the search leaves: in the first pass undecided layers outside the budget's
+    guarantee, in a later one every layer in a form an earlier pass gave it, within the budget."""
+    undecided = [group.name for group in search.groups if group.name not in search.decided]
+    if search.episode > 0:
+        return (
+            f"training ended in the search's pass {search.episode + 1} of {search.config.episodes}, before it took up "
+            f"{undecided} again (they keep the forms an earlier pass gave them, within the budget); train longer for "
+            "every pass, or lower SearchConfig.episodes"
+        )
+    return (
+        f"training ended before the rank search decided {undecided} (they keep their current ranks, and a "
+        "param_budget is only guaranteed once every layer is decided); train longer or shorten "
+        "SearchConfig.interval / consecutive_actions / max_actions_per_layer / episodes"
+    )
 
 
 def check_warmup(config: SearchConfig, length: float | None) -> None:
