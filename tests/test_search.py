@@ -207,6 +207,25 @@ def test_mdp_respects_the_parameter_budget_and_always_ends():
     assert max(len(a) for a in search.actions.values()) <= 6
 
 
+def test_the_rank_search_in_two_passes_acts_on_every_layer_again_within_the_parameter_budget():
+    """``episodes`` applies to the rank search too: the second pass takes every attention layer up again, and from the
+    first pass's end on the ranks fit ``param_budget`` after every action (the wall counts the others as they are)."""
+    model = tiny_patchtst(layers=3)
+    search = _search(
+        model, epsilon_start=1.0, epsilon_end=1.0, consecutive_actions=2, max_actions_per_layer=3, param_budget=0.4,
+        episodes=2,
+    )  # fmt: skip
+    _run(search, {g.name: float(g.position) for g in search.groups}, 200)
+    assert search.done and search.episode == 1
+    names = {g.name for g in search.groups}
+    for episode in (0, 1):
+        assert {r["layer"] for r in search.trace if "layer" in r and r["episode"] == episode} == names
+    dense = sum(g.dense_params for g in search.groups)
+    start = next(i for i, r in enumerate(search.trace) if "episode_start" in r)
+    for record in search.trace[start:]:
+        assert sum(g.params_at(record["ranks"][g.name]) for g in search.groups) <= 0.4 * dense
+
+
 def test_mdp_state_dict_round_trip_continues_identically():
     model = tiny_patchtst(layers=3)
     kwargs = dict(epsilon_start=0.6, consecutive_actions=3, seed=3)
