@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from hf_tensorcompress.cli.common import positive_int
 from hf_tensorcompress.methods.lowbit.config import BIAS_DTYPES, WEIGHT_SCALES
 from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS, INPUT_ROTATIONS
 from hf_tensorcompress.search import SearchConfig
@@ -90,7 +91,7 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
     )
     parser.add_argument(
         "--search-episodes",
-        type=passes,
+        type=positive_int,
         default=1,
         metavar="PASSES",
         help="passes of the byte search over every Linear: each after the first takes the Linears up again, the "
@@ -152,13 +153,6 @@ def pace_value(text: str) -> float | None:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: a fraction >= 0 (e.g. 0.25) or none")
     return value
-
-
-def passes(text: str) -> int:
-    """``--search-episodes``: a positive int."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: the byte search's passes over the Linears, an int >= 1")
-    return int(text)
 
 
 def group_size(text: str) -> int | None:
