@@ -95,6 +95,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--byte-reward", default=None, help="the byte search's reward (the recipe's --byte-reward)")
     parser.add_argument("--front-only", action="store_true", help="the byte search on Pareto fronts (the recipe's)")
     parser.add_argument("--share-by", default=None, help="what the byte search's budget is shared by (the recipe's)")
+    parser.add_argument("--reward-baseline", default=None, help="the byte search's reward baseline (the recipe's)")
     parser.add_argument("--pace", default=None, help="the byte search's pace around each share (the recipe's)")
     parser.add_argument("--search-shape", default=None, help="the byte search's narrower model (the recipe's)")
     parser.add_argument("--search-start", default=None, help="the byte search's first form (the recipe's)")
@@ -409,7 +410,7 @@ def passed(args: argparse.Namespace) -> list[str]:
     flags = []
     names = ("forms", "weight_group_sizes", "weight_scales", "input_rotations", "bias_dtype", "keep_ratios")
     names += ("max_candidates",)
-    names += ("byte_reward", "share_by", "pace", "search_shape")
+    names += ("byte_reward", "reward_baseline", "share_by", "pace", "search_shape")
     names += ("learning_rate", "patch", "search_start", "search_warmup", "search_episodes", "distill")
     names += ("weight_average",)
     for name in (*names, "search_schedule"):

@@ -56,7 +56,14 @@ def greedy_allocation(groups: list, budget: float, sensitivity: dict[str, dict])
     """HAQ-style without RL: start every group at its most expensive action and, while over ``budget``, move the
     group whose next cheaper action costs the least loss increase per byte saved (``sensitivity``: group ->
     {action: loss increase of that group alone at that action})."""
+    return greedy_with_price(groups, budget, sensitivity)[0]
+
+
+def greedy_with_price(groups: list, budget: float, sensitivity: dict[str, dict]) -> tuple[Allocation, float]:
+    """``greedy_allocation`` and the loss increase per byte saved of its last move: what meeting the budget cost at
+    the margin, the price of a byte (0.0 where every group's most expensive action fits)."""
     allocation = {g.name: max(g.actions, key=lambda a, g=g: g.cost(a, True)) for g in groups}
+    price = 0.0
     while allocation_bytes(groups, allocation) > budget:
         moves = []
         for index, group in enumerate(groups):
@@ -68,9 +75,9 @@ def greedy_allocation(groups: list, budget: float, sensitivity: dict[str, dict])
                     moves.append((max(cost, 0.0) / saved, -saved, index, slot))
         if not moves:
             break
-        _, _, index, slot = min(moves)  # on a tie the first move (actions mix ints, "ternary", None and forms)
+        price, _, index, slot = min(moves)  # on a tie the first move (actions mix ints, "ternary", None and forms)
         allocation[groups[index].name] = groups[index].actions[slot]
-    return allocation
+    return allocation, price
 
 
 def uniform_forms(slots: list[LinearSlot], budget: float, kind: str) -> Allocation | None:

@@ -19,6 +19,8 @@ DEFAULT_TOLERANCE = {"loss": 1.125, "accuracy": 0.1, "validation_loss": 1.125}
 #: What each undecided Linear's share of the bytes left (``pace``) is proportional to: its fp32 bytes, or its bytes in
 #: the greedy allocation by measured sensitivity.
 SHARE_BY = ("fp32_bytes", "sensitivity")
+#: What an action's loss is compared with (``reward_baseline``).
+REWARD_BASELINES = ("previous_stage", "same_weights")
 #: ``start``: every searched Linear starts in the greedy allocation by measured sensitivity (at the first stage end).
 GREEDY_START = "greedy"
 
@@ -125,6 +127,15 @@ class SearchConfig(JsonConfig):
             and the agent chooses only among the forms no other form beats in both bytes and that loss (the
             Linear's Pareto front; the budget wall still applies, and ``pace`` picks among the front's forms: the
             one closest to the Linear's share where none is within it). Needs the trainer's ``eval_dataset``.
+        reward_baseline: what the loss after an action is compared with in the reward. ``"previous_stage"`` (the
+            paper's): the stage metric before the action, so a stage of training (the loss falling, SGD noise) is in
+            every reward beside the form's effect. ``"same_weights"`` (the search over forms): a stage after the
+            action, the Linear's previous form is rebuilt from the weights it has then and scored on the same
+            ``validation_batches``, so the stage's training is common to both sides and cancels; each side's bytes are
+            priced at the greedy allocation's marginal loss per byte (the last move ``greedy_forms``' rule makes to
+            meet ``byte_budget``, from the measurements ``share_by="sensitivity"`` takes, once for both), so a form
+            that spends more bytes must buy more loss than the budget's going rate. Needs ``forms``, ``byte_budget``,
+            ``reward="validation_loss"`` and the trainer's ``eval_dataset``.
         shared: cross-layer sharing in the search over forms (as ALBERT shares its layers' weights):
             ``{module: source}``, each Linear ``module`` computing with searched Linear ``source``'s weights in whatever
             form the search gives ``source`` (``method="mixed"``'s ``{"method": "shared"}`` form). The trainer installs
@@ -174,6 +185,7 @@ class SearchConfig(JsonConfig):
     pace: float | None = 0.5
     share_by: str = "fp32_bytes"
     front_only: bool = False
+    reward_baseline: str = "previous_stage"
     shared: dict[str, str] | None = None
     episodes: int = 1
     gamma: float = 0.95
@@ -283,7 +295,13 @@ class SearchConfig(JsonConfig):
         if not isinstance(self.start, str):
             raise ValueError(f"start must be a form label such as 'dense' or 'lowbit:2/row', got {self.start!r}")
         if self.forms is None:
-            options = {"front_only": False, "start": "dense", "share_by": "fp32_bytes", "shared": None}
+            options = {
+                "front_only": False,
+                "start": "dense",
+                "share_by": "fp32_bytes",
+                "shared": None,
+                "reward_baseline": "previous_stage",
+            }
             given = [
                 f"{name}={getattr(self, name)!r}" for name, value in options.items() if getattr(self, name) != value
             ]
@@ -339,7 +357,18 @@ class SearchConfig(JsonConfig):
             )
         if not isinstance(self.front_only, bool):
             raise ValueError(f"front_only must be True or False, got {self.front_only!r}")
+        self._validate_reward_baseline()
         self._validate_shared()
+
+    def _validate_reward_baseline(self) -> None:
+        if self.reward_baseline not in REWARD_BASELINES:
+            raise ValueError(f"reward_baseline={self.reward_baseline!r}: one of {list(REWARD_BASELINES)}")
+        if self.reward_baseline == "same_weights" and (self.byte_budget is None or self.reward != "validation_loss"):
+            raise ValueError(
+                "reward_baseline='same_weights' scores the previous form on the validation batches and prices bytes "
+                f"at the byte budget's going rate: pass reward='validation_loss' and byte_budget=... (got "
+                f"reward={self.reward!r}, byte_budget={self.byte_budget!r})"
+            )
 
     def _validate_shared(self) -> None:
         """``shared`` maps module names to module names, none to itself and none to a Linear that is itself shared."""

@@ -20,7 +20,7 @@ import random
 import torch
 
 from .agent import ActorCritic, masked_log_softmax
-from .allocators import greedy_allocation
+from .allocators import greedy_with_price
 from .config import GREEDY_START, SearchConfig
 from .encoder import StateEncoder, build_vocabulary
 from .forms import pareto_front
@@ -80,6 +80,9 @@ class RankSearch:
         #: ``share_by="sensitivity"``: each Linear's bytes in the greedy allocation by measured sensitivity, which
         #: the bytes left are shared in proportion to (measured when the agent first acts)
         self.share_weights: dict[str, float] = {}
+        #: the loss per byte of the greedy allocation's last move (``reward_baseline="same_weights"`` prices bytes at
+        #: it), measured with the shares; ``None``: not measured yet
+        self.byte_price: float | None = None
         #: ``start="greedy"``: the greedy allocation by measured sensitivity every Linear moved to (empty: not yet)
         self.greedy: dict = {}
 
@@ -153,9 +156,11 @@ class RankSearch:
         return [slot == closest for slot in range(self.width)]
 
     # ------------------------------------------------------------------ one stage
-    def end_stage(self, step: int, metric: float) -> dict:
+    def end_stage(self, step: int, metric: float, baseline: float | None = None) -> dict:
         """Advance the MDP by one stage; returns the record (``changes`` = {group: new rank}, ``bit_changes`` =
-        {group: new factor bits}, ``form_changes`` = {Linear: its new form, dumped} to apply)."""
+        {group: new factor bits}, ``form_changes`` = {Linear: its new form, dumped} to apply). ``baseline``: with
+        ``reward_baseline="same_weights"``, the metric with the Linear last acted on put back in its previous form
+        (``None`` where its form did not change)."""
         importance = self.importance.state_dict()
         record: dict = {
             "step": step,
@@ -166,7 +171,7 @@ class RankSearch:
             "form_changes": {},
         }
         if self.pending is not None:
-            self._complete_transition(record, metric)
+            self._complete_transition(record, metric, baseline)
         if self.done and self.episode + 1 < self.config.episodes:
             self._next_episode(record)
         if self.config.start == GREEDY_START and not self.greedy:
@@ -188,10 +193,14 @@ class RankSearch:
         self.importance.reset()
         return record
 
-    def _complete_transition(self, record: dict, metric: float) -> None:
+    def _complete_transition(self, record: dict, metric: float, baseline: float | None) -> None:
         pending, self.pending = self.pending, None
         name = pending["group"]
-        reward = REWARDS[self.config.reward](pending["metric"], metric, self.config.tolerance)
+        before, after = pending["metric"], metric
+        if self.config.reward_baseline == "same_weights":
+            before, after = self._priced(pending, metric, baseline)
+            record.update(baseline_metric=metric if baseline is None else baseline, byte_price=self.byte_price)
+        reward = REWARDS[self.config.reward](before, after, self.config.tolerance)
         position = self.by_name[name].position
         stats = self.agent.update(
             (pending["tokens"], position), pending["action"], pending["mask"], reward, (self._tokens(), position)
@@ -208,6 +217,15 @@ class RankSearch:
             action = self.by_name[name].actions[int(masked_log_softmax(logits, mask).argmax())]
             self._take(name, action, record)
             self._decide(name, record)
+
+    def _priced(self, pending: dict, metric: float, baseline: float | None) -> tuple[float, float]:
+        """The previous form's and the new form's metric at the same weights, each plus its bytes at the byte price
+        (``baseline`` ``None``: the form did not change, both the same)."""
+        group = self.by_name[pending["group"]]
+        previous, new = group.parse(pending["previous"]), group.actions[pending["action"]]
+        price = self.byte_price or 0.0
+        before = metric if baseline is None else baseline
+        return before + price * group.cost(previous, True), metric + price * group.cost(new, True)
 
     def _take(self, name: str, action, record: dict) -> None:
         """Set ``name`` to ``action``, noting in ``record`` what the trainer must change: an attention group's rank
@@ -238,7 +256,8 @@ class RankSearch:
     def _act(self, record: dict, metric: float) -> None:
         name = self.current
         group = self.by_name[name]
-        if self.config.share_by == "sensitivity" and not self.share_weights:
+        priced = self.config.reward_baseline == "same_weights" and self.byte_price is None
+        if priced or (self.config.share_by == "sensitivity" and not self.share_weights):
             self._measure_sensitivity(record)
         if self.config.front_only and name not in self.front:
             self.front[name] = pareto_front(group, self.measure(name))
@@ -248,11 +267,11 @@ class RankSearch:
         tokens = self._tokens()
         epsilon = self.config.epsilon(self.actions_taken)
         slot, explored = self.agent.act(tokens, group.position, mask, epsilon, self.rng)
-        action = group.actions[slot]
+        action, previous = group.actions[slot], self.chosen[name]
         self.pending = {"group": name, "tokens": tokens, "action": slot, "mask": mask, "metric": metric}
+        self.pending["previous"] = group.dump(previous)
         self.actions[name].append(action)
         self.actions_taken += 1
-        previous = self.chosen[name]
         record.update(
             layer=name,
             position=group.position,
@@ -272,9 +291,10 @@ class RankSearch:
     def _measure_sensitivity(self, record: dict) -> dict:
         """Every Linear measured alone in each of its forms, and the greedy allocation by those losses within the
         byte budget, returned; with ``share_by="sensitivity"`` it gives each Linear its weight in the shares, with
-        ``front_only`` its front."""
+        ``front_only`` its front; its last move's loss per byte is the byte price."""
         losses = {group.name: self.measure(group.name) for group in self.groups}
-        allocation = greedy_allocation(self.groups, self.budget_bytes, losses)
+        allocation, self.byte_price = greedy_with_price(self.groups, self.budget_bytes, losses)
+        record["byte_price"] = self.byte_price
         if self.config.share_by == "sensitivity":
             self.share_weights = {group.name: group.cost(allocation[group.name], True) for group in self.groups}
             record["sensitivity_shares"] = dict(self.share_weights)
@@ -325,6 +345,7 @@ class RankSearch:
             "metric_count": self.metric_count,
             "front": self.front,
             "share_weights": self.share_weights,
+            "byte_price": self.byte_price,
             "greedy": self.greedy,
             "rng": [version, list(internal), gauss],
         }
@@ -354,6 +375,7 @@ class RankSearch:
         self.front = {name: [int(slot) for slot in slots] for name, slots in state.get("front", {}).items()}
         self.share_weights = {name: float(weight) for name, weight in state.get("share_weights", {}).items()}
         self.greedy = dict(state.get("greedy", {}))
+        self.byte_price = state.get("byte_price")
         version, internal, gauss = state["rng"]
         self.rng.setstate((version, tuple(internal), gauss))
 

@@ -184,6 +184,7 @@ class SmartformerTrainer(Trainer):
                 "front_only=True": config.front_only,
                 f"share_by={config.share_by!r}": config.share_by == "sensitivity",
                 f"start={config.start!r}": config.start == GREEDY_START,
+                f"reward_baseline={config.reward_baseline!r}": config.reward_baseline == "same_weights",
             }
             measured = [option for option, given in options.items() if given]
             if measured and self.eval_dataset is None:
@@ -288,7 +289,8 @@ class SmartformerTrainer(Trainer):
             metric = (
                 self._validation_loss() if self.search_config.reward == "validation_loss" else total / max(count, 1)
             )
-            record = self.search.end_stage(self.state.global_step, metric)
+            baseline = self._previous_form_loss() if self.search_config.reward_baseline == "same_weights" else None
+            record = self.search.end_stage(self.state.global_step, metric, baseline)
             self.search_seconds["agent"] += time.perf_counter() - start
         if _distributed():
             payload = [record]
@@ -338,6 +340,24 @@ class SmartformerTrainer(Trainer):
             losses[form] = self._validation_loss() - base
         set_linear(self.model, name, module)
         return losses
+
+    @torch.no_grad()
+    def _previous_form_loss(self) -> float | None:
+        """``reward_baseline="same_weights"``: ``_validation_loss`` with the Linear the agent last changed put back in
+        its previous form, built from the weights it has now (the model left as it was); ``None`` where nothing is
+        pending or its form did not change."""
+        pending = self.search.pending
+        if pending is None:
+            return None
+        name = pending["group"]
+        slot, module = self.search.by_name[name], self.model.get_submodule(name)
+        previous = slot.parse(pending["previous"])
+        if previous == self.search.chosen[name]:
+            return None
+        set_linear(self.model, name, form_module(self.model, slot, module, previous))
+        loss = self._validation_loss()
+        set_linear(self.model, name, module)
+        return loss
 
     def _apply_forms(self, forms: dict[str, Form]) -> None:
         """The search over forms: each Linear of ``forms`` takes its new form; the optimizer, the DDP wrapper and

@@ -10,7 +10,7 @@ from hf_tensorcompress.cli.common import positive_int
 from hf_tensorcompress.methods.lowbit.config import BIAS_DTYPES, WEIGHT_SCALES
 from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS, INPUT_ROTATIONS
 from hf_tensorcompress.search import SearchConfig
-from hf_tensorcompress.search.config import FORM_KINDS, GREEDY_START, SHARE_BY
+from hf_tensorcompress.search.config import FORM_KINDS, GREEDY_START, REWARD_BASELINES, SHARE_BY
 from hf_tensorcompress.search.forms import Form
 
 from .byte_arms import BYTE_WIDTHS
@@ -124,6 +124,14 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         metavar="STEPS",
         help="optimizer steps the byte search's model trains in its start form before the agent first acts, so its "
         "rewards and --front-only's measurements are of a trained model (SearchConfig.warmup; default 0)",
+    )
+    parser.add_argument(
+        "--reward-baseline",
+        choices=REWARD_BASELINES,
+        default="previous_stage",
+        help="what the byte search's reward compares a stage's loss with: the loss before the action, or the Linear's "
+        "previous form rebuilt from the same weights, bytes priced at the budget's going rate (needs --byte-reward "
+        "validation_loss; SearchConfig.reward_baseline)",
     )
     parser.add_argument(
         "--byte-reward",

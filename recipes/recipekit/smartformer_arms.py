@@ -95,6 +95,7 @@ def search_factory(
                 validation_batches=args.validation_batches,
                 front_only=args.front_only,
                 share_by=args.share_by,
+                reward_baseline=args.reward_baseline,
                 pace=args.pace,
                 start=args.search_start,
                 warmup=args.search_warmup,
