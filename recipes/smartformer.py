@@ -191,7 +191,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--full", action="store_true", help="the paper's size, the same as --size full")
     parser.add_argument("--output-dir", default="smartformer-output")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.reward_baseline == "same_weights" and args.byte_reward != "validation_loss":
+        parser.error(
+            "--reward-baseline same_weights scores the previous form on held-out batches: add --byte-reward "
+            f"validation_loss (got --byte-reward {args.byte_reward})"
+        )
+    return args
 
 
 def fraction(text: str) -> float:

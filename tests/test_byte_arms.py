@@ -160,6 +160,26 @@ def test_the_recipes_take_the_byte_search_passes(capsys):
     assert passed(comparison_args(["--search-episodes", "3"])) == ["--search-episodes", "3"]
 
 
+def test_the_recipes_take_the_byte_search_reward_baseline(capsys):
+    import smartformer
+    from byte_comparison import parse_args as comparison_args
+    from byte_comparison import passed
+
+    from recipekit.smartformer_arms import search_factory
+
+    flags = ["--budget-ratio", "1/16", "--forms", "lowbit", "--byte-reward", "validation_loss"]
+    assert search_factory(MEDIUM, smartformer.parse_args(flags))(0, in_bytes=True).reward_baseline == "previous_stage"
+    args = smartformer.parse_args([*flags, "--reward-baseline", "same_weights"])
+    assert search_factory(MEDIUM, args)(0, in_bytes=True).reward_baseline == "same_weights"
+    with pytest.raises(SystemExit):
+        smartformer.parse_args(["--reward-baseline", "now"])
+    assert "invalid choice: 'now'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        smartformer.parse_args(["--reward-baseline", "same_weights"])  # the training loss is no held-out score
+    assert "add --byte-reward validation_loss (got --byte-reward loss)" in capsys.readouterr().err
+    assert passed(comparison_args(["--reward-baseline", "same_weights"])) == ["--reward-baseline", "same_weights"]
+
+
 def test_lowbit_arm_names():
     assert lowbit_arm("lowbit-2-g128") == (2, 128, "rounded", "model", "none")
     assert lowbit_arm("lowbit-ternary-g64")[:2] == ("ternary", 64)
