@@ -1,7 +1,8 @@
 """The MDP of Algorithm 1 as a state machine driven by the trainer at the end of every stage.
 
 Per stage the trainer feeds the training loss (or accuracy) and the Taylor importance; ``end_stage`` then
-  1. completes the pending transition (s_t, a_t): reward from the stage metric before and after a_t, A2C update;
+  1. completes the pending transition (s_t, a_t): reward from the stage metric before and after a_t (with
+     ``reward_baseline="same_weights"``: after a_t, against the previous form at the same weights), A2C update;
   2. marks the layer decided when its last k actions agree (or the safeguard cap is hit);
   3. selects the least important undecided layer (kept until it is decided) and chooses its next rank ε-greedily.
 The stage that ends one layer's search also serves as the first stage of the next one (its loss was measured on
