@@ -330,31 +330,28 @@ class SmartformerTrainer(Trainer):
     def _measure_forms(self, name: str) -> dict[Form, float]:
         """The loss increase (``_validation_loss``) of the model with Linear ``name`` alone in each of its forms, built
         from the weights it has now, untrained; the model is left as it was."""
-        slot, module = self.search.by_name[name], self.model.get_submodule(name)
-        base, losses = self._validation_loss(), {}
-        for form in slot.actions:
-            if form == self.search.chosen[name]:
-                losses[form] = 0.0
-                continue
-            set_linear(self.model, name, form_module(self.model, slot, module, form))
-            losses[form] = self._validation_loss() - base
-        set_linear(self.model, name, module)
-        return losses
+        base, chosen = self._validation_loss(), self.search.chosen[name]
+        return {
+            form: 0.0 if form == chosen else self._loss_in_form(name, form) - base
+            for form in self.search.by_name[name].actions
+        }
 
-    @torch.no_grad()
     def _previous_form_loss(self) -> float | None:
         """``reward_baseline="same_weights"``: ``_validation_loss`` with the Linear the agent last changed put back in
-        its previous form, built from the weights it has now (the model left as it was); ``None`` where nothing is
-        pending or its form did not change."""
+        its previous form; ``None`` where nothing is pending or its form did not change."""
         pending = self.search.pending
         if pending is None:
             return None
         name = pending["group"]
+        previous = self.search.by_name[name].parse(pending["previous"])
+        return None if previous == self.search.chosen[name] else self._loss_in_form(name, previous)
+
+    @torch.no_grad()
+    def _loss_in_form(self, name: str, form: Form) -> float:
+        """``_validation_loss`` with Linear ``name`` in ``form``, built from the weights it has now, untrained; the
+        model is left as it was."""
         slot, module = self.search.by_name[name], self.model.get_submodule(name)
-        previous = slot.parse(pending["previous"])
-        if previous == self.search.chosen[name]:
-            return None
-        set_linear(self.model, name, form_module(self.model, slot, module, previous))
+        set_linear(self.model, name, form_module(self.model, slot, module, form))
         loss = self._validation_loss()
         set_linear(self.model, name, module)
         return loss
