@@ -197,6 +197,11 @@ def parse_args(argv=None) -> argparse.Namespace:
             "--reward-baseline same_weights scores the previous form on held-out batches: add --byte-reward "
             f"validation_loss (got --byte-reward {args.byte_reward})"
         )
+    if args.search_epsilon and args.search_epsilon[1] > args.search_epsilon[0]:
+        parser.error(
+            f"--search-epsilon {' '.join(map(str, args.search_epsilon))}: END (the floor) exceeds START, and ε only "
+            "decays; give START >= END"
+        )
     return args
 
 

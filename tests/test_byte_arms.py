@@ -592,3 +592,29 @@ def test_model_flops_counts_the_products_of_packed_layers_the_fused_kernels_take
     window = [{"past_values": torch.randn(128, config.num_input_channels),
                "future_values": torch.randn(config.prediction_length, config.num_input_channels)}]  # fmt: skip
     assert model_flops(packed, window) == model_flops(dense, window) > 0
+
+
+def test_the_recipes_take_the_searches_exploration(capsys):
+    import smartformer
+    from byte_comparison import parse_args as comparison_args
+    from byte_comparison import passed
+
+    from recipekit.smartformer_arms import search_factory
+
+    flags = ["--budget-ratio", "1/16", "--forms", "lowbit"]
+    default = search_factory(MEDIUM, smartformer.parse_args(flags))(0, in_bytes=True)
+    assert (default.epsilon_start, default.epsilon_end, default.epsilon_decay) == (0.5, 0.02, 0.85)
+    args = smartformer.parse_args([*flags, "--search-epsilon", "0.6", "0.1", "0.97"])
+    for config in (search_factory(MEDIUM, args)(0, in_bytes=True), search_factory(MEDIUM, args)(0)):
+        assert (config.epsilon_start, config.epsilon_end, config.epsilon_decay) == (0.6, 0.1, 0.97)
+        assert config.epsilon(10) == pytest.approx(max(0.1, 0.6 * 0.97**10))
+    for wrong, said in ((["1.5", "0.1", "0.9"], "'1.5': a number in [0, 1]"), (["0.1", "0.5", "0.9"], "exceeds START")):
+        with pytest.raises(SystemExit):
+            smartformer.parse_args(["--search-epsilon", *wrong])
+        assert said in capsys.readouterr().err
+    assert passed(comparison_args(["--search-epsilon", "0.6", "0.1", "0.97"])) == [
+        "--search-epsilon",
+        "0.6",
+        "0.1",
+        "0.97",
+    ]

@@ -82,6 +82,14 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         "a layer gets (default by --size: 8 3 6 for demo and medium)",
     )
     parser.add_argument(
+        "--search-epsilon",
+        type=probability,
+        nargs=3,
+        metavar=("START", "END", "DECAY"),
+        help="every search's ε-greedy exploration: ε at the first action, its floor, and the factor it shrinks by per "
+        "action (SearchConfig.epsilon_start / epsilon_end / epsilon_decay; default 0.5 0.02 0.85)",
+    )
+    parser.add_argument(
         "--search-start",
         type=form_label,
         default="dense",
@@ -160,6 +168,17 @@ def pace_value(text: str) -> float | None:
         value = -1.0
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: a fraction >= 0 (e.g. 0.25) or none")
+    return value
+
+
+def probability(text: str) -> float:
+    """One ``--search-epsilon`` value: a number in [0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number in [0, 1] (e.g. 0.5)")
     return value
 
 
