@@ -603,7 +603,10 @@ def test_the_recipes_take_the_searches_exploration(capsys):
 
     flags = ["--budget-ratio", "1/16", "--forms", "lowbit"]
     default = search_factory(MEDIUM, smartformer.parse_args(flags))(0, in_bytes=True)
-    assert (default.epsilon_start, default.epsilon_end, default.epsilon_decay) == (0.5, 0.02, 0.85)
+    assert (default.epsilon_start, default.epsilon_end, default.epsilon_decay) == (0.5, 0.02, 0.85)  # SearchConfig's
+    with pytest.raises(SystemExit):
+        smartformer.parse_args(["--help"])
+    assert "default 0.5 0.02 0.85)" in " ".join(capsys.readouterr().out.split())
     args = smartformer.parse_args([*flags, "--search-epsilon", "0.6", "0.1", "0.97"])
     for config in (search_factory(MEDIUM, args)(0, in_bytes=True), search_factory(MEDIUM, args)(0)):
         assert (config.epsilon_start, config.epsilon_end, config.epsilon_decay) == (0.6, 0.1, 0.97)

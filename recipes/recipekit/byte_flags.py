@@ -87,7 +87,8 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         nargs=3,
         metavar=("START", "END", "DECAY"),
         help="every search's ε-greedy exploration: ε at the first action, its floor, and the factor it shrinks by per "
-        "action (SearchConfig.epsilon_start / epsilon_end / epsilon_decay; default 0.5 0.02 0.85)",
+        "action (SearchConfig.epsilon_start / epsilon_end / epsilon_decay; default "
+        f"{SearchConfig.epsilon_start} {SearchConfig.epsilon_end} {SearchConfig.epsilon_decay})",
     )
     parser.add_argument(
         "--search-start",
