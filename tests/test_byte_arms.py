@@ -621,3 +621,22 @@ def test_the_recipes_take_the_searches_exploration(capsys):
         "0.1",
         "0.97",
     ]
+
+
+def test_the_recipes_take_the_searches_agent_learning_rate(capsys):
+    import smartformer
+    from byte_comparison import parse_args as comparison_args
+    from byte_comparison import passed
+
+    from recipekit.smartformer_arms import search_factory
+
+    flags = ["--budget-ratio", "1/16", "--forms", "lowbit"]
+    assert search_factory(MEDIUM, smartformer.parse_args(flags))(0, in_bytes=True).learning_rate == 1e-3  # the paper's
+    args = smartformer.parse_args([*flags, "--search-agent-lr", "0.01"])
+    for config in (search_factory(MEDIUM, args)(0, in_bytes=True), search_factory(MEDIUM, args)(0)):
+        assert config.learning_rate == 0.01
+    for wrong in ("0", "-1e-3", "fast"):
+        with pytest.raises(SystemExit):
+            smartformer.parse_args([f"--search-agent-lr={wrong}"])
+        assert f"{wrong!r}: a number > 0" in capsys.readouterr().err
+    assert passed(comparison_args(["--search-agent-lr", "0.01"])) == ["--search-agent-lr", "0.01"]

@@ -91,6 +91,14 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         f"{SearchConfig.epsilon_start} {SearchConfig.epsilon_end} {SearchConfig.epsilon_decay})",
     )
     parser.add_argument(
+        "--search-agent-lr",
+        type=positive_number,
+        default=SearchConfig.learning_rate,
+        metavar="LR",
+        help="every search's actor-critic learning rate, one Adam step per action (SearchConfig.learning_rate; "
+        f"default {SearchConfig.learning_rate}, the paper's)",
+    )
+    parser.add_argument(
         "--search-start",
         type=form_label,
         default="dense",
@@ -180,6 +188,17 @@ def probability(text: str) -> float:
         value = -1.0
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"{text!r}: a number in [0, 1] (e.g. 0.5)")
+    return value
+
+
+def positive_number(text: str) -> float:
+    """``--search-agent-lr``: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a number > 0 (e.g. 0.001)")
     return value
 
 

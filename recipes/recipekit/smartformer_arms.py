@@ -75,13 +75,14 @@ def search_factory(
     """``make(seed, reward)``: a fresh search config per run (the trainer keeps it); ``in_bytes``: the search over the
     form of every Linear under ``--budget-ratio`` of their fp32 bytes (on ``shaped``'s model: its budget and shares)."""
 
-    exploration = dict(zip(("epsilon_start", "epsilon_end", "epsilon_decay"), args.search_epsilon or ()))
+    agent = dict(zip(("epsilon_start", "epsilon_end", "epsilon_decay"), args.search_epsilon or ()))
+    agent["learning_rate"] = args.search_agent_lr
 
     def make(seed: int, reward: str = "loss", in_bytes: bool = False) -> SearchConfig:
         if in_bytes:
             return SearchConfig(
                 seed=seed,
-                **exploration,
+                **agent,
                 interval=size.interval,
                 consecutive_actions=size.consecutive_actions,
                 max_actions_per_layer=size.max_actions_per_layer,
@@ -107,7 +108,7 @@ def search_factory(
             )
         return SearchConfig(
             seed=seed,
-            **exploration,
+            **agent,
             interval=size.interval,
             consecutive_actions=size.consecutive_actions,
             max_actions_per_layer=size.max_actions_per_layer,
