@@ -640,3 +640,20 @@ def test_the_recipes_take_the_searches_agent_learning_rate(capsys):
             smartformer.parse_args([f"--search-agent-lr={wrong}"])
         assert f"{wrong!r}: a number > 0" in capsys.readouterr().err
     assert passed(comparison_args(["--search-agent-lr", "0.01"])) == ["--search-agent-lr", "0.01"]
+
+
+def test_the_recipes_take_the_searches_policy(capsys):
+    import smartformer
+    from byte_comparison import parse_args as comparison_args
+    from byte_comparison import passed
+
+    from recipekit.smartformer_arms import search_factory
+
+    flags = ["--budget-ratio", "1/16", "--forms", "lowbit"]
+    assert search_factory(MEDIUM, smartformer.parse_args(flags))(0, in_bytes=True).policy == "argmax"  # the paper's
+    args = smartformer.parse_args([*flags, "--search-policy", "sample"])
+    assert {search_factory(MEDIUM, args)(0, in_bytes=True).policy, search_factory(MEDIUM, args)(0).policy} == {"sample"}
+    with pytest.raises(SystemExit):
+        smartformer.parse_args(["--search-policy", "softmax"])
+    assert "--search-policy: invalid choice: 'softmax'" in capsys.readouterr().err
+    assert passed(comparison_args(["--search-policy", "sample"])) == ["--search-policy", "sample"]

@@ -169,6 +169,26 @@ def test_exploration_uses_a_uniform_draw():
     assert abs(sum(explored) / 800 - 0.3) < 0.07  # ~4.5 sigma; randn < 0.3 would explore ~62% of the time
 
 
+def test_the_sampling_policy_draws_from_pi_within_the_mask():
+    search = _search(tiny_patchtst())
+    agent, tokens, rng = search.agent, search._tokens(), random.Random(0)
+    mask = [slot % 3 != 0 for slot in range(10)]
+    with torch.no_grad():
+        agent.actor[-1].bias.copy_(torch.linspace(-1.0, 1.0, 10))  # a π far from uniform
+        pi = torch.softmax(agent.actor(agent.encoder(tokens, 0)).masked_fill(~torch.tensor(mask), -torch.inf), -1)
+    draws = [agent.act(tokens, 0, mask, 0.0, rng, sample=True) for _ in range(3000)]
+    assert not any(explored for _, explored in draws)
+    counts = torch.bincount(torch.tensor([slot for slot, _ in draws]), minlength=10).float() / 3000
+    assert counts[[0, 3, 6, 9]].sum() == 0  # masked slots never drawn
+    assert torch.allclose(counts, pi, atol=0.04)  # 0.04: > 4 sigma of a frequency from 3000 draws
+    assert {agent.act(tokens, 0, mask, 0.0, rng)[0] for _ in range(50)} == {int(pi.argmax())}  # argmax: always it
+
+
+def test_config_refuses_an_unknown_policy():
+    with pytest.raises(ValueError, match=r"policy='softmax': one of \['argmax', 'sample'\]"):
+        SearchConfig(policy="softmax")
+
+
 # ---------------------------------------------------------------- the MDP
 def _run(search: RankSearch, importance: dict[str, float], stages: int, start: int = 0) -> None:
     for stage in range(start, stages):
@@ -193,6 +213,21 @@ def test_mdp_goes_least_important_first_and_stops_after_k_equal_actions():
         names[0],
     ]
     assert all(len(search.actions[name]) == 3 for name in names)
+
+
+def test_a_sampling_search_tries_several_actions_a_layer_and_still_decides_every_layer_at_the_cap():
+    """With ``policy="sample"`` k agreeing actions are no longer what the untrained actor gives: layers whose draws do
+    not agree are decided at ``max_actions_per_layer`` by the actor's most probable action."""
+    model = tiny_patchtst(layers=3)
+    options = dict(epsilon_start=0.0, epsilon_end=0.0, consecutive_actions=3, max_actions_per_layer=6)
+    sampled = _search(model, policy="sample", **options)
+    greedy = _search(model, **options)
+    for search in (sampled, greedy):
+        _run(search, {g.name: float(g.position) for g in search.groups}, 100)
+        assert search.done
+    assert {len(set(actions)) for actions in greedy.actions.values()} == {1}
+    assert max(len(set(actions)) for actions in sampled.actions.values()) > 1
+    assert max(len(actions) for actions in sampled.actions.values()) == 6
 
 
 def test_mdp_respects_the_parameter_budget_and_always_ends():

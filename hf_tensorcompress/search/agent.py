@@ -50,13 +50,22 @@ class ActorCritic(nn.Module):
 
     @torch.no_grad()
     def act(
-        self, tokens: list[list[int]], position: int, mask: list[bool], epsilon: float, rng: random.Random
+        self,
+        tokens: list[list[int]],
+        position: int,
+        mask: list[bool],
+        epsilon: float,
+        rng: random.Random,
+        sample: bool = False,
     ) -> tuple[int, bool]:
-        """ε-greedy: with probability ε (a *uniform* draw) a random allowed slot, else the most probable one."""
+        """With probability ε (a *uniform* draw) a random allowed slot, else the most probable one (ε-greedy) or,
+        with ``sample``, one drawn from π by ``rng`` (so a resumed search draws the same)."""
         allowed = [slot for slot, ok in enumerate(mask) if ok]
         if rng.random() < epsilon:
             return rng.choice(allowed), True
         log_probs = masked_log_softmax(self.actor(self.encoder(tokens, position)), mask)
+        if sample:
+            return rng.choices(allowed, weights=[log_probs[slot].exp().item() for slot in allowed])[0], False
         return int(log_probs.argmax()), False
 
     def update(

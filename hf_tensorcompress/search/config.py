@@ -21,6 +21,8 @@ DEFAULT_TOLERANCE = {"loss": 1.125, "accuracy": 0.1, "validation_loss": 1.125}
 SHARE_BY = ("fp32_bytes", "sensitivity")
 #: What an action's loss is compared with (``reward_baseline``).
 REWARD_BASELINES = ("previous_stage", "same_weights")
+#: How the agent picks an action when it does not explore (``policy``): the actor's most probable, or a draw from it.
+POLICIES = ("argmax", "sample")
 #: ``start``: every searched Linear starts in the greedy allocation by measured sensitivity (at the first stage end).
 GREEDY_START = "greedy"
 
@@ -58,6 +60,11 @@ class SearchConfig(JsonConfig):
             ``ε_t = max(epsilon_end, epsilon_start · epsilon_decay**t)``, compared with a *uniform* draw.
         epsilon_end: the floor of ε.
         epsilon_decay: the factor ε shrinks by per action.
+        policy: what the agent does when it does not explore: ``"argmax"`` (the paper's ε-greedy) takes the actor's
+            most probable action, so a layer is decided after k actions unless a reward moves the actor's argmax
+            within them; ``"sample"`` draws from π, as actor-critic acts on-policy, so a layer's allowed forms are
+            tried in proportion to the probability the rewards give them and a layer whose k actions do not agree
+            is decided at the cap by the actor's most probable form.
         consecutive_actions: k, a layer is decided when its last k actions chose the same rank (paper: 5).
         max_actions_per_layer: a safeguard the paper lacks: after this many actions without k agreeing, the
             layer is decided at the agent's greedy rank, so the search always ends. ``None`` disables it.
@@ -167,6 +174,7 @@ class SearchConfig(JsonConfig):
     epsilon_start: float = 0.5
     epsilon_end: float = 0.02
     epsilon_decay: float = 0.85
+    policy: str = "argmax"
     consecutive_actions: int = 5
     max_actions_per_layer: int | None = 15
     param_budget: float | None = None
@@ -237,6 +245,8 @@ class SearchConfig(JsonConfig):
             )
         for name in ("epsilon_start", "epsilon_end", "epsilon_decay", "gamma"):
             _probability(getattr(self, name), name)
+        if self.policy not in POLICIES:
+            raise ValueError(f"policy={self.policy!r}: one of {list(POLICIES)}")
         if self.epsilon_end > self.epsilon_start:
             raise ValueError(
                 f"epsilon_end={self.epsilon_end} exceeds epsilon_start={self.epsilon_start}; ε only decays"

@@ -267,7 +267,8 @@ class RankSearch:
         mask = self._mask(name)
         tokens = self._tokens()
         epsilon = self.config.epsilon(self.actions_taken)
-        slot, explored = self.agent.act(tokens, group.position, mask, epsilon, self.rng)
+        sample = self.config.policy == "sample"
+        slot, explored = self.agent.act(tokens, group.position, mask, epsilon, self.rng, sample)
         action, previous = group.actions[slot], self.chosen[name]
         self.pending = {"group": name, "tokens": tokens, "action": slot, "mask": mask, "metric": metric}
         self.pending["previous"] = group.dump(previous)

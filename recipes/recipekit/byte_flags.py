@@ -10,7 +10,7 @@ from hf_tensorcompress.cli.common import positive_int
 from hf_tensorcompress.methods.lowbit.config import BIAS_DTYPES, WEIGHT_SCALES
 from hf_tensorcompress.runtime.marker import FACTOR_WIDTHS, INPUT_ROTATIONS
 from hf_tensorcompress.search import SearchConfig
-from hf_tensorcompress.search.config import FORM_KINDS, GREEDY_START, REWARD_BASELINES, SHARE_BY
+from hf_tensorcompress.search.config import FORM_KINDS, GREEDY_START, POLICIES, REWARD_BASELINES, SHARE_BY
 from hf_tensorcompress.search.forms import Form
 
 from .byte_arms import BYTE_WIDTHS
@@ -89,6 +89,14 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         help="every search's ε-greedy exploration: ε at the first action, its floor, and the factor it shrinks by per "
         "action (SearchConfig.epsilon_start / epsilon_end / epsilon_decay; default "
         f"{SearchConfig.epsilon_start} {SearchConfig.epsilon_end} {SearchConfig.epsilon_decay})",
+    )
+    parser.add_argument(
+        "--search-policy",
+        choices=POLICIES,
+        default=SearchConfig.policy,
+        help="what every search's agent does when it does not explore: the actor's most probable action (argmax, "
+        "the paper's) or one drawn from it (sample: a Linear tries its forms until k agree or the cap decides it; "
+        "SearchConfig.policy)",
     )
     parser.add_argument(
         "--search-agent-lr",
