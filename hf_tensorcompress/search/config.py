@@ -64,7 +64,8 @@ class SearchConfig(JsonConfig):
             most probable action, so a layer is decided after k actions unless a reward moves the actor's argmax
             within them; ``"sample"`` draws from π, as actor-critic acts on-policy, so a layer's allowed forms are
             tried in proportion to the probability the rewards give them and a layer whose k actions do not agree
-            is decided at the cap by the actor's most probable form.
+            is decided at ``max_actions_per_layer`` by the actor's most probable form (without a cap, only k
+            agreeing draws decide it).
         consecutive_actions: k, a layer is decided when its last k actions chose the same rank (paper: 5).
         max_actions_per_layer: a safeguard the paper lacks: after this many actions without k agreeing, the
             layer is decided at the agent's greedy rank, so the search always ends. ``None`` disables it.
