@@ -65,7 +65,7 @@ class ActorCritic(nn.Module):
             return rng.choice(allowed), True
         log_probs = masked_log_softmax(self.actor(self.encoder(tokens, position)), mask)
         if sample:
-            return rng.choices(allowed, weights=[log_probs[slot].exp().item() for slot in allowed])[0], False
+            return rng.choices(allowed, weights=log_probs.exp()[allowed].tolist())[0], False
         return int(log_probs.argmax()), False
 
     def update(

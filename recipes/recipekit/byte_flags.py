@@ -175,39 +175,33 @@ def byte_widths_help() -> str:
     )
 
 
+def checked_number(text: str, accept: Callable[[float], bool], expected: str) -> float:
+    """``text`` as a float that ``accept`` takes; anything else (not a number too) is an argparse error saying
+    ``expected``."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not accept(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: {expected}")
+    return value
+
+
 def pace_value(text: str) -> float | None:
     """One ``--pace`` value: a fraction >= 0, or ``none`` (no pacing)."""
     if text.lower() == "none":
         return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a fraction >= 0 (e.g. 0.25) or none")
-    return value
+    return checked_number(text, lambda value: value >= 0, "a fraction >= 0 (e.g. 0.25) or none")
 
 
 def probability(text: str) -> float:
     """One ``--search-epsilon`` value: a number in [0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a number in [0, 1] (e.g. 0.5)")
-    return value
+    return checked_number(text, lambda value: 0.0 <= value <= 1.0, "a number in [0, 1] (e.g. 0.5)")
 
 
 def positive_number(text: str) -> float:
     """``--search-agent-lr``: a number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: a number > 0 (e.g. 0.001)")
-    return value
+    return checked_number(text, lambda value: value > 0, "a number > 0 (e.g. 0.001)")
 
 
 def group_size(text: str) -> int | None:
