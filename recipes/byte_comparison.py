@@ -109,6 +109,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--search-epsilon", nargs=3, default=None, help="the searches' exploration (the recipe's)")
     parser.add_argument("--search-agent-lr", default=None, help="the searches' agent learning rate (the recipe's)")
     parser.add_argument("--search-policy", default=None, help="the searches' agent policy (the recipe's)")
+    parser.add_argument("--search-replay", default=None, help="the searches' agent replay epochs (the recipe's)")
     parser.add_argument(
         "--choose-on-validation",
         nargs="+",
@@ -416,7 +417,7 @@ def passed(args: argparse.Namespace) -> list[str]:
     names += ("byte_reward", "reward_baseline", "share_by", "pace", "search_shape")
     names += ("learning_rate", "patch", "search_start", "search_warmup", "search_episodes", "distill")
     names += ("weight_average",)
-    for name in (*names, "search_schedule", "search_epsilon", "search_agent_lr", "search_policy"):
+    for name in (*names, "search_schedule", "search_epsilon", "search_agent_lr", "search_policy", "search_replay"):
         value = getattr(args, name)
         if value is not None:
             flags += [f"--{name.replace('_', '-')}", *map(str, value if isinstance(value, list) else [value])]

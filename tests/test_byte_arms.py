@@ -657,3 +657,24 @@ def test_the_recipes_take_the_searches_policy(capsys):
         smartformer.parse_args(["--search-policy", "softmax"])
     assert "--search-policy: invalid choice: 'softmax'" in capsys.readouterr().err
     assert passed(comparison_args(["--search-policy", "sample"])) == ["--search-policy", "sample"]
+
+
+def test_the_recipes_take_the_searches_replay(capsys):
+    import smartformer
+    from byte_comparison import parse_args as comparison_args
+    from byte_comparison import passed
+
+    from recipekit.smartformer_arms import search_factory
+
+    flags = ["--budget-ratio", "1/16", "--forms", "lowbit"]
+    assert search_factory(MEDIUM, smartformer.parse_args(flags))(0, in_bytes=True).replay_epochs == 0  # the paper's
+    args = smartformer.parse_args([*flags, "--search-replay", "10"])
+    assert {
+        search_factory(MEDIUM, args)(0, in_bytes=True).replay_epochs,
+        search_factory(MEDIUM, args)(0).replay_epochs,
+    } == {10}
+    for wrong in ("-1", "1.5", "many"):
+        with pytest.raises(SystemExit):
+            smartformer.parse_args([f"--search-replay={wrong}"])
+        assert f"{wrong!r}: a whole number >= 0" in capsys.readouterr().err
+    assert passed(comparison_args(["--search-replay", "10"])) == ["--search-replay", "10"]

@@ -189,13 +189,14 @@ def test_search_over_forms_resumes_from_a_checkpoint_where_it_stopped(tmp_path, 
     assert [r["metric"] for r in resumed.search.trace] == [r["metric"] for r in whole.search.trace]
 
 
-@pytest.mark.parametrize("policy", ["argmax", "sample"])
-def test_the_search_state_round_trips_every_draw_and_update(tmp_path, policy):
-    """``RankSearch.save`` / ``load`` carry the agent (weights and Adam), its random draws, the pending action and
-    the layer being searched: a search stopped after any stage and loaded into a fresh one makes the decisions of
-    one that never stopped (drawing from π too)."""
+@pytest.mark.parametrize(("policy", "replay"), [("argmax", 0), ("sample", 0), ("argmax", 3)])
+def test_the_search_state_round_trips_every_draw_and_update(tmp_path, policy, replay):
+    """``RankSearch.save`` / ``load`` carry the agent (weights and Adam), its random draws, the pending action,
+    the layer being searched and the transitions replay refits on: a search stopped after any stage and loaded into
+    a fresh one makes the decisions of one that never stopped (drawing from π, or replaying, too)."""
     slots = linear_slots(dense_patchtst(layers=1), search_config(1 / 8))
-    config = search_config(1 / 8, epsilon_end=0.5, policy=policy)  # exploring: every stage draws from the RNG
+    # exploring: every stage draws from the RNG
+    config = search_config(1 / 8, epsilon_end=0.5, policy=policy, replay_epochs=replay)
     metrics = [0.9 - 0.05 * stage + 0.03 * (stage % 3) for stage in range(12)]
 
     def search() -> RankSearch:

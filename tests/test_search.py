@@ -184,6 +184,30 @@ def test_the_sampling_policy_draws_from_pi_within_the_mask():
     assert {agent.act(tokens, 0, mask, 0.0, rng)[0] for _ in range(50)} == {int(pi.argmax())}  # argmax: always it
 
 
+def test_replay_lets_one_bad_reward_turn_the_actor_where_one_step_does_not():
+    """The paper's one A2C step moves the actor by about the learning rate, whatever the reward: its argmax stays.
+    Replaying the transitions (``replay_epochs``) refits on them until a reward below the critic's value has turned
+    the actor away from that action."""
+    turned = {}
+    for epochs in (0, 20):
+        search = _search(tiny_patchtst())
+        agent, tokens, mask = search.agent, search._tokens(), [True] * 10
+        first = agent.act(tokens, 0, mask, 0.0, random.Random(0))[0]
+        transition = {"tokens": tokens, "position": 0, "action": first, "mask": mask, "reward": 0.5}
+        transition["next_tokens"] = tokens  # a reward of 0.5: the loss doubled after the action
+        agent.update((tokens, 0), first, mask, 0.5, (tokens, 0))
+        if epochs:
+            agent.replay([transition], epochs)
+        turned[epochs] = agent.act(tokens, 0, mask, 0.0, random.Random(0))[0] != first
+    assert turned == {0: False, 20: True}
+
+
+def test_config_refuses_a_negative_or_fractional_replay():
+    for wrong in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="replay_epochs must be an int >= 0"):
+            SearchConfig(replay_epochs=wrong)
+
+
 def test_config_refuses_an_unknown_policy():
     with pytest.raises(ValueError, match=r"policy='softmax': one of \['argmax', 'sample'\]"):
         SearchConfig(policy="softmax")

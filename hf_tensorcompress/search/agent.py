@@ -68,6 +68,23 @@ class ActorCritic(nn.Module):
             return rng.choices(allowed, weights=log_probs.exp()[allowed].tolist())[0], False
         return int(log_probs.argmax()), False
 
+    def _losses(
+        self,
+        state: tuple[list[list[int]], int],
+        action: int,
+        mask: list[bool],
+        reward: float,
+        next_state: tuple[list[list[int]], int],
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The transition's actor loss, critic loss and advantage at the current weights."""
+        encoded = self.encoder(*state)
+        value = self.critic(encoded).squeeze(-1)
+        with torch.no_grad():
+            next_value = self.critic(self.encoder(*next_state)).squeeze(-1)
+        advantage = reward + self.gamma * next_value - value
+        log_prob = masked_log_softmax(self.actor(encoded), mask)[action]
+        return -log_prob * advantage.detach(), advantage.square(), advantage
+
     def update(
         self,
         state: tuple[list[list[int]], int],
@@ -77,18 +94,32 @@ class ActorCritic(nn.Module):
         next_state: tuple[list[list[int]], int],
     ) -> dict[str, float]:
         """One A2C step on the transition (s, a, R, s'); returns the losses and the advantage."""
-        encoded = self.encoder(*state)
-        value = self.critic(encoded).squeeze(-1)
-        with torch.no_grad():
-            next_value = self.critic(self.encoder(*next_state)).squeeze(-1)
-        advantage = reward + self.gamma * next_value - value
-        log_prob = masked_log_softmax(self.actor(encoded), mask)[action]
-        actor_loss = -log_prob * advantage.detach()
-        critic_loss = advantage.square()
+        actor_loss, critic_loss, advantage = self._losses(state, action, mask, reward, next_state)
         self.optimizer.zero_grad()
         (actor_loss + critic_loss).backward()
         self.optimizer.step()
         return {"actor_loss": actor_loss.item(), "critic_loss": critic_loss.item(), "advantage": advantage.item()}
+
+    def replay(self, transitions: list[dict], epochs: int) -> float:
+        """``epochs`` Adam steps, each on the mean A2C loss of every transition so far, advantages at the current
+        weights; returns the last step's loss. A search sees a few dozen rewards, and one step of about the
+        learning rate each leaves the actor near its initial argmax; refitting on all of them lets each reward
+        move the policy. The actions were argmax choices, which have no behaviour probability to reweight by, so
+        the actor's term is advantage-weighted likelihood on past actions rather than an on-policy gradient."""
+        loss = torch.zeros(())
+        for _ in range(epochs):
+            terms = []
+            for t in transitions:
+                next_state = (t["next_tokens"], t["position"])
+                actor_loss, critic_loss, _ = self._losses(
+                    (t["tokens"], t["position"]), t["action"], t["mask"], t["reward"], next_state
+                )
+                terms.append(actor_loss + critic_loss)
+            loss = torch.stack(terms).mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+        return loss.item()
 
     def full_state_dict(self) -> dict:
         return {"model": self.state_dict(), "optimizer": self.optimizer.state_dict()}

@@ -156,6 +156,11 @@ class SearchConfig(JsonConfig):
             others' forms make another form better, the budget wall counting those forms as they are. ``1``: one pass.
         gamma: the actor-critic's discount (paper: 0.95).
         learning_rate: the actor-critic's learning rate (paper: 1e-3).
+        replay_epochs: after each reward's own A2C step (the paper's), this many more Adam steps, each on the mean
+            loss of every transition the search has seen (``0``: none, the paper's). With one step of about the
+            learning rate a reward, a search of a few dozen actions leaves the actor near its first argmax;
+            replaying them lets each reward turn it (the actor's term is then advantage-weighted likelihood of past
+            actions, not an on-policy gradient).
         hidden_units: units of each of the actor-critic's two hidden layers (paper: 40).
         embedding_dim: the state encoder's token embedding size.
         lstm_units: the units of the state encoder's 1-layer bidirectional LSTM.
@@ -199,6 +204,7 @@ class SearchConfig(JsonConfig):
     episodes: int = 1
     gamma: float = 0.95
     learning_rate: float = 1e-3
+    replay_epochs: int = 0
     hidden_units: int = 40
     embedding_dim: int = 16
     lstm_units: int = 64
@@ -295,6 +301,10 @@ class SearchConfig(JsonConfig):
             or self.learning_rate <= 0
         ):
             raise ValueError(f"learning_rate must be > 0 (paper: 1e-3), got {self.learning_rate!r}")
+        if isinstance(self.replay_epochs, bool) or not isinstance(self.replay_epochs, int) or self.replay_epochs < 0:
+            raise ValueError(
+                f"replay_epochs must be an int >= 0 (0: the paper's one step a reward), got {self.replay_epochs!r}"
+            )
         for name in ("hidden_units", "embedding_dim", "lstm_units", "als_iterations"):
             _positive_int(getattr(self, name), name)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):

@@ -70,6 +70,9 @@ class RankSearch:
         self.pending: dict | None = None
         self.actions_taken = 0
         self.trace: list[dict] = []
+        #: every completed transition (the agent's state tokens before and after, action, mask, reward), which
+        #: ``replay_epochs`` refits the agent on
+        self.transitions: list[dict] = []
         self.metric_sum = 0.0
         self.metric_count = 0
         #: the search over forms with ``front_only``: each Linear's Pareto front (action indices), measured by
@@ -203,9 +206,14 @@ class RankSearch:
             record.update(baseline_metric=metric if baseline is None else baseline, byte_price=self.byte_price)
         reward = REWARDS[self.config.reward](before, after, self.config.tolerance)
         position = self.by_name[name].position
+        next_tokens = self._tokens()
+        transition = {key: pending[key] for key in ("tokens", "action", "mask")}
+        self.transitions.append({**transition, "position": position, "reward": reward, "next_tokens": next_tokens})
         stats = self.agent.update(
-            (pending["tokens"], position), pending["action"], pending["mask"], reward, (self._tokens(), position)
+            (pending["tokens"], position), pending["action"], pending["mask"], reward, (next_tokens, position)
         )
+        if self.config.replay_epochs:
+            stats["replay_loss"] = self.agent.replay(self.transitions, self.config.replay_epochs)
         record.update(reward=reward, rewarded_layer=name, **stats)
         history = self.actions[name]
         k = self.config.consecutive_actions
@@ -342,6 +350,7 @@ class RankSearch:
             "pending": self.pending,
             "actions_taken": self.actions_taken,
             "trace": self.trace,
+            "transitions": self.transitions,
             "importance": self.importance.state_dict(),
             "metric_sum": self.metric_sum,
             "metric_count": self.metric_count,
@@ -372,6 +381,7 @@ class RankSearch:
         self.pending = state["pending"]
         self.actions_taken = int(state["actions_taken"])
         self.trace = list(state["trace"])
+        self.transitions = list(state.get("transitions", []))
         self.importance.load_state_dict(state["importance"])
         self.metric_sum, self.metric_count = float(state["metric_sum"]), int(state["metric_count"])
         self.front = {name: [int(slot) for slot in slots] for name, slots in state.get("front", {}).items()}

@@ -107,6 +107,14 @@ def add_byte_arguments(parser: argparse.ArgumentParser, fraction: Callable[[str]
         f"default {SearchConfig.learning_rate}, the paper's)",
     )
     parser.add_argument(
+        "--search-replay",
+        type=replay_epochs,
+        default=SearchConfig.replay_epochs,
+        metavar="EPOCHS",
+        help="after each reward, this many more actor-critic steps on every transition so far, so a short search's "
+        "rewards move the agent (SearchConfig.replay_epochs; default 0, the paper's one step a reward)",
+    )
+    parser.add_argument(
         "--search-start",
         type=form_label,
         default="dense",
@@ -185,6 +193,11 @@ def checked_number(text: str, accept: Callable[[float], bool], expected: str) ->
     if value is None or not accept(value):
         raise argparse.ArgumentTypeError(f"{text!r}: {expected}")
     return value
+
+
+def replay_epochs(text: str) -> int:
+    """``--search-replay``: a whole number >= 0."""
+    return int(checked_number(text, lambda value: value >= 0 and value.is_integer(), "a whole number >= 0 (e.g. 10)"))
 
 
 def pace_value(text: str) -> float | None:

@@ -76,7 +76,7 @@ def search_factory(
     form of every Linear under ``--budget-ratio`` of their fp32 bytes (on ``shaped``'s model: its budget and shares)."""
 
     agent = dict(zip(("epsilon_start", "epsilon_end", "epsilon_decay"), args.search_epsilon or ()))
-    agent.update(learning_rate=args.search_agent_lr, policy=args.search_policy)
+    agent.update(learning_rate=args.search_agent_lr, policy=args.search_policy, replay_epochs=args.search_replay)
 
     def make(seed: int, reward: str = "loss", in_bytes: bool = False) -> SearchConfig:
         if in_bytes:
