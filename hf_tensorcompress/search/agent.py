@@ -104,8 +104,8 @@ class ActorCritic(nn.Module):
         """``epochs`` Adam steps, each on the mean A2C loss of every transition so far, advantages at the current
         weights; returns the last step's loss. A search sees a few dozen rewards, and one step of about the
         learning rate each leaves the actor near its initial argmax; refitting on all of them lets each reward
-        move the policy. The actions were argmax choices, which have no behaviour probability to reweight by, so
-        the actor's term is advantage-weighted likelihood on past actions rather than an on-policy gradient."""
+        move the policy. Earlier policies took the past actions (an argmax has no behaviour probability to reweight
+        by), so the actor's term is advantage-weighted likelihood of past actions, not an on-policy gradient."""
         loss = torch.zeros(())
         for _ in range(epochs):
             terms = []
