@@ -70,8 +70,8 @@ class RankSearch:
         self.pending: dict | None = None
         self.actions_taken = 0
         self.trace: list[dict] = []
-        #: every completed transition (the agent's state tokens before and after, action, mask, reward), which
-        #: ``replay_epochs`` refits the agent on
+        #: with ``replay_epochs``: every completed transition (the agent's state tokens before and after, action,
+        #: mask, reward), which the agent is refitted on
         self.transitions: list[dict] = []
         self.metric_sum = 0.0
         self.metric_count = 0
@@ -207,12 +207,12 @@ class RankSearch:
         reward = REWARDS[self.config.reward](before, after, self.config.tolerance)
         position = self.by_name[name].position
         next_tokens = self._tokens()
-        transition = {key: pending[key] for key in ("tokens", "action", "mask")}
-        self.transitions.append({**transition, "position": position, "reward": reward, "next_tokens": next_tokens})
         stats = self.agent.update(
             (pending["tokens"], position), pending["action"], pending["mask"], reward, (next_tokens, position)
         )
-        if self.config.replay_epochs:
+        if self.config.replay_epochs:  # kept only where replayed: the search's saved state carries them
+            transition = {key: pending[key] for key in ("tokens", "action", "mask")}
+            self.transitions.append({**transition, "position": position, "reward": reward, "next_tokens": next_tokens})
             stats["replay_loss"] = self.agent.replay(self.transitions, self.config.replay_epochs)
         record.update(reward=reward, rewarded_layer=name, **stats)
         history = self.actions[name]
